@@ -1,0 +1,13 @@
+"""Key-value backends (etcd, SQL) behind one protocol."""
+
+from metasrv.kv._protocol import (
+    Compare,
+    Delete,
+    KeyValue,
+    KvBackend,
+    Put,
+    TxnOp,
+    TxnResult,
+)
+
+__all__ = ["Compare", "Delete", "KeyValue", "KvBackend", "Put", "TxnOp", "TxnResult"]

@@ -1,0 +1,125 @@
+"""The `KvBackend` protocol: what metasrv needs from etcd or a SQL table.
+
+Keys are text (the DESIGN §4 layout, see metasrv/keys.py), values are bytes (JSON).
+Every key carries a `mod_revision` that changes on each write; compare-and-swap
+transactions compare it (0 means "the key must not exist") or compare the value.
+A backend applies its configured `key_prefix` itself: callers always use bare keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """One stored key."""
+
+    key: str
+    """Key without the backend's key prefix."""
+    value: bytes
+    """Stored bytes (JSON by convention)."""
+    mod_revision: int
+    """Revision of the last write to this key; > 0 for any existing key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """A transaction guard on one key: its revision, or its value, must match."""
+
+    key: str
+    """Key to check."""
+    revision: int | None = None
+    """Expected `mod_revision`; 0 means the key must be absent."""
+    value: bytes | None = None
+    """Expected value (the key must exist and hold exactly these bytes)."""
+
+    def __post_init__(self) -> None:
+        if (self.revision is None) == (self.value is None):
+            raise ValueError("Compare needs exactly one of revision= or value=")
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Transaction operation: write `value` at `key`."""
+
+    key: str
+    """Key to write."""
+    value: bytes
+    """Bytes to store."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Transaction operation: remove `key` (no error when absent)."""
+
+    key: str
+    """Key to remove."""
+
+
+TxnOp = Put | Delete
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """Outcome of `KvBackend.txn`."""
+
+    succeeded: bool
+    """True when every compare held and the success ops were applied."""
+    revision: int
+    """Store revision after the transaction (new `mod_revision` of keys it wrote)."""
+
+
+@runtime_checkable
+class KvBackend(Protocol):
+    """Blocking kv store. Async callers run it in a worker thread (`asyncio.to_thread`).
+
+    Errors: `KvUnavailable` when the store cannot be reached, `TxnTooLarge` when an
+    atomic transaction exceeds `max_txn_ops`. Nothing else escapes.
+    """
+
+    max_txn_ops: int
+    """Largest number of compares + ops one atomic transaction may carry."""
+
+    def get(self, key: str) -> KeyValue | None:
+        """Return the key, or None when absent."""
+        ...
+
+    def range(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> list[KeyValue]:
+        """Return up to `limit` keys starting with `prefix`, in key order, after `start_after`."""
+        ...
+
+    def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
+        """Iterate over every key under `prefix`, page by page."""
+        ...
+
+    def put(self, key: str, value: bytes) -> int:
+        """Write unconditionally; return the new `mod_revision`."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove the key; return whether it existed."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every key under `prefix`; return how many were removed."""
+        ...
+
+    def txn(
+        self,
+        compares: Sequence[Compare],
+        success: Sequence[TxnOp],
+        failure: Sequence[TxnOp] = (),
+    ) -> TxnResult:
+        """Atomically apply `success` if every compare holds, else `failure`."""
+        ...
+
+    def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write many keys, chunked under `max_txn_ops`; atomic per chunk only."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; safe to call twice."""
+        ...

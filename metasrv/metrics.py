@@ -1,0 +1,96 @@
+"""Prometheus metrics of one metasrv process.
+
+Each `Metrics` owns its own `CollectorRegistry`, so several apps in one test process do
+not collide. Names follow GreptimeDB's `greptime_meta_*` style and Kafka tiered
+storage's per-topic gauges; per-topic series carry the `topic` label.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    """Every series metasrv exports. Build one per app (the lifespan does)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.pruned_entry_id = Gauge(
+            "metasrv_wal_pruned_entry_id", "P of the last completed purge", ["topic"], registry=r
+        )
+        self.prune_point = Gauge(
+            "metasrv_wal_prune_point", "Current prune point P (-1 when blocked)", ["topic"], registry=r
+        )
+        self.purge_lag_entries = Gauge(
+            "metasrv_wal_purge_lag_entries",
+            "Prune point minus pruned entry id",
+            ["topic"],
+            registry=r,
+        )
+        self.retained_entries = Gauge(
+            "metasrv_wal_retained_entries",
+            "Entries Kafka holds for the topic (high watermark - log start offset)",
+            ["topic"],
+            registry=r,
+        )
+        self.retained_bytes = Gauge(
+            "metasrv_wal_retained_bytes_estimated",
+            "Retained entries times the average record size",
+            ["topic"],
+            registry=r,
+        )
+        self.log_start_offset = Gauge(
+            "metasrv_wal_log_start_offset", "Kafka log start offset", ["topic"], registry=r
+        )
+        self.high_watermark = Gauge(
+            "metasrv_wal_high_watermark", "Kafka high watermark", ["topic"], registry=r
+        )
+        self.blocked_regions = Gauge(
+            "metasrv_wal_blocked_regions", "Regions blocking the topic's purge", ["topic"], registry=r
+        )
+        self.purges = Counter(
+            "metasrv_wal_purges", "Completed purges", ["topic"], registry=r
+        )
+        self.purge_errors = Counter(
+            "metasrv_wal_purge_errors", "Purge step failures", ["topic", "kind"], registry=r
+        )
+        self.entries_deleted = Counter(
+            "metasrv_wal_entries_deleted", "Entries deleted by purges", ["topic"], registry=r
+        )
+        self.flush_instructions = Counter(
+            "metasrv_flush_instructions_sent", "flush_regions instructions issued", registry=r
+        )
+        self.heartbeats = Counter(
+            "metasrv_heartbeats_received", "Heartbeats accepted", registry=r
+        )
+        self.region_stats = Counter(
+            "metasrv_region_stats_received", "Region stats accepted", registry=r
+        )
+        self.region_stats_rejected = Counter(
+            "metasrv_region_stats_rejected", "Region stats rejected", ["reason"], registry=r
+        )
+        self.procedure_duration = Histogram(
+            "metasrv_procedure_duration_seconds",
+            "Procedure wall time, submit to terminal state",
+            ["kind", "state"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.procedures_running = Gauge(
+            "metasrv_procedures_running", "Procedures currently running", registry=r
+        )
+        self.is_leader = Gauge("metasrv_is_leader", "1 when this process is leader", registry=r)
+        self.wal_data_loss = Counter(
+            "metasrv_wal_data_loss_events",
+            "Retention overruns: Kafka deleted entries a region still needed",
+            ["topic"],
+            registry=r,
+        )
+        self.checkpoint_writes = Counter(
+            "metasrv_checkpoint_keys_written", "Region checkpoints persisted", registry=r
+        )
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,110 @@
+"""Domain types shared by the metadata plane, the procedures and the API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def region_id_of(table_id: int, region_number: int) -> int:
+    """`region_id = table_id << 32 | region_number` (DESIGN §1)."""
+    return (table_id << 32) | region_number
+
+
+@dataclass(frozen=True, slots=True)
+class RegionStat:
+    """What one heartbeat said about one region."""
+
+    region_id: int
+    """64-bit region id."""
+    node_id: int
+    """Datanode hosting the region."""
+    topic: str
+    """Topic the region writes its WAL to."""
+    flushed_entry_id: int
+    """Every entry <= this is durable in the region's own storage (>= -1)."""
+    topic_latest_entry_id: int | None
+    """Topic's latest entry id when the memtable was seen empty; None otherwise."""
+    memtable_bytes: int
+    """Bytes held in the memtable."""
+    manifest_version: int | None
+    """Region manifest version; orders stats across region restarts."""
+    received_at: float
+    """Monotonic-clock time (time.monotonic()) the leader received it."""
+
+    @property
+    def prunable_entry_id(self) -> int:
+        """`max(flushed_entry_id, topic_latest_entry_id or -1)` (DESIGN §1)."""
+        latest = self.topic_latest_entry_id
+        return self.flushed_entry_id if latest is None or latest < self.flushed_entry_id else latest
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStat:
+    """What datanodes said about one topic."""
+
+    topic: str
+    """Topic name."""
+    latest_entry_id: int
+    """Highest entry id a datanode has seen written."""
+    avg_record_size: float
+    """Average record size over the recent window, from the cumulative counters."""
+    received_at: float
+    """Monotonic-clock time of the last report."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegionRoute:
+    """A region's place in the topic-region map (kv `__topic_region/...`)."""
+
+    region_id: int
+    """64-bit region id."""
+    topic: str
+    """Mapped topic."""
+    node_id: int
+    """Datanode the region was registered on."""
+    checkpoint_entry_id: int | None
+    """Last persisted prunable entry id, or None before the first checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockingRegion:
+    """A region that keeps its topic from being purged, and why."""
+
+    region_id: int
+    """Blocking region."""
+    reason: str
+    """`no_stat`, `stale_stat` or `retention_overrun`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Kafka offsets of a topic's partition 0."""
+
+    log_start_offset: int
+    """Earliest readable offset (low watermark)."""
+    high_watermark: int
+    """Offset the next record will get."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlan:
+    """The prune plan of one topic at one instant (the pure function's result)."""
+
+    topic: str
+    """Topic name."""
+    prune_point: int | None
+    """P: offsets < P may be deleted; None when blocked or the topic has no regions."""
+    pruned_entry_id: int | None
+    """P of the last completed purge."""
+    log_start_offset: int | None
+    """Kafka's earliest offset (None when Kafka was not asked)."""
+    high_watermark: int | None
+    """Kafka's high watermark (None when Kafka was not asked)."""
+    blocked_by: tuple[BlockingRegion, ...]
+    """Regions that stop the purge."""
+    reclaimable_entries: int
+    """Entries a purge to P would delete now: max(0, P - log_start_offset)."""
+    data_loss: tuple[int, ...] = ()
+    """Regions whose needed entries Kafka no longer holds (invariant 7)."""
+    region_count: int = 0
+    """Regions mapped to the topic."""
