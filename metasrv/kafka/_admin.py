@@ -1,0 +1,190 @@
+"""The Kafka admin adapter: topic creation, offsets, DeleteRecords, batched.
+
+Calls block (they wait on the client's futures); async callers use `asyncio.to_thread`.
+Every call takes explicit timeouts. Library errors are translated once, through
+`_RETRYABLE_CODES` / `_REJECTED_CODES`, into `KafkaUnavailable` (retryable) or
+`KafkaRejected` (not retryable).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from metasrv.errors import KafkaRejected, KafkaUnavailable, MetasrvError, NotFound
+from metasrv.model import PartitionOffsets
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_REJECTED_CODES = {
+    KafkaError.POLICY_VIOLATION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.INVALID_CONFIG,
+    KafkaError.INVALID_REPLICATION_FACTOR,
+    KafkaError.INVALID_PARTITIONS,
+    KafkaError.INVALID_REQUEST,
+    KafkaError.UNSUPPORTED_VERSION,
+    KafkaError._INVALID_ARG,
+}
+_NOT_FOUND_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+
+
+def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
+    """Map a confluent-kafka error onto the metasrv hierarchy (the one translation table)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError):
+        code = err.code()
+        text = f"{what}: {err.name()}: {err.str()}"
+        if code in _NOT_FOUND_CODES:
+            return NotFound(text, details={"kafka_error": err.name()})
+        if code in _REJECTED_CODES:
+            return KafkaRejected(text, details={"kafka_error": err.name()})
+        return KafkaUnavailable(text, details={"kafka_error": err.name()})
+    return KafkaUnavailable(f"{what}: {exc}")
+
+
+class KafkaAdmin:
+    """One admin client for the configured brokers."""
+
+    def __init__(self, bootstrap: str | list[str], *, request_timeout: float = 10.0) -> None:
+        servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
+        self.bootstrap = servers
+        self.request_timeout = request_timeout
+        self._client = AdminClient(
+            {
+                "bootstrap.servers": servers,
+                "socket.timeout.ms": int(request_timeout * 1000),
+                # Fail fast instead of librdkafka's default endless reconnect backoff logging.
+                "reconnect.backoff.max.ms": 2000,
+                "log_level": 3,
+            }
+        )
+
+    def _wait(self, futures: Mapping[Any, Future[T]], what: str) -> dict[Any, T]:
+        results: dict[Any, T] = {}
+        for key, future in futures.items():
+            try:
+                results[key] = future.result(timeout=self.request_timeout + 5)
+            except KafkaException as exc:
+                raise translate_kafka_error(exc, f"{what} {key}") from exc
+            except TimeoutError as exc:
+                raise KafkaUnavailable(f"{what} {key}: timed out") from exc
+        return results
+
+    def ping(self) -> int:
+        """Ask the cluster for metadata; return the broker count (readiness check)."""
+        try:
+            md = self._client.list_topics(timeout=self.request_timeout)
+        except KafkaException as exc:
+            raise translate_kafka_error(exc, "metadata request") from exc
+        return len(md.brokers)
+
+    def list_topics(self) -> set[str]:
+        """Names of every topic in the cluster."""
+        try:
+            md = self._client.list_topics(timeout=self.request_timeout)
+        except KafkaException as exc:
+            raise translate_kafka_error(exc, "metadata request") from exc
+        return set(md.topics)
+
+    def ensure_topics(self, topics: Iterable[str], *, replication_factor: int = 1) -> list[str]:
+        """Create the missing ones (1 partition, delete policy, no time retention).
+
+        Returns the topics this call created. Already-existing topics are fine.
+        """
+        wanted = sorted(set(topics))
+        if not wanted:
+            return []
+        existing = self.list_topics()
+        missing = [t for t in wanted if t not in existing]
+        if not missing:
+            return []
+        new = [
+            NewTopic(
+                t,
+                num_partitions=1,
+                replication_factor=replication_factor,
+                config={"cleanup.policy": "delete", "retention.ms": "-1"},
+            )
+            for t in missing
+        ]
+        futures = self._client.create_topics(new, request_timeout=self.request_timeout)
+        created: list[str] = []
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=self.request_timeout + 5)
+                created.append(topic)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                raise translate_kafka_error(exc, f"create topic {topic}") from exc
+        logger.info("created kafka topics", extra={"topics": created})
+        return created
+
+    def offsets(self, topics: Iterable[str]) -> dict[str, PartitionOffsets]:
+        """Log start offset and high watermark of partition 0 of each topic, in two batched calls."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        earliest = self._list_offsets(names, OffsetSpec.earliest())
+        latest = self._list_offsets(names, OffsetSpec.latest())
+        return {
+            t: PartitionOffsets(log_start_offset=earliest[t], high_watermark=latest[t]) for t in names
+        }
+
+    def _list_offsets(self, topics: list[str], spec: OffsetSpec) -> dict[str, int]:
+        request = {TopicPartition(t, 0): spec for t in topics}
+        try:
+            futures = self._client.list_offsets(request, request_timeout=self.request_timeout)
+        except KafkaException as exc:
+            raise translate_kafka_error(exc, "list_offsets") from exc
+        results = self._wait(futures, "list_offsets")
+        return {tp.topic: int(info.offset) for tp, info in results.items()}
+
+    def delete_records(self, targets: Mapping[str, int]) -> dict[str, int]:
+        """DeleteRecords(topic, partition 0, offset) for each topic, one batched request.
+
+        Returns each topic's low watermark after the deletion. Idempotent for the same or
+        a lower offset (Kafka keeps the higher log start).
+        """
+        if not targets:
+            return {}
+        partitions = [TopicPartition(t, 0, off) for t, off in sorted(targets.items())]
+        try:
+            futures = self._client.delete_records(
+                partitions,
+                request_timeout=self.request_timeout,
+                operation_timeout=self.request_timeout,
+            )
+        except KafkaException as exc:
+            raise translate_kafka_error(exc, "delete_records") from exc
+        results = self._wait(futures, "delete_records")
+        return {tp.topic: int(res.low_watermark) for tp, res in results.items()}
+
+    def delete_topics(self, topics: Iterable[str]) -> None:
+        """Delete topics (tests and `stack` clean-up only)."""
+        names = sorted(set(topics))
+        if not names:
+            return
+        futures = self._client.delete_topics(names, request_timeout=self.request_timeout)
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=self.request_timeout + 5)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in _NOT_FOUND_CODES:
+                    continue
+                raise translate_kafka_error(exc, f"delete topic {topic}") from exc
+
+    def close(self) -> None:
+        """AdminClient has no close; drop the reference so librdkafka can tear down."""
+        self._client = None  # type: ignore[assignment]
