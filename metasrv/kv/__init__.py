@@ -9,5 +9,15 @@ from metasrv.kv._protocol import (
     TxnOp,
     TxnResult,
 )
+from metasrv.kv._sql import SqlKv
 
-__all__ = ["Compare", "Delete", "KeyValue", "KvBackend", "Put", "TxnOp", "TxnResult"]
+__all__ = [
+    "Compare",
+    "Delete",
+    "KeyValue",
+    "KvBackend",
+    "Put",
+    "SqlKv",
+    "TxnOp",
+    "TxnResult",
+]

@@ -1,0 +1,376 @@
+"""The SQL kv backend: one table of keys on SQLite (embedded default) or PostgreSQL.
+
+Every writing transaction first locks the single row of `metasrv_kv_revision`
+(`SELECT ... FOR UPDATE` on PostgreSQL; SQLite serializes writers with
+`BEGIN IMMEDIATE`), so compares and writes are atomic and `mod_revision` grows
+monotonically across all keys, as etcd's store revision does. Reads take no lock.
+Tables come from the Alembic migrations (`metasrv db upgrade`); only `SqlKv.open(...,
+create=True)` on a SQLite file runs them itself, so a bare `metasrv start` just works.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
+
+import sqlalchemy.exc as sa_exc
+from sqlalchemy import Engine, and_, create_engine, delete, event, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.pool import StaticPool
+
+from metasrv.errors import InvalidArgument, KvUnavailable
+from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound
+from metasrv.kv._protocol import Compare, Delete, KeyValue, Put, TxnOp, TxnResult
+from metasrv.sql_schema import KV_KEY_MAX, kv_revision_table, kv_table
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+SQL_MAX_TXN_OPS = 10_000
+"""Largest compares/ops list of one SQL transaction (bounds lock time and statement size)."""
+
+_IN_CHUNK = 500
+"""Keys per `IN (...)` list; keeps statements far below driver parameter limits."""
+
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+# One table for translating database errors. OperationalError covers lost connections,
+# refused connections, SQLite "database is locked" and missing tables; ProgrammingError
+# is what PostgreSQL raises for a missing table (schema not migrated).
+_UNAVAILABLE_ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (sa_exc.DisconnectionError, "connection to the kv database was lost"),
+    (sa_exc.TimeoutError, "no kv database connection free in the pool"),
+    (sa_exc.OperationalError, "kv database unavailable"),
+    (sa_exc.InterfaceError, "kv database driver error"),
+    (sa_exc.ProgrammingError, "kv database schema missing or broken (run `metasrv db upgrade`)"),
+)
+
+
+def _translate(exc: sa_exc.SQLAlchemyError) -> Exception:
+    for cls, message in _UNAVAILABLE_ERRORS:
+        if isinstance(exc, cls):
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            return KvUnavailable(f"{message}: {detail}")
+    return exc
+
+
+def normalize_url(url: str) -> str:
+    """Use psycopg 3 for plain `postgresql://` URLs (psycopg2 is not installed)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _is_memory_sqlite(url: str) -> bool:
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+def create_kv_engine(url: str) -> Engine:
+    """An engine tuned for the kv workload (SQLite: WAL, busy timeout, IMMEDIATE writers)."""
+    url = normalize_url(url)
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+        if _is_memory_sqlite(url):
+            # One shared connection, else every pooled connection is a new empty database.
+            kwargs["poolclass"] = StaticPool
+        engine = create_engine(url, **kwargs)
+        _tune_sqlite(engine)
+        return engine
+    if backend == "postgresql":
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    raise InvalidArgument(f"unsupported kv database {backend!r}: use sqlite or postgresql")
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, emit BEGIN, so writers can ask for IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A writer that starts deferred and upgrades later can deadlock with another
+        # writer (SQLITE_BUSY without waiting); IMMEDIATE takes the write lock up front.
+        mode = "IMMEDIATE" if conn.get_execution_options().get("metasrv_write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+class SqlKv:
+    """`KvBackend` on a SQL table. `url`: a SQLAlchemy URL (sqlite:///file, postgresql://...)."""
+
+    max_txn_ops: int = SQL_MAX_TXN_OPS
+
+    def __init__(self, url: str, key_prefix: str = "") -> None:
+        self.url = normalize_url(url)
+        self.key_prefix = key_prefix
+        self._engine = create_kv_engine(self.url)
+        self._dialect = self._engine.dialect.name
+        # SQLite in memory shares one connection between threads: serialize its use.
+        self._mutex: AbstractContextManager[Any] = (
+            threading.RLock() if _is_memory_sqlite(self.url) else nullcontext()
+        )
+        self._closed = False
+
+    @classmethod
+    def open(cls, url: str, key_prefix: str = "", *, create: bool = False) -> SqlKv:
+        """Open the backend; with `create` on SQLite, first migrate the file to the head schema.
+
+        PostgreSQL is never migrated implicitly: run `metasrv db upgrade` for it.
+        """
+        url = normalize_url(url)
+        is_sqlite = make_url(url).get_backend_name() == "sqlite"
+        if create and is_sqlite and not _is_memory_sqlite(url):
+            import migrations
+
+            migrations.upgrade(url)
+        kv = cls(url, key_prefix)
+        if create and _is_memory_sqlite(url):
+            # Alembic would migrate a different in-memory database; build this one directly.
+            from metasrv.sql_schema import metadata
+
+            with kv._engine.begin() as conn:
+                metadata.create_all(conn)
+        return kv
+
+    @property
+    def engine(self) -> Engine:
+        """The underlying engine (tests and tools only)."""
+        return self._engine
+
+    # --- key prefix ------------------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        full = self.key_prefix + key
+        if len(full) > KV_KEY_MAX:
+            raise InvalidArgument(
+                f"kv key is {len(full)} characters with its prefix; the SQL backend "
+                f"stores at most {KV_KEY_MAX}"
+            )
+        return full
+
+    def _bare(self, key: str) -> str:
+        return key[len(self.key_prefix) :]
+
+    def _prefix_clause(self, prefix: str) -> Any:
+        lo = self.key_prefix + prefix
+        hi = prefix_upper_bound(lo)
+        col = kv_table.c.key
+        return col >= lo if hi is None else and_(col >= lo, col < hi)
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def _run(self, fn: Callable[[Connection], _T], *, write: bool) -> _T:
+        if self._closed:
+            raise KvUnavailable("kv backend is closed")
+        try:
+            with self._mutex, self._engine.connect() as conn:
+                if write:
+                    conn = conn.execution_options(metasrv_write=True)
+                with conn.begin():
+                    return fn(conn)
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc) from exc
+
+    def _lock_revision(self, conn: Connection) -> int:
+        """Lock the revision counter row for this transaction; return its value."""
+        stmt = select(kv_revision_table.c.revision).where(kv_revision_table.c.id == 1)
+        rev = conn.execute(stmt.with_for_update()).scalar_one_or_none()
+        if rev is None:
+            # Tables made by `metadata.create_all` (not the migration) lack the row.
+            conn.execute(
+                self._insert(kv_revision_table).values(id=1, revision=0).on_conflict_do_nothing()
+            )
+            rev = conn.execute(stmt.with_for_update()).scalar_one()
+        return int(rev)
+
+    def _bump_revision(self, conn: Connection, revision: int) -> None:
+        conn.execute(
+            update(kv_revision_table).where(kv_revision_table.c.id == 1).values(revision=revision)
+        )
+
+    def _insert(self, table: Any) -> Any:
+        return postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
+
+    def _upsert(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        stmt = self._insert(kv_table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[kv_table.c.key],
+            set_={"value": stmt.excluded.value, "mod_revision": stmt.excluded.mod_revision},
+        )
+        conn.execute(stmt, rows)
+
+    def _delete_keys(self, conn: Connection, keys: list[str]) -> int:
+        removed = 0
+        for i in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[i : i + _IN_CHUNK]
+            removed += conn.execute(delete(kv_table).where(kv_table.c.key.in_(chunk))).rowcount
+        return removed
+
+    def _current(self, conn: Connection, keys: list[str]) -> dict[str, tuple[bytes, int]]:
+        found: dict[str, tuple[bytes, int]] = {}
+        cols = (kv_table.c.key, kv_table.c.value, kv_table.c.mod_revision)
+        for i in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[i : i + _IN_CHUNK]
+            for key, value, rev in conn.execute(select(*cols).where(kv_table.c.key.in_(chunk))):
+                found[key] = (bytes(value), int(rev))
+        return found
+
+    def _prefixed(self, ops: Sequence[TxnOp]) -> list[TxnOp]:
+        return [
+            Put(self._full(op.key), op.value) if isinstance(op, Put) else Delete(self._full(op.key))
+            for op in collapse_ops(ops)
+        ]
+
+    def _apply(self, conn: Connection, ops: Sequence[TxnOp], revision: int) -> None:
+        rows = [
+            {"key": op.key, "value": op.value, "mod_revision": revision}
+            for op in ops
+            if isinstance(op, Put)
+        ]
+        deletes = [op.key for op in ops if isinstance(op, Delete)]
+        if rows:
+            self._upsert(conn, rows)
+        if deletes:
+            self._delete_keys(conn, deletes)
+
+    # --- KvBackend -------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        full = self._full(key)
+
+        def do(conn: Connection) -> KeyValue | None:
+            row = conn.execute(
+                select(kv_table.c.value, kv_table.c.mod_revision).where(kv_table.c.key == full)
+            ).first()
+            return None if row is None else KeyValue(key, bytes(row[0]), int(row[1]))
+
+        return self._run(do, write=False)
+
+    def range(
+        self, prefix: str, *, start_after: str | None = None, limit: int = 1000
+    ) -> list[KeyValue]:
+        if limit <= 0:
+            return []
+        cond = self._prefix_clause(prefix)
+        if start_after is not None:
+            cond = and_(cond, kv_table.c.key > self.key_prefix + start_after)
+        stmt = (
+            select(kv_table.c.key, kv_table.c.value, kv_table.c.mod_revision)
+            .where(cond)
+            .order_by(kv_table.c.key)
+            .limit(limit)
+        )
+
+        def do(conn: Connection) -> list[KeyValue]:
+            return [KeyValue(self._bare(k), bytes(v), int(r)) for k, v, r in conn.execute(stmt)]
+
+        return self._run(do, write=False)
+
+    def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
+        start_after: str | None = None
+        while True:
+            page = self.range(prefix, start_after=start_after, limit=page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            start_after = page[-1].key
+
+    def put(self, key: str, value: bytes) -> int:
+        return self.txn((), [Put(key, value)]).revision
+
+    def delete(self, key: str) -> bool:
+        full = self._full(key)
+
+        def do(conn: Connection) -> bool:
+            rev = self._lock_revision(conn)
+            removed = self._delete_keys(conn, [full])
+            if removed:
+                self._bump_revision(conn, rev + 1)
+            return removed > 0
+
+        return self._run(do, write=True)
+
+    def delete_prefix(self, prefix: str) -> int:
+        cond = self._prefix_clause(prefix)
+
+        def do(conn: Connection) -> int:
+            rev = self._lock_revision(conn)
+            removed = conn.execute(delete(kv_table).where(cond)).rowcount
+            if removed:
+                self._bump_revision(conn, rev + 1)
+            return int(removed)
+
+        return self._run(do, write=True)
+
+    def txn(
+        self,
+        compares: Sequence[Compare],
+        success: Sequence[TxnOp],
+        failure: Sequence[TxnOp] = (),
+    ) -> TxnResult:
+        check_txn_size("SQL", self.max_txn_ops, compares, success, failure)
+        checks = [(self._full(c.key), c) for c in compares]
+        branches = {True: self._prefixed(success), False: self._prefixed(failure)}
+
+        def do(conn: Connection) -> TxnResult:
+            rev = self._lock_revision(conn)
+            current = self._current(conn, sorted({full for full, _ in checks}))
+            ok = all(_holds(c, current.get(full)) for full, c in checks)
+            ops = branches[ok]
+            if ops:
+                rev += 1
+                self._apply(conn, ops, rev)
+                self._bump_revision(conn, rev)
+            return TxnResult(succeeded=ok, revision=rev)
+
+        return self._run(do, write=True)
+
+    def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        step = self.max_txn_ops
+        for i in range(0, len(items), step):
+            # Duplicate keys in one upsert statement are an error on PostgreSQL.
+            chunk = {self._full(k): v for k, v in items[i : i + step]}
+
+            def do(conn: Connection, chunk: dict[str, bytes] = chunk) -> None:
+                rev = self._lock_revision(conn) + 1
+                rows = [{"key": k, "value": v, "mod_revision": rev} for k, v in chunk.items()]
+                self._upsert(conn, rows)
+                self._bump_revision(conn, rev)
+
+            self._run(do, write=True)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._engine.dispose()
+
+    def revision(self) -> int:
+        """Current store revision (0 before the first write)."""
+
+        def do(conn: Connection) -> int:
+            stmt = select(kv_revision_table.c.revision).where(kv_revision_table.c.id == 1)
+            return int(conn.execute(stmt).scalar_one_or_none() or 0)
+
+        return self._run(do, write=False)
+
+    def __repr__(self) -> str:
+        return f"SqlKv({make_url(self.url)!r}, key_prefix={self.key_prefix!r})"
+
+
+def _holds(compare: Compare, current: tuple[bytes, int] | None) -> bool:
+    if compare.value is not None:
+        return current is not None and current[0] == compare.value
+    return (0 if current is None else current[1]) == compare.revision

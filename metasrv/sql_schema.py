@@ -1,0 +1,109 @@
+"""Every SQL table metasrv stores, as SQLAlchemy Core metadata.
+
+Alembic migrations (migrations/versions) create exactly these tables; a test checks
+that the migrated schema matches this metadata, so code and migrations cannot drift.
+
+- `metasrv_kv` + `metasrv_kv_revision`: the SQL kv backend (metasrv/kv/_sql.py). The
+  single-row revision table is a global counter so `mod_revision` grows monotonically
+  across all keys, as etcd's store revision does.
+- `procedure_history`, `purge_history`, `wal_events`: the history store (finished
+  procedures, completed purges, WAL data-loss and similar events) read by the API.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+# Stable constraint names so migrations and autogenerate comparisons agree on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+KV_KEY_MAX = 1024
+"""Longest key (including the backend's key prefix) the SQL kv backend stores."""
+
+kv_table = Table(
+    "metasrv_kv",
+    metadata,
+    Column("key", String(KV_KEY_MAX), primary_key=True),
+    Column("value", LargeBinary, nullable=False),
+    Column("mod_revision", BigInteger, nullable=False),
+)
+
+kv_revision_table = Table(
+    "metasrv_kv_revision",
+    metadata,
+    # Always exactly one row, id = 1; locked by every writing transaction.
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("revision", BigInteger, nullable=False),
+)
+
+procedure_history_table = Table(
+    "procedure_history",
+    metadata,
+    Column("procedure_id", String(64), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("topic", String(255), nullable=True),
+    Column("state", String(32), nullable=False),
+    Column("step", String(64), nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("error", Text, nullable=True),
+    # [{"step", "started_at", "finished_at", "attempts", "error"}]
+    Column("steps", JSON, nullable=False),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("duration_s", Float, nullable=True),
+    Index(None, "state"),
+    Index(None, "topic"),
+)
+
+purge_history_table = Table(
+    "purge_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("procedure_id", String(64), nullable=False),
+    Column("topic", String(255), nullable=False),
+    Column("prune_point", BigInteger, nullable=False),
+    Column("previous_pruned_entry_id", BigInteger, nullable=True),
+    Column("previous_log_start", BigInteger, nullable=True),
+    Column("low_watermark", BigInteger, nullable=True),
+    Column("entries_deleted", BigInteger, nullable=False),
+    Column("bytes_estimated", BigInteger, nullable=False),
+    Column("logical_delete", Boolean, nullable=False),
+    Column("duration_s", Float, nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Index(None, "topic", "finished_at"),
+)
+
+wal_events_table = Table(
+    "wal_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("topic", String(255), nullable=False),
+    # e.g. "wal_data_loss"
+    Column("kind", String(64), nullable=False),
+    Column("region_id", BigInteger, nullable=True),
+    Column("details", JSON, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Index(None, "topic", "at"),
+)
