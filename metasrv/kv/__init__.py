@@ -1,5 +1,7 @@
 """Key-value backends (etcd, SQL) behind one protocol."""
 
+from metasrv.kv._etcd import EtcdKv
+from metasrv.kv._factory import open_kv
 from metasrv.kv._protocol import (
     Compare,
     Delete,
@@ -14,10 +16,12 @@ from metasrv.kv._sql import SqlKv
 __all__ = [
     "Compare",
     "Delete",
+    "EtcdKv",
     "KeyValue",
     "KvBackend",
     "Put",
     "SqlKv",
     "TxnOp",
     "TxnResult",
+    "open_kv",
 ]
