@@ -1,0 +1,100 @@
+"""Where the local stack lives and which ports it uses."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+KAFKA_VERSION = "4.3.1"
+"""Apache Kafka release the stack installs (from Maven Central)."""
+
+_ENV_PREFIX = "METASRV_STACK_"
+
+
+def _repo_root() -> Path:
+    # Editable install: metasrv/stack/_config.py -> repo root holds pyproject.toml.
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() else Path.cwd()
+
+
+def default_state_dir() -> Path:
+    """`METASRV_STACK_DIR`, else `.stack/` at the repository root."""
+    env = os.environ.get(f"{_ENV_PREFIX}DIR")
+    return Path(env).resolve() if env else _repo_root() / ".stack"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(f"{_ENV_PREFIX}{name}")
+    return int(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Settings of one local stack (state directory and ports)."""
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    """Directory holding binaries, data, logs and pid files of every service."""
+    host: str = "127.0.0.1"
+    """Address every service listens on (loopback only)."""
+    kafka_port: int = 19092
+    """Kafka PLAINTEXT listener."""
+    kafka_controller_port: int = 19093
+    """Kafka KRaft CONTROLLER listener."""
+    etcd_port: int = 12379
+    """etcd client URL port."""
+    etcd_peer_port: int = 12380
+    """etcd peer URL port."""
+    postgres_port: int = 15432
+    """PostgreSQL TCP port."""
+    kafka_version: str = KAFKA_VERSION
+    """Apache Kafka release installed from Maven Central."""
+    ready_timeout: float = 120.0
+    """Seconds to wait for a started service to answer a real request."""
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> StackConfig:
+        """Defaults, then `METASRV_STACK_*` environment variables, then non-None `overrides`."""
+        cfg = cls(
+            kafka_port=_env_int("KAFKA_PORT", cls.kafka_port),
+            kafka_controller_port=_env_int("KAFKA_CONTROLLER_PORT", cls.kafka_controller_port),
+            etcd_port=_env_int("ETCD_PORT", cls.etcd_port),
+            etcd_peer_port=_env_int("ETCD_PEER_PORT", cls.etcd_peer_port),
+            postgres_port=_env_int("POSTGRES_PORT", cls.postgres_port),
+            kafka_version=os.environ.get(f"{_ENV_PREFIX}KAFKA_VERSION") or cls.kafka_version,
+        )
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "state_dir" in given:
+            given["state_dir"] = Path(str(given["state_dir"])).resolve()
+        return replace(cfg, **given)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """How clients reach the running stack."""
+
+    kafka_bootstrap: str
+    """Kafka bootstrap servers, `host:port`."""
+    etcd_endpoint: str
+    """etcd client endpoint, `host:port`."""
+    postgres_url: str
+    """SQLAlchemy URL of the `metasrv` database."""
+
+    def env_lines(self) -> list[str]:
+        """`NAME=value` lines a shell can eval."""
+        return [
+            f"KAFKA_BOOTSTRAP={self.kafka_bootstrap}",
+            f"ETCD_ENDPOINT={self.etcd_endpoint}",
+            f"POSTGRES_URL={self.postgres_url}",
+        ]
+
+
+def endpoints_of(cfg: StackConfig) -> Endpoints:
+    """The endpoints `cfg` describes (whether or not the services are up)."""
+    return Endpoints(
+        kafka_bootstrap=f"{cfg.host}:{cfg.kafka_port}",
+        etcd_endpoint=f"{cfg.host}:{cfg.etcd_port}",
+        postgres_url=(
+            f"postgresql+psycopg://metasrv:metasrv@{cfg.host}:{cfg.postgres_port}/metasrv"
+        ),
+    )

@@ -1,0 +1,131 @@
+"""Bring the whole local stack up, report on it, take it down."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from metasrv.errors import InvalidArgument, ServiceError
+from metasrv.stack._config import Endpoints, StackConfig, endpoints_of
+from metasrv.stack._etcd import Etcd
+from metasrv.stack._kafka import Kafka
+from metasrv.stack._postgres import Postgres
+from metasrv.stack._process import wait_until
+from metasrv.stack._service import Service
+
+logger = logging.getLogger(__name__)
+
+ServiceName = Literal["kafka", "etcd", "postgres"]
+SERVICE_NAMES: tuple[ServiceName, ...] = ("kafka", "etcd", "postgres")
+_CLASSES: dict[str, type[Service]] = {"kafka": Kafka, "etcd": Etcd, "postgres": Postgres}
+
+
+def service(cfg: StackConfig, name: str) -> Service:
+    """The service object called `name` ("kafka", "etcd" or "postgres")."""
+    try:
+        return _CLASSES[name](cfg)
+    except KeyError:
+        raise InvalidArgument(
+            f"unknown service {name!r}; expected one of {', '.join(SERVICE_NAMES)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """What `status` found for one service."""
+
+    name: str
+    """Service name."""
+    endpoint: str
+    """`host:port` clients use."""
+    pid: int | None
+    """Pid of the process this state dir started, None when it runs none."""
+    healthy: bool
+    """The endpoint answered a real request."""
+
+    @property
+    def external(self) -> bool:
+        """Healthy but served by a process another state dir (or someone else) started."""
+        return self.healthy and self.pid is None
+
+
+def start_service(cfg: StackConfig, name: str) -> ServiceStatus:
+    """Install if needed and start one service; reuse a healthy one already on its port.
+
+    Idempotent. Raises `ServiceError` (with the log tail) when it cannot be made healthy.
+    """
+    svc = service(cfg, name)
+    pid = svc.pid()
+    if pid is not None:
+        if svc.healthy():
+            return ServiceStatus(name, svc.endpoint, pid, True)
+        # Started by us but not answering yet (e.g. just launched): wait for it.
+        logger.info("%s is running (pid %d) but not answering yet; waiting", name, pid)
+        svc.install()
+        wait_until(
+            name,
+            svc.healthy,
+            timeout=svc.cfg.ready_timeout,
+            log_file=svc.log_file,
+            alive=lambda: svc.pid() is not None,
+        )
+        return ServiceStatus(name, svc.endpoint, svc.pid(), True)
+    if svc.listening():
+        if svc.healthy():
+            logger.info("%s: reusing the healthy service already on %s", name, svc.endpoint)
+            return ServiceStatus(name, svc.endpoint, None, True)
+        raise ServiceError(
+            f"{name}: port {svc.port} is taken by something that does not answer like {name}",
+            details={"service": name, "endpoint": svc.endpoint},
+        )
+    svc.install()
+    svc.start()
+    return ServiceStatus(name, svc.endpoint, svc.pid(), True)
+
+
+def stop_service(cfg: StackConfig, name: str) -> bool:
+    """Stop one service this state dir started (SIGTERM, then SIGKILL); False if none ran."""
+    return service(cfg, name).stop()
+
+
+def service_pid(cfg: StackConfig, name: str) -> int | None:
+    """Pid of the named service this state dir started (for fault tests that signal it)."""
+    return service(cfg, name).pid()
+
+
+def ensure_up(cfg: StackConfig | None = None) -> Endpoints:
+    """Make Kafka, etcd and PostgreSQL healthy (starting what is missing); return endpoints."""
+    cfg = cfg or StackConfig.from_env()
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    for name in SERVICE_NAMES:
+        start_service(cfg, name)
+    return endpoints_of(cfg)
+
+
+def status(cfg: StackConfig | None = None) -> list[ServiceStatus]:
+    """Each service's pid (if ours) and health (a real request)."""
+    cfg = cfg or StackConfig.from_env()
+    out = []
+    for name in SERVICE_NAMES:
+        svc = service(cfg, name)
+        healthy = svc.listening() and svc.healthy()
+        out.append(ServiceStatus(name, svc.endpoint, svc.pid(), healthy))
+    return out
+
+
+def down(cfg: StackConfig | None = None) -> list[str]:
+    """Stop every service this state dir started; returns the names stopped."""
+    cfg = cfg or StackConfig.from_env()
+    # Reverse start order; an error on one still lets the others stop.
+    stopped: list[str] = []
+    errors: list[ServiceError] = []
+    for name in reversed(SERVICE_NAMES):
+        try:
+            if stop_service(cfg, name):
+                stopped.append(name)
+        except ServiceError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return stopped

@@ -1,0 +1,114 @@
+"""Session fixtures for real services (Kafka, etcd, PostgreSQL, Spark) and test markers.
+
+Each service fixture reuses the endpoint named by `METASRV_TEST_KAFKA` / `METASRV_TEST_ETCD` /
+`METASRV_TEST_POSTGRES` when set; otherwise it brings the project's own local stack up
+(`metasrv.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
+The stack is left running at the end of the session: CI or the developer takes it down.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from metasrv.stack import Endpoints, StackConfig, ensure_up
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-slow", action="store_true", default=False, help="also run @pytest.mark.slow tests"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip_slow = pytest.mark.skip(reason="slow test: pass --run-slow to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Endpoints:
+    """The project's local stack, started if needed (never stopped by the tests)."""
+    return ensure_up(StackConfig.from_env())
+
+
+def _endpoint(request: pytest.FixtureRequest, env: str, field: str) -> str:
+    given = os.environ.get(env)
+    if given:
+        return given
+    stack: Endpoints = request.getfixturevalue("local_stack")
+    value: str = getattr(stack, field)
+    return value
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """Kafka bootstrap servers, "host:port"."""
+    return _endpoint(request, "METASRV_TEST_KAFKA", "kafka_bootstrap")
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(request: pytest.FixtureRequest) -> str:
+    """etcd client endpoint, "host:port"."""
+    return _endpoint(request, "METASRV_TEST_ETCD", "etcd_endpoint")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(request: pytest.FixtureRequest) -> str:
+    """SQLAlchemy URL of a PostgreSQL database the tests may create schemas in."""
+    return _endpoint(request, "METASRV_TEST_POSTGRES", "postgres_url")
+
+
+@pytest.fixture
+def unique_prefix() -> str:
+    """Unique per test: `t` + 8 hex digits, valid as a Kafka topic prefix and a kv key prefix."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def _java_home() -> str | None:
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    # /usr/bin/java -> /etc/alternatives/java -> /usr/lib/jvm/<jdk>/bin/java
+    return str(Path(java).resolve().parents[1]) if java else None
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """A local[2] SparkSession with few shuffle partitions and no UI, stopped at session end."""
+    java_home = _java_home()
+    if java_home:
+        os.environ["JAVA_HOME"] = java_home
+    from pyspark.sql import SparkSession
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    builder: Any = SparkSession.builder
+    session: SparkSession = (
+        builder.master("local[2]")
+        .appName("metasrv-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
