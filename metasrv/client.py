@@ -71,7 +71,9 @@ def error_from_response(response: httpx.Response) -> errors.MetasrvError:
         err = body["error"]
         code = err.get("code") if isinstance(err.get("code"), str) else None
         message = str(err.get("message", message))
-        details = {k: v for k, v in err.items() if k not in ("code", "message")}
+        details = {k: v for k, v in err.items() if k not in ("code", "message", "details")}
+        if isinstance(err.get("details"), dict):
+            details.update(err["details"])
     elif isinstance(body, dict) and "detail" in body:
         message = str(body["detail"])
     if response.status_code == 421 or code == errors.NotLeader.code:

@@ -1,0 +1,175 @@
+"""metasrv.client: pure parsing and error mapping; the live API is exercised in test_cli_ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from metasrv import errors
+from metasrv.client import (
+    MetasrvClient,
+    ProcedureInfo,
+    PurgeRecord,
+    base_url_from_addr,
+    error_from_response,
+    plan_from_json,
+)
+from metasrv.model import BlockingRegion
+
+
+def _response(status: int, body: Any = None, *, text: str | None = None) -> httpx.Response:
+    request = httpx.Request("GET", "http://metasrv.test/v1/x")
+    if text is not None:
+        return httpx.Response(status, text=text, request=request)
+    return httpx.Response(status, json=body, request=request)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "expected"),
+    [
+        (404, "not_found", errors.NotFound),
+        (409, "conflict", errors.Conflict),
+        (401, "unauthenticated", errors.Unauthenticated),
+        (403, "permission_denied", errors.PermissionDenied),
+        (422, "invalid_argument", errors.InvalidArgument),
+        (503, "kafka_unavailable", errors.KafkaUnavailable),
+        (503, "kv_unavailable", errors.KvUnavailable),
+        (409, "lock_not_acquired", errors.LockNotAcquired),
+        (500, "wal_data_loss", errors.WalDataLoss),
+    ],
+)
+def test_error_code_selects_the_class(
+    status: int, code: str, expected: type[errors.MetasrvError]
+) -> None:
+    err = error_from_response(_response(status, {"error": {"code": code, "message": "boom"}}))
+    assert type(err) is expected
+    assert err.message == "boom"
+    assert err.code == code
+
+
+def test_unknown_code_falls_back_to_status_and_keeps_the_code() -> None:
+    err = error_from_response(
+        _response(413, {"error": {"code": "payload_too_large", "message": "too big"}})
+    )
+    assert isinstance(err, errors.InvalidArgument)
+    assert err.code == "payload_too_large"
+
+
+def test_non_json_error_uses_status() -> None:
+    err = error_from_response(_response(502, text="<html>bad gateway</html>"))
+    assert isinstance(err, errors.Unavailable)
+    assert "502" in err.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"code": "not_leader", "message": "m", "leader": "10.0.0.2:4000"}},
+        {"error": {"code": "not_leader", "message": "m", "details": {"leader": "10.0.0.2:4000"}}},
+    ],
+)
+def test_not_leader_carries_the_leader(body: dict[str, Any]) -> None:
+    err = error_from_response(_response(421, body))
+    assert isinstance(err, errors.NotLeader)
+    assert err.leader == "10.0.0.2:4000"
+
+
+def test_extra_error_fields_become_details() -> None:
+    body = {"error": {"code": "conflict", "message": "m", "procedure_id": "p1"}}
+    err = error_from_response(_response(409, body))
+    assert err.details == {"procedure_id": "p1"}
+
+
+@pytest.mark.parametrize(
+    ("addr", "url"),
+    [
+        ("127.0.0.1:4000", "http://127.0.0.1:4000"),
+        ("0.0.0.0:4000", "http://127.0.0.1:4000"),
+        ("[::]:4000", "http://127.0.0.1:4000"),
+        ("metasrv-1:4000", "http://metasrv-1:4000"),
+        ("https://m.example:443/", "https://m.example:443"),
+    ],
+)
+def test_base_url_from_addr(addr: str, url: str) -> None:
+    assert base_url_from_addr(addr) == url
+
+
+def test_plan_from_json_round_trips_blockers_and_nulls() -> None:
+    plan = plan_from_json(
+        {
+            "topic": "wal_0",
+            "prune_point": None,
+            "pruned_entry_id": 41,
+            "log_start_offset": 42,
+            "high_watermark": 100,
+            "blocked_by": [{"region_id": 4294967296, "reason": "stale_stat"}],
+            "reclaimable_entries": 0,
+            "region_count": 3,
+            "future_field": "ignored",
+        }
+    )
+    assert plan.prune_point is None
+    assert plan.pruned_entry_id == 41
+    assert plan.blocked_by == (BlockingRegion(4294967296, "stale_stat"),)
+    assert plan.region_count == 3
+    assert plan.data_loss == ()
+
+
+def test_procedure_and_history_parsing() -> None:
+    proc = ProcedureInfo.from_json(
+        {
+            "id": "p1",
+            "kind": "wal_purge",
+            "topic": "wal_0",
+            "state": "failed",
+            "step": "purge",
+            "attempts": 3,
+            "error": "kafka_unavailable: timed out",
+            "submitted_at": "2025-01-01T00:00:00+00:00",
+            "started_at": "2025-01-01T00:00:01+00:00",
+            "finished_at": "2025-01-01T00:00:05+00:00",
+            "steps": [
+                {
+                    "step": "prepare",
+                    "started_at": "2025-01-01T00:00:01+00:00",
+                    "finished_at": "2025-01-01T00:00:02+00:00",
+                    "attempts": 1,
+                    "error": None,
+                }
+            ],
+        }
+    )
+    assert proc.terminal
+    assert proc.steps[0].step == "prepare"
+    assert proc.finished_at is not None and proc.started_at is not None
+    assert (proc.finished_at - proc.started_at).total_seconds() == 4
+    assert not ProcedureInfo.from_json({"id": "p2", "state": "retrying"}).terminal
+
+    record = PurgeRecord.from_json(
+        {
+            "procedure_id": "p1",
+            "topic": "wal_0",
+            "prune_point": 10,
+            "previous_pruned_entry_id": None,
+            "previous_log_start": 0,
+            "low_watermark": 10,
+            "entries_deleted": 10,
+            "bytes_estimated": 1000,
+            "logical_delete": False,
+            "duration_s": 0.5,
+            "finished_at": "2025-01-01T00:00:05Z",
+        }
+    )
+    assert record.previous_pruned_entry_id is None
+    assert record.finished_at.tzinfo is not None
+
+
+def test_unreachable_server_is_unavailable() -> None:
+    # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    with (
+        MetasrvClient("127.0.0.1:9", timeout=2.0) as client,
+        pytest.raises(errors.Unavailable, match="unreachable"),
+    ):
+        client.plan()
