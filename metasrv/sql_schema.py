@@ -42,10 +42,15 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 KV_KEY_MAX = 1024
 """Longest key (including the backend's key prefix) the SQL kv backend stores."""
 
+KV_KEY_TYPE = String(KV_KEY_MAX).with_variant(String(KV_KEY_MAX, collation="C"), "postgresql")
+"""Key column type. PostgreSQL gets the "C" collation so keys order bytewise as in etcd
+and prefix ranges (`key >= p AND key < upper(p)`) are exact and use the primary key
+index whatever the database's default locale is; SQLite's BINARY collation already is."""
+
 kv_table = Table(
     "metasrv_kv",
     metadata,
-    Column("key", String(KV_KEY_MAX), primary_key=True),
+    Column("key", KV_KEY_TYPE, primary_key=True),
     Column("value", LargeBinary, nullable=False),
     Column("mod_revision", BigInteger, nullable=False),
 )

@@ -19,7 +19,12 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "metasrv_kv",
-        sa.Column("key", sa.String(1024), nullable=False),
+        # "C" collation on PostgreSQL: bytewise key order, as in etcd (see sql_schema.py).
+        sa.Column(
+            "key",
+            sa.String(1024).with_variant(sa.String(1024, collation="C"), "postgresql"),
+            nullable=False,
+        ),
         sa.Column("value", sa.LargeBinary(), nullable=False),
         sa.Column("mod_revision", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("key", name="pk_metasrv_kv"),
