@@ -1,0 +1,144 @@
+"""The prune plan: where each topic may be cut, and what stops it (DESIGN §1-2).
+
+Pure functions, no I/O and no clock: callers pass the topic-region map, the leader's
+in-memory stats, `now` (monotonic), the stored `pruned_entry_id` and, when they asked
+Kafka, the partition offsets. This is the safety core of the product; every rule below
+is one of DESIGN §2's invariants:
+
+- P(topic) = min(prunable_entry_id) over EVERY region mapped to the topic (invariant 1).
+- A mapped region with no stat, or a stat older than `stat_ttl`, blocks the topic
+  (invariants 2 and 3: after a leader change the stats are empty, so every topic is
+  blocked until each of its regions has reported to the new leader).
+- If Kafka's log start offset is above a region's `prunable_entry_id + 1`, entries the
+  region still needs are gone: the region is listed in `data_loss` AND blocks the topic
+  (`retention_overrun`), so the marker never silently moves past the gap (invariant 7).
+  It clears by itself once the region flushes past the gap.
+- P is clamped to the high watermark (invariant 6) and is never negative: Kafka reads
+  DeleteRecords offset -1 as "up to the high watermark", so a region that has flushed
+  nothing (prunable -1) yields P = 0, which deletes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from metasrv.model import BlockingRegion, PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+
+NO_STAT = "no_stat"
+"""The region has never reported to this leader (or reported on another topic)."""
+STALE_STAT = "stale_stat"
+"""The region's last report is older than `region_stat_ttl`."""
+RETENTION_OVERRUN = "retention_overrun"
+"""Kafka no longer holds entries the region still needs (WAL data loss)."""
+
+
+def plan_topic(
+    topic: str,
+    routes: Iterable[RegionRoute],
+    stats: Mapping[int, RegionStat],
+    *,
+    now: float,
+    stat_ttl: float,
+    pruned_entry_id: int | None,
+    offsets: PartitionOffsets | None,
+) -> TopicPlan:
+    """Plan one topic from the regions mapped to it and their latest stats.
+
+    `routes` must be every region mapped to `topic`; `stats` may hold any regions (only
+    mapped ones are read). `now` and each stat's `received_at` are `time.monotonic()`
+    values. Returns `prune_point=None` when the topic has no regions or is blocked.
+    """
+    log_start = offsets.log_start_offset if offsets is not None else None
+    high_watermark = offsets.high_watermark if offsets is not None else None
+    # Ages above this are stale; comparing received_at to one threshold avoids a
+    # subtraction per region (this loop runs once per region, up to millions of times).
+    fresh_after = now - stat_ttl
+    # A needed entry is lost when log_start > prunable + 1, i.e. prunable < log_start - 1.
+    loss_below = log_start - 1 if log_start is not None else None
+
+    get = stats.get
+    lowest: int | None = None
+    blocked: list[BlockingRegion] = []
+    lost: list[int] = []
+    count = 0
+    for route in routes:
+        count += 1
+        region_id = route.region_id
+        stat = get(region_id)
+        if stat is None or stat.topic != topic:
+            blocked.append(BlockingRegion(region_id, NO_STAT))
+            continue
+        if stat.received_at < fresh_after:
+            blocked.append(BlockingRegion(region_id, STALE_STAT))
+            continue
+        # Inlined RegionStat.prunable_entry_id (a property call per region costs ~20%).
+        prunable = stat.flushed_entry_id
+        latest = stat.topic_latest_entry_id
+        if latest is not None and latest > prunable:
+            prunable = latest
+        if loss_below is not None and prunable < loss_below:
+            lost.append(region_id)
+            blocked.append(BlockingRegion(region_id, RETENTION_OVERRUN))
+        if lowest is None or prunable < lowest:
+            lowest = prunable
+
+    prune_point: int | None = None
+    if count and not blocked and lowest is not None:
+        prune_point = max(lowest, 0)
+        if high_watermark is not None and prune_point > high_watermark:
+            prune_point = high_watermark
+
+    return TopicPlan(
+        topic=topic,
+        prune_point=prune_point,
+        pruned_entry_id=pruned_entry_id,
+        log_start_offset=log_start,
+        high_watermark=high_watermark,
+        blocked_by=tuple(blocked),
+        reclaimable_entries=_reclaimable(prune_point, log_start, pruned_entry_id),
+        data_loss=tuple(lost),
+        region_count=count,
+    )
+
+
+def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | None) -> int:
+    """Entries a purge to P would delete now; 0 when P is at or below what is gone already.
+
+    Without Kafka offsets the stored marker stands in for the log start: everything
+    below it was deleted by an earlier purge.
+    """
+    if prune_point is None:
+        return 0
+    base = log_start if log_start is not None else (pruned if pruned is not None else 0)
+    return max(0, prune_point - base)
+
+
+def plan_topics(
+    routes_by_topic: Mapping[str, Sequence[RegionRoute]],
+    stats: Mapping[int, RegionStat],
+    *,
+    now: float,
+    stat_ttl: float,
+    pruned_entry_ids: Mapping[str, int | None],
+    offsets: Mapping[str, PartitionOffsets] | None = None,
+    topics: Iterable[str] | None = None,
+) -> dict[str, TopicPlan]:
+    """Plan many topics at once: `topics` (default: every key of `routes_by_topic`).
+
+    A topic absent from `routes_by_topic` has no regions; one absent from `offsets`
+    is planned without Kafka's offsets.
+    """
+    names = list(routes_by_topic) if topics is None else list(topics)
+    known = offsets or {}
+    return {
+        topic: plan_topic(
+            topic,
+            routes_by_topic.get(topic, ()),
+            stats,
+            now=now,
+            stat_ttl=stat_ttl,
+            pruned_entry_id=pruned_entry_ids.get(topic),
+            offsets=known.get(topic),
+        )
+        for topic in names
+    }

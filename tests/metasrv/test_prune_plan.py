@@ -1,0 +1,317 @@
+"""The prune plan's rules (DESIGN §1-2): exhaustive cases plus properties over random maps."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+from metasrv.prune_plan import (
+    NO_STAT,
+    RETENTION_OVERRUN,
+    STALE_STAT,
+    plan_topic,
+    plan_topics,
+)
+
+TOPIC = "wal_0"
+NOW = 1000.0
+TTL = 30.0
+
+
+def route(region_id: int, topic: str = TOPIC) -> RegionRoute:
+    return RegionRoute(region_id=region_id, topic=topic, node_id=1, checkpoint_entry_id=None)
+
+
+def stat(
+    region_id: int,
+    flushed: int,
+    latest: int | None = None,
+    *,
+    age: float = 1.0,
+    topic: str = TOPIC,
+) -> RegionStat:
+    return RegionStat(
+        region_id=region_id,
+        node_id=1,
+        topic=topic,
+        flushed_entry_id=flushed,
+        topic_latest_entry_id=latest,
+        memtable_bytes=0,
+        manifest_version=1,
+        received_at=NOW - age,
+    )
+
+
+def plan(
+    routes: list[RegionRoute],
+    stats: list[RegionStat],
+    *,
+    pruned: int | None = None,
+    offsets: PartitionOffsets | None = None,
+) -> TopicPlan:
+    return plan_topic(
+        TOPIC,
+        routes,
+        {s.region_id: s for s in stats},
+        now=NOW,
+        stat_ttl=TTL,
+        pruned_entry_id=pruned,
+        offsets=offsets,
+    )
+
+
+def reasons(p: TopicPlan) -> dict[int, str]:
+    return {b.region_id: b.reason for b in p.blocked_by}
+
+
+# --- P is the minimum over every mapped region ------------------------------------------
+
+
+def test_prune_point_is_min_prunable_over_all_regions() -> None:
+    p = plan([route(1), route(2), route(3)], [stat(1, 50), stat(2, 20), stat(3, 90)])
+    assert p.prune_point == 20
+    assert p.blocked_by == ()
+    assert p.region_count == 3
+
+
+def test_idle_region_uses_topic_latest_entry_id() -> None:
+    # Region 2 flushed only to 5 but its memtable is empty at topic latest 80: it must not pin.
+    p = plan([route(1), route(2)], [stat(1, 60), stat(2, 5, latest=80)])
+    assert p.prune_point == 60
+
+
+def test_topic_latest_below_flushed_is_ignored() -> None:
+    p = plan([route(1)], [stat(1, 60, latest=10)])
+    assert p.prune_point == 60
+
+
+def test_stats_of_unmapped_regions_are_ignored() -> None:
+    p = plan([route(1)], [stat(1, 60), stat(99, 0)])
+    assert p.prune_point == 60
+
+
+def test_topic_without_regions_has_no_prune_point_and_no_blockers() -> None:
+    p = plan([], [stat(1, 60)], pruned=7, offsets=PartitionOffsets(3, 100))
+    assert p.prune_point is None
+    assert p.blocked_by == ()
+    assert p.reclaimable_entries == 0
+    assert p.region_count == 0
+    assert (p.pruned_entry_id, p.log_start_offset, p.high_watermark) == (7, 3, 100)
+
+
+# --- blocking: missing, stale, reported on another topic ---------------------------------
+
+
+def test_region_without_stat_blocks() -> None:
+    p = plan([route(1), route(2)], [stat(1, 60)])
+    assert p.prune_point is None
+    assert reasons(p) == {2: NO_STAT}
+    assert p.reclaimable_entries == 0
+
+
+def test_stale_stat_blocks() -> None:
+    p = plan([route(1), route(2)], [stat(1, 60), stat(2, 90, age=TTL + 0.001)])
+    assert p.prune_point is None
+    assert reasons(p) == {2: STALE_STAT}
+
+
+def test_stat_exactly_ttl_old_is_still_fresh() -> None:
+    p = plan([route(1)], [stat(1, 60, age=TTL)])
+    assert p.prune_point == 60
+
+
+def test_stat_reported_on_another_topic_counts_as_missing() -> None:
+    p = plan([route(1)], [stat(1, 60, topic="other")])
+    assert reasons(p) == {1: NO_STAT}
+    assert p.prune_point is None
+
+
+def test_after_leader_change_every_topic_is_blocked() -> None:
+    # Invariant 3: the new leader starts with empty stats.
+    p = plan([route(1), route(2)], [], offsets=PartitionOffsets(0, 100))
+    assert p.prune_point is None
+    assert reasons(p) == {1: NO_STAT, 2: NO_STAT}
+
+
+def test_every_blocking_region_is_named() -> None:
+    p = plan(
+        [route(1), route(2), route(3), route(4)],
+        [stat(1, 60), stat(3, 70, age=100.0)],
+    )
+    assert reasons(p) == {2: NO_STAT, 3: STALE_STAT, 4: NO_STAT}
+
+
+# --- Kafka offsets: high watermark clamp, retention overrun -------------------------------
+
+
+def test_prune_point_is_clamped_to_high_watermark() -> None:
+    p = plan([route(1)], [stat(1, 500, latest=900)], offsets=PartitionOffsets(0, 300))
+    assert p.prune_point == 300
+    assert p.reclaimable_entries == 300
+
+
+def test_reclaimable_is_prune_point_minus_log_start() -> None:
+    p = plan([route(1), route(2)], [stat(1, 80), stat(2, 95)], offsets=PartitionOffsets(30, 100))
+    assert p.prune_point == 80
+    assert p.reclaimable_entries == 50
+
+
+def test_nothing_reclaimable_when_log_start_already_at_or_above_prune_point() -> None:
+    p = plan([route(1)], [stat(1, 80)], pruned=80, offsets=PartitionOffsets(81, 100))
+    assert p.prune_point == 80
+    assert p.reclaimable_entries == 0
+    assert p.blocked_by == ()  # log start 81 == prunable + 1: nothing needed is gone
+
+
+def test_without_offsets_reclaimable_is_measured_from_pruned_marker() -> None:
+    assert plan([route(1)], [stat(1, 80)], pruned=50).reclaimable_entries == 30
+    assert plan([route(1)], [stat(1, 40)], pruned=50).reclaimable_entries == 0
+    assert plan([route(1)], [stat(1, 40)]).reclaimable_entries == 40
+
+
+def test_retention_overrun_is_data_loss_and_blocks() -> None:
+    # Region 2 needs entries from 21 on; Kafka starts at 40: 21..39 are gone.
+    p = plan([route(1), route(2)], [stat(1, 60), stat(2, 20)], offsets=PartitionOffsets(40, 100))
+    assert p.data_loss == (2,)
+    assert reasons(p) == {2: RETENTION_OVERRUN}
+    assert p.prune_point is None
+    assert p.reclaimable_entries == 0
+
+
+def test_retention_overrun_clears_once_region_flushes_past_gap() -> None:
+    p = plan([route(1), route(2)], [stat(1, 60), stat(2, 45)], offsets=PartitionOffsets(40, 100))
+    assert p.data_loss == ()
+    assert p.prune_point == 45
+
+
+def test_log_start_exactly_prunable_plus_one_is_not_data_loss() -> None:
+    p = plan([route(1)], [stat(1, 39)], offsets=PartitionOffsets(40, 100))
+    assert p.data_loss == ()
+    assert p.prune_point == 39
+    assert p.reclaimable_entries == 0
+
+
+def test_overrun_checked_only_for_fresh_stats() -> None:
+    # A stale region is blocked as stale; it is not also counted as data loss.
+    p = plan([route(1)], [stat(1, 5, age=100.0)], offsets=PartitionOffsets(40, 100))
+    assert reasons(p) == {1: STALE_STAT}
+    assert p.data_loss == ()
+
+
+# --- never negative (Kafka DeleteRecords offset -1 means "everything") --------------------
+
+
+def test_nothing_flushed_gives_prune_point_zero_not_minus_one() -> None:
+    p = plan([route(1), route(2)], [stat(1, -1), stat(2, 50)], offsets=PartitionOffsets(0, 100))
+    assert p.prune_point == 0
+    assert p.reclaimable_entries == 0
+
+
+def test_prune_point_below_pruned_marker_is_reported_but_not_work() -> None:
+    # A region registered after the last purge may report less than the marker.
+    p = plan(
+        [route(1), route(2)],
+        [stat(1, 10, latest=10), stat(2, 200)],
+        pruned=50,
+        offsets=PartitionOffsets(11, 300),
+    )
+    assert p.prune_point == 10
+    assert p.reclaimable_entries == 0
+
+
+# --- many topics --------------------------------------------------------------------------
+
+
+def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs() -> None:
+    routes = {"a": [route(1, "a")], "b": [route(2, "b")]}
+    stats = {1: stat(1, 10, topic="a"), 2: stat(2, 20, topic="b")}
+    plans = plan_topics(
+        routes,
+        stats,
+        now=NOW,
+        stat_ttl=TTL,
+        pruned_entry_ids={"a": 5},
+        offsets={"b": PartitionOffsets(0, 15)},
+        topics=["a", "b", "c"],
+    )
+    assert list(plans) == ["a", "b", "c"]
+    assert plans["a"].prune_point == 10 and plans["a"].pruned_entry_id == 5
+    assert plans["a"].log_start_offset is None
+    assert plans["b"].prune_point == 15  # clamped to b's high watermark
+    assert plans["c"].prune_point is None and plans["c"].region_count == 0
+
+
+def test_plan_topics_defaults_to_mapped_topics() -> None:
+    plans = plan_topics({"a": [route(1, "a")]}, {}, now=NOW, stat_ttl=TTL, pruned_entry_ids={})
+    assert list(plans) == ["a"]
+    assert reasons(plans["a"]) == {1: NO_STAT}
+
+
+# --- properties ---------------------------------------------------------------------------
+
+_region_case = st.tuples(
+    st.booleans(),  # has a stat
+    st.integers(min_value=-1, max_value=1000),  # flushed
+    st.one_of(st.none(), st.integers(min_value=-1, max_value=1000)),  # topic latest
+    st.floats(min_value=0.0, max_value=2 * TTL, allow_nan=False),  # age
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    cases=st.lists(_region_case, min_size=0, max_size=12),
+    offsets=st.one_of(
+        st.none(),
+        st.tuples(st.integers(0, 1000), st.integers(0, 1000)).map(
+            lambda t: PartitionOffsets(min(t), max(t))
+        ),
+    ),
+    pruned=st.one_of(st.none(), st.integers(0, 1000)),
+)
+def test_properties(
+    cases: list[tuple[bool, int, int | None, float]],
+    offsets: PartitionOffsets | None,
+    pruned: int | None,
+) -> None:
+    routes = [route(i) for i in range(len(cases))]
+    stats = [
+        stat(i, flushed, latest, age=age)
+        for i, (has, flushed, latest, age) in enumerate(cases)
+        if has
+    ]
+    p = plan(routes, stats, pruned=pruned, offsets=offsets)
+    by_id = {s.region_id: s for s in stats}
+
+    expected_blocked: set[int] = set()
+    for i, (has, *_rest) in enumerate(cases):
+        s = by_id.get(i)
+        missing_or_stale = not has or s is None or NOW - s.received_at > TTL
+        overrun = (
+            s is not None
+            and offsets is not None
+            and offsets.log_start_offset > s.prunable_entry_id + 1
+        )
+        if missing_or_stale or overrun:
+            expected_blocked.add(i)
+    assert {b.region_id for b in p.blocked_by} == expected_blocked
+    assert len(p.blocked_by) == len(expected_blocked)  # each blocker named once
+
+    if not cases or expected_blocked:
+        assert p.prune_point is None
+        assert p.reclaimable_entries == 0
+        return
+    assert p.prune_point is not None
+    # Invariant 1: the cut never passes an entry any mapped region still needs
+    # (P = 0 deletes nothing, so a region that flushed nothing is safe too).
+    for s in stats:
+        assert p.prune_point <= max(s.prunable_entry_id, 0)
+    assert p.prune_point == max(0, min(s.prunable_entry_id for s in stats)) or (
+        offsets is not None and p.prune_point == offsets.high_watermark
+    )
+    # Invariant 6.
+    if offsets is not None:
+        assert p.prune_point <= offsets.high_watermark
+        assert p.reclaimable_entries == max(0, p.prune_point - offsets.log_start_offset)
+    assert p.prune_point >= 0
+    assert p.reclaimable_entries >= 0
