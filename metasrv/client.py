@@ -119,22 +119,6 @@ def plan_from_json(data: Mapping[str, Any]) -> TopicPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class StepTiming:
-    """How one step of a procedure went."""
-
-    step: str
-    """Step name (`prepare`, `flush`, `purge`...)."""
-    started_at: datetime | None
-    """When the step first started."""
-    finished_at: datetime | None
-    """When it finished, None while it runs."""
-    attempts: int
-    """How many times it ran (retries included)."""
-    error: str | None
-    """Last error of the step, if any."""
-
-
-@dataclass(frozen=True, slots=True)
 class ProcedureInfo:
     """A procedure as `GET /v1/procedures/{id}` shows it."""
 
@@ -152,14 +136,20 @@ class ProcedureInfo:
     """Attempts of the current step."""
     error: str | None
     """Last error, if any."""
+    error_code: str | None
+    """Stable code of the last error."""
+    reason: str
+    """Why it was submitted (`manual`, `ticker`...)."""
+    outcome: str | None
+    """Terminal summary: what it purged, or why it was skipped."""
     submitted_at: datetime | None
     """When it was submitted."""
     started_at: datetime | None
     """When its first step started."""
     finished_at: datetime | None
     """When it reached a terminal state."""
-    steps: tuple[StepTiming, ...]
-    """Per-step timings, in execution order."""
+    timings: dict[str, float]
+    """Seconds spent per finished step."""
 
     @property
     def terminal(self) -> bool:
@@ -169,16 +159,6 @@ class ProcedureInfo:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProcedureInfo:
         """Parse one procedure object."""
-        steps = tuple(
-            StepTiming(
-                step=str(s["step"]),
-                started_at=_opt_time(s.get("started_at")),
-                finished_at=_opt_time(s.get("finished_at")),
-                attempts=int(s.get("attempts") or 0),
-                error=s.get("error"),
-            )
-            for s in data.get("steps") or ()
-        )
         return cls(
             id=str(data["id"]),
             kind=str(data.get("kind", "")),
@@ -187,10 +167,13 @@ class ProcedureInfo:
             step=data.get("step"),
             attempts=int(data.get("attempts") or 0),
             error=data.get("error"),
+            error_code=data.get("error_code"),
+            reason=str(data.get("reason") or ""),
+            outcome=data.get("outcome"),
             submitted_at=_opt_time(data.get("submitted_at")),
             started_at=_opt_time(data.get("started_at")),
             finished_at=_opt_time(data.get("finished_at")),
-            steps=steps,
+            timings={str(k): float(v) for k, v in (data.get("timings") or {}).items()},
         )
 
 

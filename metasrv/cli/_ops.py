@@ -207,7 +207,7 @@ def _plan_table(plans: Sequence[TopicPlan], title: str) -> Table:
 
 def _procedure_table(procs: Sequence[ProcedureInfo], title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("id", "kind", "topic", "state", "step", "attempts", "elapsed", "error"):
+    for col in ("id", "kind", "topic", "state", "step", "attempts", "elapsed", "error / outcome"):
         table.add_column(col, overflow="fold")
     for p in procs:
         state = f"[red]{p.state}[/]" if p.state in FAILED_STATES else p.state
@@ -219,7 +219,7 @@ def _procedure_table(procs: Sequence[ProcedureInfo], title: str) -> Table:
             p.step or "-",
             str(p.attempts),
             _elapsed(p),
-            p.error or "",
+            (p.error if p.state in FAILED_STATES or not p.terminal else p.outcome) or "",
         )
     return table
 
@@ -425,11 +425,13 @@ def procedures_show(
         _print_json(proc)
         return
     _out.print(_procedure_table([proc], f"Procedure {proc.id}"))
-    steps = Table(title="Steps", title_justify="left")
-    for col in ("step", "started", "finished", "attempts", "error"):
-        steps.add_column(col, overflow="fold")
-    for s in proc.steps:
-        steps.add_row(s.step, _when(s.started_at), _when(s.finished_at), str(s.attempts), s.error)
+    if proc.outcome:
+        _out.print(f"outcome: {proc.outcome}")
+    steps = Table(title="Step timings", title_justify="left")
+    steps.add_column("step")
+    steps.add_column("seconds", justify="right")
+    for name, seconds in proc.timings.items():
+        steps.add_row(name, f"{seconds:.3f}")
     _out.print(steps)
 
 

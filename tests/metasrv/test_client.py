@@ -130,19 +130,11 @@ def test_procedure_and_history_parsing() -> None:
             "submitted_at": "2025-01-01T00:00:00+00:00",
             "started_at": "2025-01-01T00:00:01+00:00",
             "finished_at": "2025-01-01T00:00:05+00:00",
-            "steps": [
-                {
-                    "step": "prepare",
-                    "started_at": "2025-01-01T00:00:01+00:00",
-                    "finished_at": "2025-01-01T00:00:02+00:00",
-                    "attempts": 1,
-                    "error": None,
-                }
-            ],
+            "timings": {"prepare": 1.0, "flush": 2.5},
         }
     )
     assert proc.terminal
-    assert proc.steps[0].step == "prepare"
+    assert proc.timings == {"prepare": 1.0, "flush": 2.5}
     assert proc.finished_at is not None and proc.started_at is not None
     assert (proc.finished_at - proc.started_at).total_seconds() == 4
     assert not ProcedureInfo.from_json({"id": "p2", "state": "retrying"}).terminal
