@@ -1,0 +1,148 @@
+"""`metasrv stack`: status, idempotent up, reuse of foreign services, start/stop by pid."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from metasrv.cli import app
+from metasrv.errors import ServiceError
+from metasrv.stack import (
+    Endpoints,
+    StackConfig,
+    ensure_up,
+    service_pid,
+    start_service,
+    status,
+    stop_service,
+)
+from metasrv.stack._process import pid_alive, port_open
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def local_cfg(local_stack: Endpoints) -> StackConfig:
+    return StackConfig.from_env()
+
+
+def test_status_reports_every_service_healthy(local_cfg: StackConfig) -> None:
+    result = CliRunner().invoke(app, ["stack", "status", "--state-dir", str(local_cfg.state_dir)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for name in ("kafka", "etcd", "postgres"):
+        row = next(line for line in lines if line.startswith(name))
+        assert row.rstrip().endswith("healthy") and "UNHEALTHY" not in row
+    assert f"KAFKA_BOOTSTRAP=127.0.0.1:{local_cfg.kafka_port}" in lines
+    assert f"ETCD_ENDPOINT=127.0.0.1:{local_cfg.etcd_port}" in lines
+    assert (
+        f"POSTGRES_URL=postgresql+psycopg://metasrv:metasrv@127.0.0.1:{local_cfg.postgres_port}"
+        "/metasrv" in lines
+    )
+
+
+def test_status_exits_nonzero_when_a_service_is_unreachable(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["stack", "status", "--state-dir", str(tmp_path), "--etcd-port", str(_free_port())]
+    )
+    assert result.exit_code == 1
+    etcd_row = next(line for line in result.output.splitlines() if line.startswith("etcd"))
+    assert "not running" in etcd_row and "UNHEALTHY" in etcd_row
+
+
+def test_second_ensure_up_reuses_processes_and_does_not_download_again(
+    local_cfg: StackConfig,
+) -> None:
+    libs = local_cfg.state_dir / "kafka" / "libs"
+    marker = libs / f".installed-{local_cfg.kafka_version}"
+    install_log = local_cfg.state_dir / "kafka" / "install.log"
+    if not marker.exists():
+        pytest.skip("kafka was not installed by this state dir (services reused from elsewhere)")
+    before = (
+        marker.stat().st_mtime_ns,
+        install_log.stat().st_size,
+        sorted(p.name for p in libs.iterdir()),
+    )
+    pids = {name: service_pid(local_cfg, name) for name in ("kafka", "etcd", "postgres")}
+
+    assert ensure_up(local_cfg).kafka_bootstrap == f"127.0.0.1:{local_cfg.kafka_port}"
+
+    after = (
+        marker.stat().st_mtime_ns,
+        install_log.stat().st_size,
+        sorted(p.name for p in libs.iterdir()),
+    )
+    assert after == before
+    assert {name: service_pid(local_cfg, name) for name in pids} == pids
+
+
+def test_up_from_another_state_dir_reuses_healthy_services(
+    local_cfg: StackConfig, tmp_path: Path
+) -> None:
+    other = StackConfig.from_env(state_dir=tmp_path / "other")
+    got = [start_service(other, name) for name in ("kafka", "etcd", "postgres")]
+    assert all(st.healthy and st.external for st in got)
+    # Nothing was installed or started under the other state dir.
+    assert not (tmp_path / "other" / "kafka" / "libs").exists()
+    assert all(st.pid is None for st in status(other))
+
+
+def test_port_taken_by_something_else_is_a_service_error(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        cfg = StackConfig.from_env(state_dir=tmp_path, etcd_port=port)
+        with pytest.raises(ServiceError, match="etcd") as info:
+            start_service(cfg, "etcd")
+    assert info.value.details["service"] == "etcd"
+
+
+@pytest.fixture
+def spare_etcd(tmp_path: Path) -> Iterator[StackConfig]:
+    cfg = StackConfig.from_env(
+        state_dir=tmp_path / "stack", etcd_port=_free_port(), etcd_peer_port=_free_port()
+    )
+    yield cfg
+    stop_service(cfg, "etcd")
+
+
+def test_stop_and_start_one_service_by_pid(spare_etcd: StackConfig) -> None:
+    cfg = spare_etcd
+    first = start_service(cfg, "etcd")
+    assert first.healthy and first.pid is not None and pid_alive(first.pid)
+    assert start_service(cfg, "etcd").pid == first.pid  # idempotent
+
+    assert stop_service(cfg, "etcd") is True
+    assert not pid_alive(first.pid)
+    assert not port_open("127.0.0.1", cfg.etcd_port)
+    assert service_pid(cfg, "etcd") is None
+    assert stop_service(cfg, "etcd") is False
+
+    again = start_service(cfg, "etcd")
+    assert again.healthy and again.pid not in (None, first.pid)
+
+
+def test_failed_start_names_the_service_and_its_log(tmp_path: Path) -> None:
+    # A peer port already taken makes etcd exit at start-up.
+    cfg = StackConfig.from_env(
+        state_dir=tmp_path, etcd_port=_free_port(), etcd_peer_port=_free_port()
+    )
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", cfg.etcd_peer_port))
+        squatter.listen()
+        with pytest.raises(ServiceError) as info:
+            start_service(cfg, "etcd")
+    text = str(info.value)
+    assert "etcd" in text and str(tmp_path / "etcd" / "etcd.log") in text
+    assert "address already in use" in text
+    assert service_pid(cfg, "etcd") is None
