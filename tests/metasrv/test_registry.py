@@ -1,0 +1,134 @@
+"""RegionRegistry: latest stat per region, topic stats from cumulative counters, clear()."""
+
+from __future__ import annotations
+
+import pytest
+
+from metasrv.model import RegionStat
+from metasrv.registry import RegionRegistry
+
+
+def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -> RegionStat:
+    return RegionStat(
+        region_id=region_id,
+        node_id=7,
+        topic=topic,
+        flushed_entry_id=flushed,
+        topic_latest_entry_id=None,
+        memtable_bytes=10,
+        manifest_version=1,
+        received_at=at,
+    )
+
+
+def test_update_keeps_latest_stat_per_region() -> None:
+    reg = RegionRegistry()
+    reg.update([stat(1, 5), stat(2, 6)])
+    reg.update([stat(1, 9)])
+    assert reg.get(1) == stat(1, 9)
+    assert reg.get(2) == stat(2, 6)
+    assert reg.get(3) is None
+    assert len(reg) == 2
+
+
+def test_update_many_and_snapshot_is_a_copy() -> None:
+    reg = RegionRegistry()
+    reg.update_many({1: stat(1, 5)})
+    snap = reg.snapshot()
+    reg.update_many({1: stat(1, 8), 2: stat(2, 1)})
+    assert snap == {1: stat(1, 5)}
+    assert reg.snapshot() == {1: stat(1, 8), 2: stat(2, 1)}
+    view = reg.view()
+    assert view[2] == stat(2, 1)
+    with pytest.raises(TypeError):
+        view[3] = stat(3, 0)  # type: ignore[index]
+
+
+def test_discard_forgets_one_region() -> None:
+    reg = RegionRegistry()
+    reg.update([stat(1, 5), stat(2, 6)])
+    reg.discard(1)
+    reg.discard(99)
+    assert reg.get(1) is None
+    assert reg.get(2) is not None
+
+
+def test_clear_forgets_everything_and_bumps_generation() -> None:
+    reg = RegionRegistry()
+    reg.update([stat(1, 5)])
+    reg.report_topic(7, "t_0", 100, 1000, 10, now=1.0)
+    reg.note_node(7, "dn:1", now=1.0)
+    gen = reg.generation
+    reg.clear()
+    assert reg.snapshot() == {}
+    assert reg.topic_stats() == {}
+    assert reg.topic_stat("t_0") is None
+    assert reg.nodes() == {}
+    assert reg.generation == gen + 1
+
+
+def test_topic_latest_entry_id_is_highest_reported() -> None:
+    reg = RegionRegistry()
+    reg.report_topic(1, "t", 100, 0, 0, now=1.0)
+    reg.report_topic(2, "t", 80, 0, 0, now=2.0)
+    stat_ = reg.topic_stat("t")
+    assert stat_ is not None
+    assert stat_.latest_entry_id == 100
+    assert stat_.received_at == 2.0
+
+
+def test_avg_record_size_uses_counter_growth_in_window() -> None:
+    reg = RegionRegistry(window=100.0)
+    # Lifetime average 10 B/record, but recent records are 50 B.
+    reg.report_topic(1, "t", 0, 10_000, 1_000, now=0.0)
+    reg.report_topic(1, "t", 0, 15_000, 1_100, now=10.0)
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(50.0)
+
+
+def test_avg_record_size_sums_growth_over_datanodes() -> None:
+    reg = RegionRegistry(window=100.0)
+    reg.report_topic(1, "t", 0, 0, 0, now=0.0)
+    reg.report_topic(2, "t", 0, 0, 0, now=0.0)
+    reg.report_topic(1, "t", 0, 1_000, 10, now=5.0)  # 100 B/record
+    reg.report_topic(2, "t", 0, 3_000, 10, now=5.0)  # 300 B/record
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(200.0)
+
+
+def test_old_samples_leave_the_window() -> None:
+    reg = RegionRegistry(window=10.0)
+    reg.report_topic(1, "t", 0, 0, 0, now=0.0)
+    reg.report_topic(1, "t", 0, 1_000, 100, now=5.0)  # 10 B/record
+    reg.report_topic(1, "t", 0, 1_000, 100, now=20.0)  # t=0 and t=5 samples leave
+    reg.report_topic(1, "t", 0, 9_000, 200, now=25.0)  # 80 B/record over the window
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(80.0)
+
+
+def test_counter_reset_starts_a_new_window() -> None:
+    reg = RegionRegistry(window=100.0)
+    reg.report_topic(1, "t", 0, 10_000, 100, now=0.0)
+    reg.report_topic(1, "t", 0, 20_000, 200, now=1.0)  # 100 B/record
+    reg.report_topic(1, "t", 0, 500, 10, now=2.0)  # datanode restarted
+    reg.report_topic(1, "t", 0, 2_500, 20, now=3.0)  # 200 B/record since the restart
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(200.0)
+
+
+def test_avg_falls_back_to_lifetime_average_without_growth() -> None:
+    reg = RegionRegistry()
+    reg.report_topic(1, "t", 0, 4_000, 100, now=0.0)
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(40.0)
+    reg.report_topic(1, "u", 0, 0, 0, now=0.0)
+    u = reg.topic_stat("u")
+    assert u is not None and u.avg_record_size == 0.0
+
+
+def test_nodes_remember_last_heartbeat() -> None:
+    reg = RegionRegistry()
+    reg.note_node(3, "10.0.0.3:4001", now=1.0)
+    reg.note_node(3, None, now=2.0)
+    info = reg.nodes()[3]
+    assert (info.addr, info.last_seen) == (None, 2.0)
