@@ -1,4 +1,4 @@
-"""Operator CLI: target resolution and messages (pure), then the whole flow against a live metasrv."""
+"""Operator CLI: target resolution and messages, then the whole flow against a live metasrv."""
 
 from __future__ import annotations
 
