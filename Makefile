@@ -1,0 +1,39 @@
+# One command per job (see README). Every target that needs the project installs it first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup stack stack-down test lint demo bench
+
+setup: $(VENV)/.installed
+
+# Re-install only when the dependency list changed (the install is editable).
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	touch $@
+
+stack: setup
+	$(BIN)/metasrv stack up
+
+stack-down: setup
+	$(BIN)/metasrv stack down
+
+test: setup stack
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+demo: setup stack
+	$(BIN)/metasrv demo
+
+bench: setup stack
+	@found=0; for script in benchmarks/*.py; do \
+		[ -f "$$script" ] || continue; \
+		case "$$(basename "$$script")" in _*) continue;; esac; \
+		found=1; echo "== $$script"; $(BIN)/python "$$script" || exit $$?; \
+	done; [ $$found = 1 ] || echo "no benchmarks/*.py yet"
