@@ -51,6 +51,8 @@ class StackConfig:
     """Apache Kafka release installed from Maven Central."""
     ready_timeout: float = 120.0
     """Seconds to wait for a started service to answer a real request."""
+    foreign_wait: float = 30.0
+    """Seconds to wait for a service we did not start, found on our port, to answer."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> StackConfig:

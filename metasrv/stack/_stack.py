@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,43 +53,66 @@ class ServiceStatus:
         return self.healthy and self.pid is None
 
 
+@contextmanager
+def _state_lock(cfg: StackConfig) -> Iterator[None]:
+    # Several test sessions may call ensure_up at once; one at a time starts services.
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    with open(cfg.state_dir / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start(svc: Service) -> ServiceStatus:
+    cfg = svc.cfg
+    pid = svc.pid()
+    if pid is not None:
+        # Ours; it may have been launched a moment ago and not answer yet.
+        if not svc.healthy():
+            logger.info("%s is running (pid %d) but not answering yet; waiting", svc.name, pid)
+            wait_until(
+                svc.name,
+                svc.healthy,
+                timeout=cfg.ready_timeout,
+                log_file=svc.log_file,
+                alive=lambda: svc.pid() is not None,
+            )
+        return ServiceStatus(svc.name, svc.endpoint, svc.pid(), True)
+    if svc.listening():
+        # Someone else's (another checkout's stack, or one still starting): reuse it if it
+        # answers like the service should, within `foreign_wait`.
+        try:
+            wait_until(svc.name, svc.healthy, timeout=cfg.foreign_wait, log_file=svc.log_file)
+        except ServiceError:
+            raise ServiceError(
+                f"{svc.name}: port {svc.port} is taken by something that does not answer "
+                f"like {svc.name}",
+                details={"service": svc.name, "endpoint": svc.endpoint},
+            ) from None
+        logger.info("%s: reusing the healthy service already on %s", svc.name, svc.endpoint)
+        return ServiceStatus(svc.name, svc.endpoint, None, True)
+    svc.install()
+    svc.start()
+    return ServiceStatus(svc.name, svc.endpoint, svc.pid(), True)
+
+
 def start_service(cfg: StackConfig, name: str) -> ServiceStatus:
     """Install if needed and start one service; reuse a healthy one already on its port.
 
     Idempotent. Raises `ServiceError` (with the log tail) when it cannot be made healthy.
     """
     svc = service(cfg, name)
-    pid = svc.pid()
-    if pid is not None:
-        if svc.healthy():
-            return ServiceStatus(name, svc.endpoint, pid, True)
-        # Started by us but not answering yet (e.g. just launched): wait for it.
-        logger.info("%s is running (pid %d) but not answering yet; waiting", name, pid)
-        svc.install()
-        wait_until(
-            name,
-            svc.healthy,
-            timeout=svc.cfg.ready_timeout,
-            log_file=svc.log_file,
-            alive=lambda: svc.pid() is not None,
-        )
-        return ServiceStatus(name, svc.endpoint, svc.pid(), True)
-    if svc.listening():
-        if svc.healthy():
-            logger.info("%s: reusing the healthy service already on %s", name, svc.endpoint)
-            return ServiceStatus(name, svc.endpoint, None, True)
-        raise ServiceError(
-            f"{name}: port {svc.port} is taken by something that does not answer like {name}",
-            details={"service": name, "endpoint": svc.endpoint},
-        )
-    svc.install()
-    svc.start()
-    return ServiceStatus(name, svc.endpoint, svc.pid(), True)
+    with _state_lock(cfg):
+        return _start(svc)
 
 
 def stop_service(cfg: StackConfig, name: str) -> bool:
     """Stop one service this state dir started (SIGTERM, then SIGKILL); False if none ran."""
-    return service(cfg, name).stop()
+    svc = service(cfg, name)
+    with _state_lock(cfg):
+        return svc.stop()
 
 
 def service_pid(cfg: StackConfig, name: str) -> int | None:
@@ -97,9 +123,9 @@ def service_pid(cfg: StackConfig, name: str) -> int | None:
 def ensure_up(cfg: StackConfig | None = None) -> Endpoints:
     """Make Kafka, etcd and PostgreSQL healthy (starting what is missing); return endpoints."""
     cfg = cfg or StackConfig.from_env()
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    for name in SERVICE_NAMES:
-        start_service(cfg, name)
+    with _state_lock(cfg):
+        for name in SERVICE_NAMES:
+            _start(service(cfg, name))
     return endpoints_of(cfg)
 
 
@@ -120,12 +146,13 @@ def down(cfg: StackConfig | None = None) -> list[str]:
     # Reverse start order; an error on one still lets the others stop.
     stopped: list[str] = []
     errors: list[ServiceError] = []
-    for name in reversed(SERVICE_NAMES):
-        try:
-            if stop_service(cfg, name):
-                stopped.append(name)
-        except ServiceError as exc:
-            errors.append(exc)
+    with _state_lock(cfg):
+        for name in reversed(SERVICE_NAMES):
+            try:
+                if service(cfg, name).stop():
+                    stopped.append(name)
+            except ServiceError as exc:
+                errors.append(exc)
     if errors:
         raise errors[0]
     return stopped

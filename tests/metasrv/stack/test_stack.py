@@ -101,7 +101,7 @@ def test_port_taken_by_something_else_is_a_service_error(tmp_path: Path) -> None
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        cfg = StackConfig.from_env(state_dir=tmp_path, etcd_port=port)
+        cfg = StackConfig.from_env(state_dir=tmp_path, etcd_port=port, foreign_wait=1.0)
         with pytest.raises(ServiceError, match="etcd") as info:
             start_service(cfg, "etcd")
     assert info.value.details["service"] == "etcd"
