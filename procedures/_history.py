@@ -1,0 +1,344 @@
+"""The SQL history: finished procedures, completed purges and WAL events.
+
+The kv backend holds procedures only while they run (and for `procedure.finished_ttl`
+after); SQL keeps them for good, with every completed purge and every WAL data-loss
+event, for the API, the dashboard and the Spark reconcile job. Tables are defined in
+`metasrv/sql_schema.py` and created by the Alembic migrations.
+
+The engine is blocking; every method here runs it in a worker thread. Writes are
+idempotent per procedure id, because a resumed procedure may write its history twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import sqlalchemy.exc as sa_exc
+from sqlalchemy import Engine, func, insert, select, update
+
+from metasrv.errors import Unavailable
+from metasrv.sql_schema import procedure_history_table, purge_history_table, wal_events_table
+from procedures._procedure import ProcedureRecord, ProcedureState, ProcedureView, StepRun
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+MAX_LIMIT = 10_000
+"""Most rows one history read returns."""
+
+
+def to_datetime(epoch: float) -> datetime:
+    """Epoch seconds -> aware UTC datetime."""
+    return datetime.fromtimestamp(epoch, tz=UTC)
+
+
+def to_epoch(value: datetime | None) -> float | None:
+    """Aware or naive-UTC (SQLite) datetime -> epoch seconds."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeRecord:
+    """One completed purge (a `purge_history` row)."""
+
+    procedure_id: str
+    """Procedure that did it."""
+    topic: str
+    """Purged topic."""
+    prune_point: int
+    """P: offsets below it were deleted (or logically released)."""
+    previous_pruned_entry_id: int | None
+    """The marker before this purge."""
+    previous_log_start: int | None
+    """Kafka's log start offset before the purge."""
+    low_watermark: int | None
+    """Kafka's log start offset after the purge (None for a logical delete)."""
+    entries_deleted: int
+    """Offsets that became unreadable: max(0, P - previous_log_start)."""
+    bytes_estimated: int
+    """`entries_deleted` times the topic's average record size."""
+    logical_delete: bool
+    """True when only the marker moved (`wal.logical_delete`)."""
+    duration_s: float
+    """Procedure wall time, submission to completion."""
+    finished_at: float
+    """Completion time, epoch seconds."""
+    id: int | None = None
+    """Row id (None before insertion)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WalEvent:
+    """A notable WAL event (a `wal_events` row), e.g. detected data loss."""
+
+    topic: str
+    """Topic concerned."""
+    kind: str
+    """Event kind, e.g. `wal_data_loss`."""
+    region_id: int | None
+    """Region concerned, if one."""
+    details: Mapping[str, Any]
+    """Free-form JSON details (offsets, procedure id)."""
+    at: float
+    """When it was detected, epoch seconds."""
+    id: int | None = None
+    """Row id (None before insertion)."""
+
+
+def _steps_json(record: ProcedureRecord) -> dict[str, Any]:
+    # Step runs plus the few record fields procedure_history has no column for.
+    return {
+        "runs": [s.to_json() for s in record.steps],
+        "reason": record.reason,
+        "outcome": record.outcome,
+        "error_code": record.error_code,
+        "started_at": record.started_at,
+        "data": record.data,
+    }
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _view_of_row(row: Any) -> ProcedureView:
+    steps: dict[str, Any] = row.steps if isinstance(row.steps, dict) else {"runs": row.steps or []}
+    runs = tuple(StepRun.from_json(s) for s in steps.get("runs") or ())
+    record = ProcedureRecord(
+        id=row.procedure_id,
+        kind=row.kind,
+        topic=row.topic,
+        state=ProcedureState(row.state),
+        step=row.step or "",
+        attempts=row.attempts,
+        reason=str(steps.get("reason") or ""),
+        data=dict(steps.get("data") or {}),
+        submitted_at=to_epoch(row.submitted_at) or 0.0,
+        started_at=None if steps.get("started_at") is None else float(steps["started_at"]),
+        finished_at=to_epoch(row.finished_at),
+        error=row.error,
+        error_code=_opt_str(steps.get("error_code")),
+        outcome=_opt_str(steps.get("outcome")),
+        steps=runs,
+    )
+    return ProcedureView.of(record)
+
+
+class History:
+    """Reads and writes of the three history tables."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return await asyncio.to_thread(functools.partial(fn, *args))
+        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise Unavailable(f"history database unavailable: {detail}") from exc
+
+    # -- procedures ---------------------------------------------------------------------
+
+    async def record_procedure(self, record: ProcedureRecord) -> None:
+        """Insert or update the procedure's row (idempotent)."""
+        if not record.state.terminal:
+            raise ValueError("only terminal procedures go to the history")
+        values = {
+            "kind": record.kind,
+            "topic": record.topic,
+            "state": record.state.value,
+            "step": record.step,
+            "attempts": record.attempts,
+            "error": record.error,
+            "steps": _steps_json(record),
+            "submitted_at": to_datetime(record.submitted_at),
+            "finished_at": None if record.finished_at is None else to_datetime(record.finished_at),
+            "duration_s": None
+            if record.finished_at is None
+            else max(0.0, record.finished_at - record.submitted_at),
+        }
+
+        def _write() -> None:
+            t = procedure_history_table
+            with self.engine.begin() as conn:
+                exists = conn.execute(
+                    select(t.c.procedure_id).where(t.c.procedure_id == record.id)
+                ).first()
+                if exists:
+                    conn.execute(update(t).where(t.c.procedure_id == record.id).values(**values))
+                else:
+                    conn.execute(insert(t).values(procedure_id=record.id, **values))
+
+        await self._call(_write)
+
+    async def has_procedure(self, procedure_id: str) -> bool:
+        """True when the procedure's row exists."""
+        t = procedure_history_table
+
+        def _read() -> bool:
+            with self.engine.connect() as conn:
+                q = select(t.c.procedure_id).where(t.c.procedure_id == procedure_id)
+                return conn.execute(q).first() is not None
+
+        return await self._call(_read)
+
+    async def get_procedure(self, procedure_id: str) -> ProcedureView | None:
+        """The finished procedure, or None."""
+        t = procedure_history_table
+
+        def _read() -> ProcedureView | None:
+            with self.engine.connect() as conn:
+                row = conn.execute(select(t).where(t.c.procedure_id == procedure_id)).first()
+            return None if row is None else _view_of_row(row)
+
+        return await self._call(_read)
+
+    async def list_procedures(
+        self,
+        *,
+        state: ProcedureState | None = None,
+        topic: str | None = None,
+        limit: int = 100,
+    ) -> list[ProcedureView]:
+        """Finished procedures, newest first."""
+        t = procedure_history_table
+        q = select(t).order_by(t.c.submitted_at.desc()).limit(min(limit, MAX_LIMIT))
+        if state is not None:
+            q = q.where(t.c.state == state.value)
+        if topic is not None:
+            q = q.where(t.c.topic == topic)
+
+        def _read() -> list[ProcedureView]:
+            with self.engine.connect() as conn:
+                return [_view_of_row(row) for row in conn.execute(q)]
+
+        return await self._call(_read)
+
+    # -- purges -------------------------------------------------------------------------
+
+    async def record_purge(self, purge: PurgeRecord) -> None:
+        """Insert the purge's row unless this procedure already wrote one."""
+        t = purge_history_table
+
+        def _write() -> None:
+            with self.engine.begin() as conn:
+                q = select(t.c.id).where(t.c.procedure_id == purge.procedure_id)
+                if conn.execute(q).first() is not None:
+                    return
+                conn.execute(
+                    insert(t).values(
+                        procedure_id=purge.procedure_id,
+                        topic=purge.topic,
+                        prune_point=purge.prune_point,
+                        previous_pruned_entry_id=purge.previous_pruned_entry_id,
+                        previous_log_start=purge.previous_log_start,
+                        low_watermark=purge.low_watermark,
+                        entries_deleted=purge.entries_deleted,
+                        bytes_estimated=purge.bytes_estimated,
+                        logical_delete=purge.logical_delete,
+                        duration_s=purge.duration_s,
+                        finished_at=to_datetime(purge.finished_at),
+                    )
+                )
+
+        await self._call(_write)
+
+    async def purges(self, *, topic: str | None = None, limit: int = 100) -> list[PurgeRecord]:
+        """Completed purges, newest first."""
+        t = purge_history_table
+        q = select(t).order_by(t.c.finished_at.desc(), t.c.id.desc()).limit(min(limit, MAX_LIMIT))
+        if topic is not None:
+            q = q.where(t.c.topic == topic)
+
+        def _read() -> list[PurgeRecord]:
+            with self.engine.connect() as conn:
+                return [
+                    PurgeRecord(
+                        id=row.id,
+                        procedure_id=row.procedure_id,
+                        topic=row.topic,
+                        prune_point=row.prune_point,
+                        previous_pruned_entry_id=row.previous_pruned_entry_id,
+                        previous_log_start=row.previous_log_start,
+                        low_watermark=row.low_watermark,
+                        entries_deleted=row.entries_deleted,
+                        bytes_estimated=row.bytes_estimated,
+                        logical_delete=row.logical_delete,
+                        duration_s=row.duration_s,
+                        finished_at=to_epoch(row.finished_at) or 0.0,
+                    )
+                    for row in conn.execute(q)
+                ]
+
+        return await self._call(_read)
+
+    async def purge_count(self, *, topic: str | None = None) -> int:
+        """How many purges are recorded (for one topic, or all)."""
+        t = purge_history_table
+        q = select(func.count()).select_from(t)
+        if topic is not None:
+            q = q.where(t.c.topic == topic)
+
+        def _read() -> int:
+            with self.engine.connect() as conn:
+                return int(conn.execute(q).scalar_one())
+
+        return await self._call(_read)
+
+    # -- events -------------------------------------------------------------------------
+
+    async def record_event(self, event: WalEvent) -> None:
+        """Append one WAL event."""
+        t = wal_events_table
+
+        def _write() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(t).values(
+                        topic=event.topic,
+                        kind=event.kind,
+                        region_id=event.region_id,
+                        details=dict(event.details),
+                        at=to_datetime(event.at),
+                    )
+                )
+
+        await self._call(_write)
+
+    async def events(
+        self, *, topic: str | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[WalEvent]:
+        """WAL events, newest first."""
+        t = wal_events_table
+        q = select(t).order_by(t.c.at.desc(), t.c.id.desc()).limit(min(limit, MAX_LIMIT))
+        if topic is not None:
+            q = q.where(t.c.topic == topic)
+        if kind is not None:
+            q = q.where(t.c.kind == kind)
+
+        def _read() -> list[WalEvent]:
+            with self.engine.connect() as conn:
+                return [
+                    WalEvent(
+                        id=row.id,
+                        topic=row.topic,
+                        kind=row.kind,
+                        region_id=row.region_id,
+                        details=dict(row.details or {}),
+                        at=to_epoch(row.at) or 0.0,
+                    )
+                    for row in conn.execute(q)
+                ]
+
+        return await self._call(_read)

@@ -1,0 +1,126 @@
+"""Gathering a topic's prune plan inputs (routes, stats, marker, offsets) for procedures.
+
+The plan itself is the pure `metasrv.prune_plan.plan_topic`; this module only collects
+its inputs at one instant and reads/writes the topic's `pruned_entry_id` marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from metasrv import keys
+from metasrv.errors import Conflict, LeadershipLost
+from metasrv.kv import Compare, KeyValue, Put
+from metasrv.model import RegionRoute, RegionStat, TopicPlan
+from metasrv.prune_plan import plan_topic, plan_topics
+from procedures._services import Services
+
+logger = logging.getLogger(__name__)
+
+_MARKER_CAS_TRIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """A topic's plan plus the inputs it was computed from."""
+
+    plan: TopicPlan
+    """The plan."""
+    routes: tuple[RegionRoute, ...]
+    """Every region mapped to the topic."""
+    stats: Mapping[int, RegionStat]
+    """The registry snapshot used (may hold other topics' regions)."""
+
+
+def decode_marker(kv: KeyValue | None) -> int | None:
+    """`pruned_entry_id` from a `__topic_name/kafka/{topic}` value."""
+    if kv is None:
+        return None
+    value = orjson.loads(kv.value).get("pruned_entry_id")
+    return None if value is None else int(value)
+
+
+async def read_marker(services: Services, topic: str) -> tuple[int | None, KeyValue | None]:
+    """The topic's `pruned_entry_id` and the raw key (for a CAS)."""
+    loop = asyncio.get_running_loop()
+    kv = await loop.run_in_executor(services.executor, services.kv.get, keys.topic_name(topic))
+    return decode_marker(kv), kv
+
+
+async def plan_one(services: Services, topic: str) -> PlanInputs:
+    """Plan `topic` now: call only while holding the topic's write lock (invariant 4)."""
+    routes = tuple(services.topology.regions_of(topic))
+    stats = services.registry.snapshot()
+    # Stats carry monotonic receive times; `now` must be the same clock.
+    now = time.monotonic()
+    pruned, _ = await read_marker(services, topic)
+    offsets = await services.batcher.offsets(topic)
+    plan = plan_topic(
+        topic,
+        routes,
+        stats,
+        now=now,
+        stat_ttl=services.settings.wal.region_stat_ttl,
+        pruned_entry_id=pruned,
+        offsets=offsets,
+    )
+    return PlanInputs(plan, routes, stats)
+
+
+async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict[str, TopicPlan]:
+    """Plan every topic with one batched offsets call (the ticker's view; takes no locks)."""
+    topics: Sequence[str] = list(services.topology.topics())
+    routes = {t: services.topology.regions_of(t) for t in topics}
+    stats = services.registry.snapshot()
+    now = time.monotonic()
+    offsets = await services.batcher.offsets_many(list(topics)) if topics else {}
+    return plan_topics(
+        routes,
+        stats,
+        now=now,
+        stat_ttl=services.settings.wal.region_stat_ttl,
+        pruned_entry_ids=pruned,
+        offsets=offsets,
+        topics=topics,
+    )
+
+
+async def advance_marker(services: Services, topic: str, target: int) -> int | None:
+    """Set the topic's `pruned_entry_id` to `target` unless it is already >= target.
+
+    Compare-and-swap on the key's revision plus the election fence (invariant 5): the
+    marker never moves backwards, and a deposed leader cannot move it at all. Returns
+    the marker's previous value.
+    """
+    loop = asyncio.get_running_loop()
+    key = keys.topic_name(topic)
+    for _ in range(_MARKER_CAS_TRIES):
+        current = await loop.run_in_executor(services.executor, services.kv.get, key)
+        previous = decode_marker(current)
+        if previous is not None and previous >= target:
+            return previous
+        value = orjson.loads(current.value) if current is not None else {}
+        value["pruned_entry_id"] = target
+        compares = [
+            Compare(key, revision=current.mod_revision if current is not None else 0),
+            *services.election.fence(),
+        ]
+        result = await loop.run_in_executor(
+            services.executor, services.kv.txn, compares, [Put(key, orjson.dumps(value))]
+        )
+        if result.succeeded:
+            return previous
+        again = await loop.run_in_executor(services.executor, services.kv.get, key)
+        same = (again is None and current is None) or (
+            again is not None and current is not None and again.mod_revision == current.mod_revision
+        )
+        if same:
+            raise LeadershipLost(f"not leader any more; marker of {topic} not advanced")
+        # Someone else wrote the key (e.g. topology metadata); read it again and retry.
+    raise Conflict(f"marker of {topic} kept changing; not advanced", retryable=True)

@@ -1,0 +1,195 @@
+"""Persistence of procedure records in the kv backend.
+
+One key per procedure, `__procedure__/{id}/state`, holding the whole `ProcedureRecord`
+as JSON. Every write is a transaction guarded by (a) a compare on the key's
+`mod_revision`, so two runners can never interleave their writes to one procedure, and
+(b) the election fence, so a deposed leader's write is refused by the store itself
+rather than by a check it made a moment earlier.
+
+Submitting a procedure creates its record and its kv locks (e.g.
+`__remote_wal_lock/{topic}` -> `{"procedure_id": ...}`) in one transaction that requires
+the locks to be absent: at most one purge per topic exists at any time, whichever
+process (or leader term) submitted it. The terminal write deletes the locks it still
+owns in the same transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+
+from metasrv import keys
+from metasrv.errors import Conflict, KvUnavailable, LeadershipLost, MetasrvError
+from metasrv.kv import Compare, Delete, KvBackend, Put, TxnOp
+from procedures._procedure import ProcedureRecord
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+STATE_SUFFIX = "state"
+
+
+def state_key(procedure_id: str) -> str:
+    """`__procedure__/{id}/state`"""
+    return f"{keys.procedure_prefix(procedure_id)}{STATE_SUFFIX}"
+
+
+class RecordConflict(Conflict):
+    """Someone else wrote the procedure's record since we read it (lost CAS)."""
+
+    code = "procedure_conflict"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A record and the kv revision it was read or written at."""
+
+    record: ProcedureRecord
+    """The record."""
+    revision: int
+    """Its key's `mod_revision` (the CAS token for the next write)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """Outcome of `ProcedureStore.create`."""
+
+    created: bool
+    """False when a kv lock was already held by another procedure."""
+    procedure_id: str
+    """The new procedure's id, or the id of the one holding the lock."""
+    revision: int
+    """Revision of the new record (0 when not created)."""
+
+
+class ProcedureStore:
+    """Async access to procedure records; kv calls run on `executor` (default pool if None)."""
+
+    def __init__(
+        self,
+        kv: KvBackend,
+        fence: Callable[[], Sequence[Compare]],
+        *,
+        executor: Executor | None = None,
+    ) -> None:
+        self._kv = kv
+        self._fence = fence
+        self._executor = executor
+
+    async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        loop = asyncio.get_running_loop()
+        try:
+            call = functools.partial(fn, *args, **kwargs)
+            return await loop.run_in_executor(self._executor, call)
+        except MetasrvError:
+            raise
+        except OSError as exc:
+            raise KvUnavailable(f"kv backend call failed: {exc}") from exc
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def load(self, procedure_id: str) -> Stored | None:
+        """The stored record, or None."""
+        kv = await self._call(self._kv.get, state_key(procedure_id))
+        if kv is None:
+            return None
+        return Stored(ProcedureRecord.from_json(kv.value), kv.mod_revision)
+
+    async def scan(self) -> list[Stored]:
+        """Every procedure record in the kv backend (unfinished and recently finished)."""
+
+        def _scan() -> list[Stored]:
+            out: list[Stored] = []
+            for kv in self._kv.scan(keys.PROCEDURE_PREFIX):
+                if not kv.key.endswith("/" + STATE_SUFFIX):
+                    continue
+                try:
+                    out.append(Stored(ProcedureRecord.from_json(kv.value), kv.mod_revision))
+                except (ValueError, KeyError, TypeError):
+                    # A record we cannot parse is left for an operator; never guessed at.
+                    logger.error("unreadable procedure record", extra={"key": kv.key})
+            return out
+
+        return await self._call(_scan)
+
+    async def lock_holder(self, lock_key: str) -> str | None:
+        """Id of the procedure holding a kv lock, or None."""
+        kv = await self._call(self._kv.get, lock_key)
+        if kv is None:
+            return None
+        return str(orjson.loads(kv.value).get("procedure_id"))
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def create(self, record: ProcedureRecord) -> Created:
+        """Create the record and its kv locks atomically, unless a lock is taken."""
+        key = state_key(record.id)
+        holder_value = orjson.dumps({"procedure_id": record.id})
+        compares = [Compare(key, revision=0)]
+        compares += [Compare(lock, revision=0) for lock in record.kv_locks]
+        compares += list(self._fence())
+        ops: list[TxnOp] = [Put(key, record.to_json())]
+        ops += [Put(lock, holder_value) for lock in record.kv_locks]
+        result = await self._call(self._kv.txn, compares, ops)
+        if result.succeeded:
+            return Created(True, record.id, result.revision)
+        for lock in record.kv_locks:
+            holder = await self.lock_holder(lock)
+            if holder is not None:
+                return Created(False, holder, 0)
+        if await self._call(self._kv.get, key) is not None:
+            raise RecordConflict(f"procedure {record.id} already exists")
+        # Every key compare held, so the fence did not: we are no longer leader.
+        raise LeadershipLost("not leader any more; procedure not submitted")
+
+    async def save(self, record: ProcedureRecord, revision: int) -> int:
+        """Write `record` if its key is still at `revision`; return the new revision.
+
+        A terminal record also drops the kv locks that still name this procedure.
+        """
+        key = state_key(record.id)
+        compares = [Compare(key, revision=revision), *self._fence()]
+        ops: list[TxnOp] = [Put(key, record.to_json())]
+        if record.state.terminal and record.kv_locks:
+            mine = orjson.dumps({"procedure_id": record.id})
+            for lock in record.kv_locks:
+                current = await self._call(self._kv.get, lock)
+                if current is not None and current.value == mine:
+                    compares.append(Compare(lock, value=mine))
+                    ops.append(Delete(lock))
+        result = await self._call(self._kv.txn, compares, ops)
+        if result.succeeded:
+            return result.revision
+        await self._explain_failure(key, revision, record.id)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def delete(self, procedure_id: str, revision: int) -> bool:
+        """Remove a (finished) record if unchanged since `revision`; False if it changed."""
+        key = state_key(procedure_id)
+        result = await self._call(
+            self._kv.txn, [Compare(key, revision=revision), *self._fence()], [Delete(key)]
+        )
+        if result.succeeded:
+            return True
+        current = await self._call(self._kv.get, key)
+        if current is None or current.mod_revision != revision:
+            return False
+        raise LeadershipLost("not leader any more; finished procedure record kept")
+
+    async def _explain_failure(self, key: str, revision: int, procedure_id: str) -> None:
+        current = await self._call(self._kv.get, key)
+        if current is None or current.mod_revision != revision:
+            raise RecordConflict(
+                f"procedure {procedure_id} was changed by another writer "
+                f"(expected revision {revision}, found "
+                f"{None if current is None else current.mod_revision})"
+            )
+        raise LeadershipLost(f"not leader any more; procedure {procedure_id} not persisted")

@@ -1,0 +1,421 @@
+"""The WAL purge procedure: prepare -> flush -> purge, one procedure per topic.
+
+- **prepare** plans the topic under its write lock (registrations wait, invariant 4):
+  blocked, empty or already purged topics finish as `skipped` with the reason; WAL data
+  loss (invariant 7) is recorded as an event and a metric and fails the procedure
+  without moving the marker. Regions whose estimated replay bytes
+  `(topic latest - prunable) x avg record size` exceed `wal.flush_trigger_size` become
+  flush candidates.
+- **flush** sends `flush_regions` to the candidates' datanodes (once; persisted), waits
+  until each candidate reports a higher prunable id or `wal.flush_wait_timeout` passes,
+  then plans again: the new P must pass every check again.
+- **purge** persists its intent (target P) before touching Kafka, deletes below P
+  (unless `wal.logical_delete`), checks the low watermark, moves the marker by CAS
+  (monotonic, fenced), and writes the purge history row.
+
+Resume rule of the purge step (the only step that destroys data). Whenever Kafka's log
+start is still below the target — in a first run, a retry, or a resume by a new leader —
+the step plans again from the CURRENT registry and requires an unblocked plan whose P is
+>= the target; if P dropped (a region was registered meanwhile), the target is lowered
+to the new P and persisted before deleting. After a leader change the registry is empty,
+so the plan is blocked until every mapped region has reported again (invariant 3), and
+the step waits through retries instead of deleting. When the log start is already >= the
+target, the deletion happened (DeleteRecords is idempotent and Kafka never lowers the log
+start); only the marker and the history remain to be written. Once the intent is
+persisted, cancellation no longer stops the procedure: a deletion without its marker
+would leave idle regions replaying from a deleted offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from metasrv import keys
+from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
+from metasrv.model import RegionRoute, RegionStat, TopicPlan
+from procedures._history import PurgeRecord, WalEvent
+from procedures._planning import PlanInputs, advance_marker, plan_one, read_marker
+from procedures._procedure import (
+    Finish,
+    Next,
+    Procedure,
+    ProcedureState,
+    StepContext,
+    StepResult,
+)
+from procedures._services import Services
+
+logger = logging.getLogger(__name__)
+
+KIND = "wal_purge"
+DATA_LOSS_EVENT = "wal_data_loss"
+FLUSH_POLL_INTERVAL = 0.2
+"""Seconds between registry checks while waiting for flushed regions to report."""
+
+
+class PurgeStep(enum.Enum):
+    """Steps of a WAL purge, in order."""
+
+    PREPARE = "prepare"
+    FLUSH = "flush"
+    PURGE = "purge"
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTarget:
+    """A region asked to flush so the topic can be cut further."""
+
+    region_id: int
+    """Region to flush."""
+    node_id: int
+    """Datanode hosting it (from its latest stat)."""
+    prunable_entry_id: int
+    """Its prunable entry id when chosen; a higher report means it flushed."""
+    replay_bytes: int
+    """Estimated bytes it would replay from the WAL when chosen."""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeData:
+    """Persisted state of one WAL purge."""
+
+    topic: str
+    """Topic to purge."""
+    prune_point: int | None = None
+    """P of the latest plan."""
+    previous_pruned_entry_id: int | None = None
+    """Marker when the latest plan was made."""
+    log_start_offset: int | None = None
+    """Kafka's log start offset when the latest plan was made."""
+    high_watermark: int | None = None
+    """Kafka's high watermark when the latest plan was made."""
+    flush: tuple[FlushTarget, ...] = ()
+    """Flush candidates chosen by prepare."""
+    flush_sent_at: float | None = None
+    """Wall-clock time the flush instructions were queued."""
+    flush_instructions: tuple[str, ...] = ()
+    """Mailbox instruction ids."""
+    flushed_regions: tuple[int, ...] = ()
+    """Candidates that reported a higher prunable id before the wait ended."""
+    target: int | None = None
+    """The purge step's persisted intent: DeleteRecords offset and new marker."""
+    low_watermark: int | None = None
+    """Kafka's log start after the deletion."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> PurgeData:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in fields}
+        values["flush"] = tuple(FlushTarget(**f) for f in raw.get("flush") or ())
+        values["flush_instructions"] = tuple(raw.get("flush_instructions") or ())
+        values["flushed_regions"] = tuple(raw.get("flushed_regions") or ())
+        return cls(**values)
+
+
+def _describe_blocked(plan: TopicPlan) -> str:
+    if plan.region_count == 0:
+        return "no regions mapped to the topic"
+    shown = ", ".join(f"{b.region_id} ({b.reason})" for b in plan.blocked_by[:10])
+    more = len(plan.blocked_by) - 10
+    return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def flush_candidates(
+    services: Services,
+    topic: str,
+    routes: tuple[RegionRoute, ...],
+    stats: Mapping[int, RegionStat],
+    high_watermark: int | None,
+) -> tuple[FlushTarget, ...]:
+    """Regions whose estimated replay bytes exceed `wal.flush_trigger_size`."""
+    topic_stat = services.registry.topic_stat(topic)
+    if topic_stat is None or topic_stat.avg_record_size <= 0:
+        return ()
+    latest = topic_stat.latest_entry_id
+    if high_watermark is not None:
+        latest = max(latest, high_watermark - 1)
+    trigger = services.settings.wal.flush_trigger_size
+    out: list[FlushTarget] = []
+    for route in routes:
+        stat = stats.get(route.region_id)
+        if stat is None or stat.topic != topic:
+            continue
+        prunable = stat.prunable_entry_id
+        replay = int(max(0, latest - prunable) * topic_stat.avg_record_size)
+        if replay > trigger:
+            out.append(FlushTarget(route.region_id, stat.node_id, prunable, replay))
+    return tuple(out)
+
+
+class WalPurge(Procedure[PurgeData]):
+    """Purge one topic's WAL up to its prune point."""
+
+    kind = KIND
+    Step = PurgeStep
+    first_step = PurgeStep.PREPARE
+
+    @classmethod
+    def new(cls, procedure_id: str, topic: str) -> WalPurge:
+        return cls(procedure_id, PurgeData(topic=topic))
+
+    @classmethod
+    def decode(cls, raw: Mapping[str, Any]) -> PurgeData:
+        return PurgeData.from_json(raw)
+
+    def encode(self) -> dict[str, Any]:
+        return self.data.to_json()
+
+    @property
+    def topic(self) -> str:
+        return self.data.topic
+
+    def kv_locks(self) -> tuple[str, ...]:
+        return (keys.lock(self.data.topic),)
+
+    def cancellable(self) -> bool:
+        return self.data.target is None
+
+    @asynccontextmanager
+    async def hold(self, ctx: StepContext) -> AsyncIterator[None]:
+        services: Services = ctx.services
+        # Held from the first step to the end of the run, retries included; a resumed run
+        # takes it again before its first step.
+        async with services.locks.write(self.data.topic):
+            yield
+
+    # -- shared checks ------------------------------------------------------------------
+
+    def _log_extra(self, ctx: StepContext, step: str) -> dict[str, Any]:
+        return {"procedure_id": ctx.procedure_id, "topic": self.data.topic, "step": step}
+
+    async def _report_data_loss(self, ctx: StepContext, inputs: PlanInputs) -> None:
+        services: Services = ctx.services
+        plan = inputs.plan
+        now = time.time()
+        for region_id in plan.data_loss:
+            stat = inputs.stats.get(region_id)
+            details = {
+                "procedure_id": ctx.procedure_id,
+                "log_start_offset": plan.log_start_offset,
+                "prunable_entry_id": None if stat is None else stat.prunable_entry_id,
+                "pruned_entry_id": plan.pruned_entry_id,
+            }
+            await services.history.record_event(
+                WalEvent(self.data.topic, DATA_LOSS_EVENT, region_id, details, now)
+            )
+            services.metrics.wal_data_loss.labels(topic=self.data.topic).inc()
+        logger.error(
+            "WAL data loss: Kafka no longer holds entries regions need",
+            extra={**self._log_extra(ctx, "plan"), "regions": list(plan.data_loss)},
+        )
+
+    async def _checked_plan(self, ctx: StepContext) -> tuple[PlanInputs, StepResult | None]:
+        """Plan now; return a terminal result when the topic must not be purged."""
+        inputs = await plan_one(ctx.services, self.data.topic)
+        plan = inputs.plan
+        if plan.data_loss:
+            await self._report_data_loss(ctx, inputs)
+            raise WalDataLoss(
+                f"topic {self.data.topic}: Kafka's log start {plan.log_start_offset} is above "
+                f"entries regions {list(plan.data_loss)} still need; marker not advanced",
+                details={
+                    "regions": list(plan.data_loss),
+                    "log_start_offset": plan.log_start_offset,
+                },
+            )
+        if plan.prune_point is None:
+            return inputs, Finish(ProcedureState.SKIPPED, _describe_blocked(plan))
+        if plan.pruned_entry_id is not None and plan.prune_point <= plan.pruned_entry_id:
+            return inputs, Finish(
+                ProcedureState.SKIPPED,
+                f"up to date: prune point {plan.prune_point} <= pruned_entry_id "
+                f"{plan.pruned_entry_id}",
+            )
+        self.data = replace(
+            self.data,
+            prune_point=plan.prune_point,
+            previous_pruned_entry_id=plan.pruned_entry_id,
+            log_start_offset=plan.log_start_offset,
+            high_watermark=plan.high_watermark,
+        )
+        return inputs, None
+
+    # -- steps --------------------------------------------------------------------------
+
+    async def step_prepare(self, ctx: StepContext) -> StepResult:
+        inputs, done = await self._checked_plan(ctx)
+        if done is not None:
+            return done
+        candidates = flush_candidates(
+            ctx.services, self.data.topic, inputs.routes, inputs.stats, inputs.plan.high_watermark
+        )
+        self.data = replace(self.data, flush=candidates)
+        return Next(PurgeStep.FLUSH if candidates else PurgeStep.PURGE)
+
+    async def step_flush(self, ctx: StepContext) -> StepResult:
+        services: Services = ctx.services
+        wal = services.settings.wal
+        if self.data.flush_sent_at is None:
+            by_node: dict[int, list[int]] = {}
+            for target in self.data.flush:
+                by_node.setdefault(target.node_id, []).append(target.region_id)
+            ids: list[str] = []
+            for node_id, region_ids in sorted(by_node.items()):
+                sent: Any = services.mailbox.send_flush(
+                    node_id, region_ids, ttl=wal.flush_wait_timeout
+                )
+                if inspect.isawaitable(sent):
+                    sent = await sent
+                # The mailbox counts `metasrv_flush_instructions_sent` itself.
+                ids.append(str(sent))
+            self.data = replace(self.data, flush_sent_at=time.time(), flush_instructions=tuple(ids))
+            await ctx.checkpoint()
+        sent_at = self.data.flush_sent_at
+        assert sent_at is not None
+        deadline = sent_at + wal.flush_wait_timeout
+        waiting = {t.region_id: t.prunable_entry_id for t in self.data.flush}
+        flushed: set[int] = set()
+        while True:
+            stats = services.registry.snapshot()
+            for region_id, before in waiting.items():
+                stat = stats.get(region_id)
+                if stat is not None and stat.prunable_entry_id > before:
+                    flushed.add(region_id)
+            if len(flushed) == len(waiting) or time.time() >= deadline:
+                break
+            await ctx.sleep(min(FLUSH_POLL_INTERVAL, max(0.0, deadline - time.time())))
+        self.data = replace(self.data, flushed_regions=tuple(sorted(flushed)))
+        _, done = await self._checked_plan(ctx)
+        if done is not None:
+            return done
+        return Next(PurgeStep.PURGE)
+
+    async def step_purge(self, ctx: StepContext) -> StepResult:
+        services: Services = ctx.services
+        topic = self.data.topic
+        wal = services.settings.wal
+        if self.data.target is None:
+            assert self.data.prune_point is not None
+            # Intent first: a resumed run must know which offset may already be deleted.
+            self.data = replace(self.data, target=self.data.prune_point)
+            await ctx.checkpoint()
+        target = self.data.target
+        assert target is not None
+
+        marker, _ = await read_marker(services, topic)
+        if marker is not None and marker >= target:
+            # Resumed after the marker moved: only the history and metrics remain.
+            return await self._finish(ctx, target)
+
+        offsets = await services.batcher.offsets(topic)
+        if wal.logical_delete or offsets.log_start_offset < target:
+            target = await self._revalidate(ctx, target)
+            if target is None:
+                return Finish(
+                    ProcedureState.SKIPPED,
+                    "prune point fell to the marker after regions changed; nothing to purge",
+                )
+        if not wal.logical_delete and offsets.log_start_offset < target:
+            if target > offsets.high_watermark:
+                # The plan clamps P to the high watermark; never ask Kafka for more (inv. 6).
+                raise MetasrvError(
+                    f"topic {topic}: target {target} above high watermark {offsets.high_watermark}"
+                )
+            low = await services.batcher.delete_records(topic, target)
+            if low < target:
+                raise KafkaUnavailable(
+                    f"topic {topic}: low watermark {low} below {target} after DeleteRecords"
+                )
+            logger.info(
+                "deleted WAL records",
+                extra={**self._log_extra(ctx, "purge"), "offset": target, "low_watermark": low},
+            )
+            self.data = replace(self.data, low_watermark=low)
+        elif not wal.logical_delete:
+            self.data = replace(self.data, low_watermark=offsets.log_start_offset)
+        return await self._finish(ctx, target)
+
+    async def _revalidate(self, ctx: StepContext, target: int) -> int | None:
+        """Check `target` against a fresh plan; return the (possibly lowered) target."""
+        inputs = await plan_one(ctx.services, self.data.topic)
+        plan = inputs.plan
+        if plan.data_loss:
+            await self._report_data_loss(ctx, inputs)
+            raise WalDataLoss(
+                f"topic {self.data.topic}: data loss detected before deleting; nothing deleted",
+                details={"regions": list(plan.data_loss)},
+            )
+        if plan.prune_point is None:
+            # After a leader change the registry is empty: wait for every region to report
+            # again rather than trust a target computed from a map that may have changed.
+            raise Unavailable(
+                f"topic {self.data.topic}: cannot re-validate target {target}: "
+                f"{_describe_blocked(plan)}; waiting for regions to report",
+                details={"blocked_by": [b.region_id for b in plan.blocked_by]},
+            )
+        if plan.prune_point >= target:
+            return target
+        lowered = plan.prune_point
+        logger.warning(
+            "prune point dropped since the intent; lowering the target",
+            extra={**self._log_extra(ctx, "purge"), "old": target, "new": lowered},
+        )
+        if plan.pruned_entry_id is not None and lowered <= plan.pruned_entry_id:
+            self.data = replace(self.data, target=None, prune_point=lowered)
+            return None
+        self.data = replace(self.data, target=lowered, prune_point=lowered)
+        await ctx.checkpoint()
+        return lowered
+
+    async def _finish(self, ctx: StepContext, target: int) -> StepResult:
+        services: Services = ctx.services
+        topic = self.data.topic
+        wal = services.settings.wal
+        await advance_marker(services, topic, target)
+        if not wal.logical_delete and self.data.low_watermark is None:
+            offsets = await services.batcher.offsets(topic)
+            self.data = replace(self.data, low_watermark=offsets.log_start_offset)
+        previous = self.data.previous_pruned_entry_id
+        log_start = self.data.log_start_offset
+        # Offsets below the old marker or the old log start were gone before this purge.
+        base = max(
+            log_start if log_start is not None else 0, previous if previous is not None else 0
+        )
+        entries = max(0, target - base)
+        topic_stat = services.registry.topic_stat(topic)
+        avg = topic_stat.avg_record_size if topic_stat is not None else 0.0
+        now = time.time()
+        await services.history.record_purge(
+            PurgeRecord(
+                procedure_id=ctx.procedure_id,
+                topic=topic,
+                prune_point=target,
+                previous_pruned_entry_id=previous,
+                previous_log_start=log_start,
+                low_watermark=None if wal.logical_delete else self.data.low_watermark,
+                entries_deleted=entries,
+                bytes_estimated=int(entries * avg),
+                logical_delete=wal.logical_delete,
+                duration_s=max(0.0, now - ctx.submitted_at),
+                finished_at=now,
+            )
+        )
+        services.metrics.purges.labels(topic=topic).inc()
+        services.metrics.entries_deleted.labels(topic=topic).inc(entries)
+        services.metrics.pruned_entry_id.labels(topic=topic).set(target)
+        verb = "released" if wal.logical_delete else "deleted"
+        return Finish(
+            ProcedureState.SUCCEEDED,
+            f"pruned {topic} to {target}: {entries} entries {verb}",
+        )
