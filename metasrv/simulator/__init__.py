@@ -1,0 +1,49 @@
+"""Simulated datanodes: real WAL writes to Kafka, memtables, SST flushes, heartbeats, replay.
+
+Used by `metasrv demo`, the tests and the benchmarks. The core is CLI-free;
+`python -m metasrv.simulator` runs a datanode as its own OS process (for SIGKILL tests).
+"""
+
+from metasrv.simulator._datanode import HeartbeatOutcome, Rejection, SimDatanode
+from metasrv.simulator._region import (
+    RecoveryReport,
+    RegionKilled,
+    RegionReport,
+    SimRegion,
+    VerifyReport,
+)
+from metasrv.simulator._storage import WalRow
+from metasrv.simulator._wal import Tee, TopicCounters, WalWriter, read_region_entries, region_key
+from metasrv.simulator._workload import (
+    NodeRecovery,
+    RegionKind,
+    RegionPlan,
+    Workload,
+    WorkloadConfig,
+    drive_writes,
+    plan_regions,
+)
+
+__all__ = [
+    "HeartbeatOutcome",
+    "NodeRecovery",
+    "RecoveryReport",
+    "RegionKilled",
+    "RegionKind",
+    "RegionPlan",
+    "RegionReport",
+    "Rejection",
+    "SimDatanode",
+    "SimRegion",
+    "Tee",
+    "TopicCounters",
+    "VerifyReport",
+    "WalRow",
+    "WalWriter",
+    "Workload",
+    "WorkloadConfig",
+    "drive_writes",
+    "plan_regions",
+    "read_region_entries",
+    "region_key",
+]
