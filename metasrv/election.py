@@ -1,0 +1,422 @@
+"""Leader election: which metasrv process may purge, hand out instructions and write state.
+
+`EtcdElection` campaigns for the `__metasrv_election` key (under the kv key prefix) with
+a create-if-absent transaction, binding the key to a lease of `election.lease_secs`
+that a background task keeps alive. Followers poll the key and campaign when it is gone
+(the leader resigned, or was killed and its lease expired). A leader steps down as soon
+as a keepalive fails, its lease is gone, the key no longer holds its value, or it has
+not renewed the lease for a whole TTL.
+
+Leadership seen by a process can be stale (a paused process still believes it leads),
+so every leader-only kv write carries `fence()`: a compare on the election key's value,
+which embeds the lease id, so a deposed leader's writes fail in the store itself.
+
+`SingleLeader` is for the SQL backend without etcd: the process is always the leader.
+Limitation: run only one metasrv process against one SQL kv database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
+
+from pyetcd import etcdrpc
+
+from metasrv.errors import KvUnavailable
+from metasrv.keys import ELECTION_KEY
+from metasrv.kv import Compare, EtcdKv, KvBackend
+from metasrv.kv._etcd import translate_etcd_error
+from metasrv.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[bool], Awaitable[None]]
+"""Called with True when this process gains leadership, False when it loses it."""
+
+
+@runtime_checkable
+class Election(Protocol):
+    """Who leads; built by `build_election`."""
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this process leads (and its lease is fresh)."""
+        ...
+
+    @property
+    def term(self) -> int:
+        """Term of the current leader as known here (etcd lease id); 0 when unknown."""
+        ...
+
+    async def start(self) -> None:
+        """Begin campaigning (returns at once; leadership arrives via listeners)."""
+        ...
+
+    async def stop(self) -> None:
+        """Resign (revoke the lease) and stop campaigning; safe to call twice."""
+        ...
+
+    def leader_addr(self) -> str | None:
+        """HTTP address of the current leader (own address when leading), if known."""
+        ...
+
+    def add_listener(self, callback: Listener) -> None:
+        """Call `callback(True)` on gaining and `callback(False)` on losing leadership."""
+        ...
+
+    def fence(self) -> list[Compare]:
+        """Kv compares that hold only while this process is still the leader."""
+        ...
+
+
+def advertised_addr(settings: Settings) -> str:
+    """The HTTP address other processes should use for this one (`host:port`)."""
+    host, _, port = settings.http.addr.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+def build_election(settings: Settings, kv: KvBackend, *, addr: str | None = None) -> Election:
+    """`EtcdElection` on an etcd kv backend, else `SingleLeader`."""
+    addr = addr or advertised_addr(settings)
+    if isinstance(kv, EtcdKv):
+        return EtcdElection(
+            kv, node_name=settings.node_name, addr=addr, lease_secs=settings.election.lease_secs
+        )
+    return SingleLeader(node_name=settings.node_name, addr=addr)
+
+
+class _Listeners:
+    """Listener callbacks, run in order on a queue so slow ones never delay keepalives."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Listener] = []
+        self._queue: asyncio.Queue[bool] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, callback: Listener) -> None:
+        self._callbacks.append(callback)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="election-listeners")
+
+    def notify(self, leader: bool) -> None:
+        self._queue.put_nowait(leader)
+
+    async def _run(self) -> None:
+        while True:
+            leader = await self._queue.get()
+            await self._call_all(leader)
+            self._queue.task_done()
+
+    async def _call_all(self, leader: bool) -> None:
+        for callback in list(self._callbacks):
+            try:
+                await callback(leader)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("election listener failed", extra={"leader": leader})
+
+    async def drain_and_stop(self) -> None:
+        """Deliver what is queued, then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=30)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+
+class SingleLeader:
+    """Always the leader: for one metasrv process on the SQL kv backend (no etcd)."""
+
+    def __init__(self, *, node_name: str, addr: str) -> None:
+        self.node_name = node_name
+        self.addr = addr
+        self._leader = False
+        self._listeners = _Listeners()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    @property
+    def term(self) -> int:
+        return 1 if self._leader else 0
+
+    async def start(self) -> None:
+        if self._leader:
+            return
+        self._listeners.start()
+        self._leader = True
+        logger.info("single-process leader (SQL kv backend, no election)")
+        self._listeners.notify(True)
+
+    async def stop(self) -> None:
+        if self._leader:
+            self._leader = False
+            self._listeners.notify(False)
+        await self._listeners.drain_and_stop()
+
+    def leader_addr(self) -> str | None:
+        return self.addr if self._leader else None
+
+    def add_listener(self, callback: Listener) -> None:
+        self._listeners.add(callback)
+
+    def fence(self) -> list[Compare]:
+        # Nothing to fence against: no other process may share this store.
+        return []
+
+
+class EtcdElection:
+    """Lease-based election on etcd (see the module docstring)."""
+
+    def __init__(
+        self,
+        kv: EtcdKv,
+        *,
+        node_name: str,
+        addr: str,
+        lease_secs: int = 5,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.node_name = node_name
+        self.addr = addr
+        self.lease_secs = lease_secs
+        self.poll_interval = poll_interval
+        self._kv = kv
+        self._key = (kv.key_prefix + ELECTION_KEY).encode()
+        # Keepalive cadence: three renewals per TTL, each with a deadline short enough
+        # that two failed renewals are noticed well before the lease could expire.
+        self._renew_every = lease_secs / 3
+        self._rpc_timeout = max(0.5, lease_secs / 3)
+        self._listeners = _Listeners()
+        self._leader = False
+        self._lease_id = 0
+        self._value = b""
+        self._deadline = 0.0  # monotonic time after which our lease may have expired
+        self._leader_addr: str | None = None
+        self._leader_term = 0
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # --- public API ------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader and time.monotonic() < self._deadline
+
+    @property
+    def term(self) -> int:
+        return self._lease_id if self._leader else self._leader_term
+
+    def leader_addr(self) -> str | None:
+        return self.addr if self.is_leader else self._leader_addr
+
+    def add_listener(self, callback: Listener) -> None:
+        self._listeners.add(callback)
+
+    def fence(self) -> list[Compare]:
+        # Our value embeds our lease id, so it matches only our own, current term;
+        # before the first win it is a value no election key ever holds.
+        return [Compare(ELECTION_KEY, value=self._value or b"\0not-leader")]
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._stopping = False
+        self._listeners.start()
+        self._task = asyncio.create_task(self._run(), name="election")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._leader:
+            await self._step_down("resigned")
+        await self._listeners.drain_and_stop()
+
+    # --- loop --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                if await self._campaign():
+                    await self._lead()
+                else:
+                    await asyncio.sleep(self.poll_interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # KvUnavailable mostly; keep campaigning once etcd answers again.
+                logger.warning("election: %s", exc)
+                if self._leader:
+                    await self._step_down(f"error: {exc}")
+                await asyncio.sleep(self.poll_interval)
+
+    async def _campaign(self) -> bool:
+        """Observe the key; when it is free, try to take it. True when we won."""
+        holder = await self._call(self._read_key)
+        if holder is not None:
+            self._observe(holder)
+            return False
+        lease_id = await self._call(self._grant)
+        value = json.dumps(
+            {"node": self.node_name, "addr": self.addr, "term": lease_id},
+            separators=(",", ":"),
+        ).encode()
+        sent = time.monotonic()
+        try:
+            won, holder = await self._call(self._try_create, value, lease_id)
+        except asyncio.CancelledError:
+            # Stopped mid-campaign: the txn may still land; revoking the lease removes
+            # the key (or makes the put fail), so no orphan key blocks the successor.
+            await self._revoke_quietly(lease_id)
+            raise
+        if not won:
+            await self._revoke_quietly(lease_id)
+            if holder is not None:
+                self._observe(holder)
+            return False
+        self._lease_id, self._value = lease_id, value
+        self._deadline = sent + self.lease_secs
+        self._leader_addr, self._leader_term = self.addr, lease_id
+        self._leader = True
+        logger.info(
+            "elected leader", extra={"node": self.node_name, "term": lease_id, "addr": self.addr}
+        )
+        self._listeners.notify(True)
+        return True
+
+    async def _lead(self) -> None:
+        """Keep the lease alive and the key ours; return after stepping down."""
+        while self._leader and not self._stopping:
+            await asyncio.sleep(self._renew_every)
+            reason = await self._renew()
+            if reason is not None:
+                await self._step_down(reason)
+                return
+
+    async def _renew(self) -> str | None:
+        """One keepalive round; the reason to step down, or None."""
+        sent = time.monotonic()
+        try:
+            ttl = await self._call(self._keepalive, self._lease_id)
+            holder = await self._call(self._read_key)
+        except KvUnavailable as exc:
+            return f"keepalive failed: {exc}"
+        if ttl <= 0:
+            return "lease expired or revoked"
+        if holder is None or holder[0] != self._value:
+            return "election key no longer ours"
+        self._deadline = sent + ttl
+        return None
+
+    async def _step_down(self, reason: str) -> None:
+        if not self._leader:
+            return
+        self._leader = False
+        self._deadline = 0.0
+        self._leader_addr = None
+        logger.warning(
+            "leadership lost",
+            extra={"node": self.node_name, "term": self._lease_id, "reason": reason},
+        )
+        self._listeners.notify(False)
+        # Free the key at once (the lease carries it) so a successor need not wait the TTL.
+        await self._revoke_quietly(self._lease_id)
+
+    def _observe(self, holder: tuple[bytes, int]) -> None:
+        value, _lease = holder
+        try:
+            info: Any = json.loads(value)
+            self._leader_addr = str(info["addr"])
+            self._leader_term = int(info["term"])
+        except (ValueError, KeyError, TypeError):
+            logger.warning("election key holds an unreadable value: %r", value[:200])
+            self._leader_addr, self._leader_term = None, 0
+
+    # --- etcd calls (blocking; run in a worker thread) -------------------------------
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(self._guarded, fn, *args)
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if isinstance(exc, KvUnavailable):
+                raise
+            raise translate_etcd_error(exc) from exc
+
+    def _read_key(self) -> tuple[bytes, int] | None:
+        resp = self._kv.client.kvstub.Range(etcdrpc.RangeRequest(key=self._key), self._rpc_timeout)
+        if not resp.kvs:
+            return None
+        return bytes(resp.kvs[0].value), int(resp.kvs[0].lease)
+
+    def _grant(self) -> int:
+        resp = self._kv.client.leasestub.LeaseGrant(
+            etcdrpc.LeaseGrantRequest(TTL=self.lease_secs), self._rpc_timeout
+        )
+        return int(resp.ID)
+
+    def _try_create(self, value: bytes, lease_id: int) -> tuple[bool, tuple[bytes, int] | None]:
+        absent = etcdrpc.Compare(
+            key=self._key,
+            target=etcdrpc.Compare.VERSION,
+            result=etcdrpc.Compare.EQUAL,
+            version=0,
+        )
+        put = etcdrpc.RequestOp(
+            request_put=etcdrpc.PutRequest(key=self._key, value=value, lease=lease_id)
+        )
+        get = etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=self._key))
+        resp = self._kv.client.kvstub.Txn(
+            etcdrpc.TxnRequest(compare=[absent], success=[put], failure=[get]),
+            self._rpc_timeout,
+        )
+        if resp.succeeded:
+            return True, None
+        kvs = resp.responses[0].response_range.kvs if resp.responses else []
+        return False, ((bytes(kvs[0].value), int(kvs[0].lease)) if kvs else None)
+
+    def _keepalive(self, lease_id: int) -> int:
+        """Renew the lease once; return its new TTL (<= 0: the lease is gone)."""
+        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
+        stream = self._kv.client.leasestub.LeaseKeepAlive(iter([request]), self._rpc_timeout)
+        try:
+            for response in stream:
+                return int(response.TTL)
+        finally:
+            stream.cancel()
+        return 0
+
+    async def _revoke_quietly(self, lease_id: int) -> None:
+        if not lease_id:
+            return
+        try:
+            await self._call(self._revoke, lease_id)
+        except KvUnavailable as exc:
+            # Expired, already revoked, or etcd down: the lease ends by itself anyway.
+            logger.info("election: lease %x not revoked: %s", lease_id, exc)
+
+    def _revoke(self, lease_id: int) -> None:
+        self._kv.client.leasestub.LeaseRevoke(
+            etcdrpc.LeaseRevokeRequest(ID=lease_id), self._rpc_timeout
+        )

@@ -1,0 +1,291 @@
+"""Leader election on real etcd (and the single-process leader for the SQL backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from metasrv.election import EtcdElection, SingleLeader, build_election
+from metasrv.keys import ELECTION_KEY
+from metasrv.kv import EtcdKv, Put, SqlKv
+from metasrv.settings import load_settings
+
+LEASE_SECS = 2
+
+
+async def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll `cond` until true; return the seconds it took."""
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+class Recorder:
+    """An election listener that records what it was told."""
+
+    def __init__(self) -> None:
+        self.events: list[bool] = []
+
+    async def __call__(self, leader: bool) -> None:
+        self.events.append(leader)
+
+
+@pytest.fixture
+async def etcd_kv(etcd_endpoint: str, unique_prefix: str) -> AsyncIterator[EtcdKv]:
+    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    yield kv
+    kv.delete_prefix("")
+    kv.close()
+
+
+@pytest.fixture
+async def pair(
+    etcd_endpoint: str, unique_prefix: str
+) -> AsyncIterator[tuple[EtcdElection, EtcdElection]]:
+    """Two started elections (each with its own client) on one key prefix."""
+    kvs = [EtcdKv(etcd_endpoint, f"{unique_prefix}/") for _ in range(2)]
+    elections = [
+        EtcdElection(kv, node_name=f"node-{i}", addr=f"127.0.0.1:{4000 + i}", lease_secs=LEASE_SECS)
+        for i, kv in enumerate(kvs)
+    ]
+    for e in elections:
+        await e.start()
+    try:
+        yield elections[0], elections[1]
+    finally:
+        for e in elections:
+            await e.stop()
+        kvs[0].delete_prefix("")
+        for kv in kvs:
+            kv.close()
+
+
+def leader_of(pair: tuple[EtcdElection, EtcdElection]) -> tuple[EtcdElection, EtcdElection]:
+    a, b = pair
+    assert a.is_leader != b.is_leader
+    return (a, b) if a.is_leader else (b, a)
+
+
+async def test_exactly_one_leader(pair: tuple[EtcdElection, EtcdElection], etcd_kv: EtcdKv) -> None:
+    a, b = pair
+    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    # followers learn the leader from the key
+    await wait_until(lambda: a.leader_addr() is not None and b.leader_addr() is not None, 5, "addr")
+    for _ in range(int(LEASE_SECS * 2 / 0.1)):  # across several keepalive rounds
+        assert [a.is_leader, b.is_leader].count(True) == 1
+        await asyncio.sleep(0.1)
+    leader, follower = leader_of(pair)
+    assert follower.leader_addr() == leader.addr == leader.leader_addr()
+    assert follower.term == leader.term != 0
+
+    stored = etcd_kv.get(ELECTION_KEY)
+    assert stored is not None
+    assert json.loads(stored.value) == {
+        "node": leader.node_name,
+        "addr": leader.addr,
+        "term": leader.term,
+    }
+
+
+async def test_stopping_the_leader_hands_over_within_the_ttl(
+    pair: tuple[EtcdElection, EtcdElection],
+) -> None:
+    a, b = pair
+    rec = {id(a): Recorder(), id(b): Recorder()}
+    a.add_listener(rec[id(a)])
+    b.add_listener(rec[id(b)])
+    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    leader, follower = leader_of(pair)
+    old_term = leader.term
+
+    await leader.stop()
+
+    assert not leader.is_leader
+    took = await wait_until(lambda: follower.is_leader, LEASE_SECS + 5, "the follower to take over")
+    # resigning revokes the lease, so the follower needs no lease expiry: one poll suffices
+    assert took < LEASE_SECS
+    assert follower.term != old_term
+    await wait_until(lambda: rec[id(follower)].events == [True], 2, "the follower's listener")
+    assert rec[id(leader)].events in ([True, False], [False])  # registered after its win, maybe
+    assert rec[id(leader)].events[-1] is False
+
+
+async def test_revoked_lease_makes_the_leader_step_down(
+    pair: tuple[EtcdElection, EtcdElection], etcd_kv: EtcdKv
+) -> None:
+    a, b = pair
+    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    leader, _ = leader_of(pair)
+    lost = Recorder()
+    leader.add_listener(lost)
+    deposed_term = leader.term
+
+    # What a lease expiry looks like to the leader (keepalives stopped, or the leader
+    # was paused): the lease disappears under it.
+    etcd_kv.client.revoke_lease(deposed_term)
+
+    took = await wait_until(
+        lambda: not leader.is_leader or leader.term != deposed_term, LEASE_SECS + 2, "step-down"
+    )
+    assert took <= LEASE_SECS + 1
+    await wait_until(lambda: False in lost.events, 2, "the loss to be announced")
+    # someone leads again, under a new term
+    await wait_until(lambda: a.is_leader or b.is_leader, LEASE_SECS + 5, "a new leader")
+    assert leader_of(pair)[0].term != deposed_term
+
+
+async def test_fence_fails_after_losing_leadership(
+    pair: tuple[EtcdElection, EtcdElection], etcd_kv: EtcdKv
+) -> None:
+    a, b = pair
+    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    leader, _ = leader_of(pair)
+    fence = leader.fence()
+    assert etcd_kv.txn(fence, [Put("fenced", b"while leader")]).succeeded
+
+    deposed = leader.term
+    etcd_kv.client.revoke_lease(deposed)
+
+    # Fenced immediately, before the deposed leader even noticed.
+    assert not etcd_kv.txn(fence, [Put("fenced", b"after loss")]).succeeded
+    stored = etcd_kv.get("fenced")
+    assert stored is not None
+    assert stored.value == b"while leader"
+
+    def new_term() -> bool:
+        return any(e.is_leader and e.term != deposed for e in pair) and not (
+            a.is_leader and b.is_leader
+        )
+
+    await wait_until(new_term, LEASE_SECS + 5, "a leader under a new term")
+    new_leader, _ = leader_of(pair)
+    assert not etcd_kv.txn(fence, [Put("fenced", b"old term")]).succeeded
+    assert etcd_kv.txn(new_leader.fence(), [Put("fenced", b"new term")]).succeeded
+
+
+async def test_fence_of_a_never_elected_process_never_holds(etcd_kv: EtcdKv) -> None:
+    e = EtcdElection(etcd_kv, node_name="n", addr="127.0.0.1:1", lease_secs=LEASE_SECS)
+    assert not e.is_leader
+    assert e.leader_addr() is None
+    assert not etcd_kv.txn(e.fence(), [Put("x", b"1")]).succeeded
+
+
+async def test_unreachable_etcd_never_elects() -> None:
+    kv = EtcdKv("127.0.0.1:1", timeout=1)
+    e = EtcdElection(kv, node_name="n", addr="127.0.0.1:1", lease_secs=LEASE_SECS)
+    await e.start()
+    try:
+        await asyncio.sleep(1.5)
+        assert not e.is_leader
+        assert e.leader_addr() is None
+    finally:
+        await e.stop()
+        kv.close()
+
+
+async def test_single_leader() -> None:
+    e = SingleLeader(node_name="solo", addr="127.0.0.1:4000")
+    rec = Recorder()
+    e.add_listener(rec)
+    assert not e.is_leader
+    await e.start()
+    assert e.is_leader
+    assert e.leader_addr() == "127.0.0.1:4000"
+    assert e.fence() == []
+    await e.stop()
+    assert not e.is_leader
+    assert rec.events == [True, False]
+
+
+async def test_build_election_picks_by_backend(tmp_path: Path, etcd_kv: EtcdKv) -> None:
+    settings = load_settings(
+        http={"addr": "0.0.0.0:4123"}, election={"lease_secs": 3, "node_name": "n1"}
+    )
+    etcd = build_election(settings, etcd_kv)
+    assert isinstance(etcd, EtcdElection)
+    assert (etcd.lease_secs, etcd.node_name) == (3, "n1")
+    assert etcd.addr.endswith(":4123") and not etcd.addr.startswith("0.0.0.0")
+
+    sql = SqlKv.open(f"sqlite:///{tmp_path / 'kv.db'}", create=True)
+    try:
+        single = build_election(settings, sql, addr="10.1.2.3:4000")
+        assert isinstance(single, SingleLeader)
+        assert single.addr == "10.1.2.3:4000"
+    finally:
+        sql.close()
+
+
+class TcpProxy:
+    """A loopback TCP proxy to etcd whose cut() drops every connection (a network fault)."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for w in self.writers:
+            w.transport.abort()
+        await self.server.wait_closed()
+
+
+async def test_leader_steps_down_when_keepalives_fail(
+    etcd_endpoint: str, unique_prefix: str
+) -> None:
+    proxy = TcpProxy(etcd_endpoint)
+    kv = EtcdKv(await proxy.start(), f"{unique_prefix}/", timeout=1)
+    direct = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    e = EtcdElection(kv, node_name="n", addr="127.0.0.1:4000", lease_secs=LEASE_SECS)
+    rec = Recorder()
+    e.add_listener(rec)
+    await e.start()
+    try:
+        await wait_until(lambda: e.is_leader, 10, "leadership")
+        fence = e.fence()
+
+        await proxy.cut()
+
+        # is_leader turns False within one TTL of the last renewal, whatever the RPCs do.
+        took = await wait_until(lambda: not e.is_leader, LEASE_SECS + 1, "step-down")
+        assert took <= LEASE_SECS + 1
+        await wait_until(lambda: rec.events == [True, False], LEASE_SECS + 2, "loss announced")
+        # and etcd expires the key, so the old fence no longer holds
+        await wait_until(lambda: direct.get(ELECTION_KEY) is None, LEASE_SECS + 2, "key expiry")
+        assert not direct.txn(fence, [Put("x", b"1")]).succeeded
+    finally:
+        await e.stop()
+        kv.close()
+        direct.delete_prefix("")
+        direct.close()
