@@ -1,0 +1,166 @@
+"""Region checkpoint writes: kv `batch_put` vs one put per key, on real etcd and PostgreSQL.
+
+The leader persists region checkpoints (`__topic_region/{topic}/{region_id}` JSON) in
+batches; this measures how many keys per second that reaches, against the naive
+one-write-per-key baseline. Prints the median of each series over `--runs` runs and
+the batch/baseline ratio. Target: >= 20,000 keys/s to etcd with batch_put.
+
+    python benchmarks/kv_checkpoint.py [-n 20000] [--runs 3] [--etcd HOST:PORT] [--postgres URL]
+
+Endpoints default to METASRV_TEST_ETCD / METASRV_TEST_POSTGRES, else the local stack's.
+Keys live under a unique prefix (a fresh schema on PostgreSQL) removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import make_url
+
+import migrations
+from metasrv import keys
+from metasrv.kv import EtcdKv, KvBackend, SqlKv
+from metasrv.kv._sql import normalize_url
+
+DEFAULT_ETCD = "127.0.0.1:12379"
+DEFAULT_POSTGRES = "postgresql+psycopg://metasrv:metasrv@127.0.0.1:15432/metasrv"
+TARGET_ETCD_KEYS_PER_S = 20_000
+
+
+def checkpoint_items(n: int, topics: int, round_no: int) -> list[tuple[str, bytes]]:
+    """`n` region checkpoints spread over `topics` topics (values change every round)."""
+    items = []
+    for i in range(n):
+        topic = f"greptimedb_wal_topic_{i % topics}"
+        region_id = (1024 + i // topics) << 32 | (i % topics)
+        value = {"node_id": i % 7, "checkpoint": {"entry_id": 1_000_000 + round_no * n + i}}
+        items.append((keys.topic_region(topic, region_id), json.dumps(value).encode()))
+    return items
+
+
+def measure(
+    write: Callable[[Sequence[tuple[str, bytes]]], None],
+    kv: KvBackend,
+    n: int,
+    topics: int,
+    runs: int,
+) -> list[float]:
+    """keys/s of `write` over `runs` fresh rounds (each round rewrites every key)."""
+    rates = []
+    for r in range(runs):
+        items = checkpoint_items(n, topics, r)
+        start = time.perf_counter()
+        write(items)
+        rates.append(n / (time.perf_counter() - start))
+        stored = sum(1 for _ in kv.scan(keys.TOPIC_REGION_PREFIX, page_size=5000))
+        if stored != n:
+            raise SystemExit(f"expected {n} keys after the round, found {stored}")
+    return rates
+
+
+def one_by_one(kv: KvBackend) -> Callable[[Sequence[tuple[str, bytes]]], None]:
+    def write(items: Sequence[tuple[str, bytes]]) -> None:
+        for key, value in items:
+            kv.put(key, value)
+
+    return write
+
+
+@contextmanager
+def fresh_pg_schema(url: str) -> Iterator[str]:
+    """A migrated throw-away schema; yields a URL whose search_path is that schema."""
+    base = normalize_url(url)
+    schema = f"bench{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, poolclass=pool.NullPool)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        scoped = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+        scoped_url = scoped.render_as_string(hide_password=False)
+        migrations.upgrade(scoped_url)
+        yield scoped_url
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def report(name: str, rates: list[float]) -> float:
+    median = statistics.median(rates)
+    runs = ", ".join(f"{r:,.0f}" for r in rates)
+    print(f"{name:<34} median {median:>10,.0f} keys/s   (runs: {runs})")
+    return median
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=20_000, help="region checkpoints per round")
+    parser.add_argument(
+        "--baseline-n",
+        type=int,
+        default=3_000,
+        help="keys per round for the one-put-per-key baseline (it is slow)",
+    )
+    parser.add_argument("--topics", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--etcd", default=os.environ.get("METASRV_TEST_ETCD", DEFAULT_ETCD))
+    parser.add_argument(
+        "--postgres", default=os.environ.get("METASRV_TEST_POSTGRES", DEFAULT_POSTGRES)
+    )
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args(argv)
+
+    print(
+        f"kv checkpoint benchmark: {args.n:,} keys per round ({args.topics} topics), "
+        f"baseline {args.baseline_n:,} keys, median of {args.runs} runs"
+    )
+    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+    etcd = EtcdKv(args.etcd, prefix)
+    try:
+        batch = report(
+            f"etcd batch_put ({etcd.max_txn_ops}/txn)",
+            measure(etcd.batch_put, etcd, args.n, args.topics, args.runs),
+        )
+        etcd.delete_prefix("")
+        single = report(
+            "etcd put per key (baseline)",
+            measure(one_by_one(etcd), etcd, args.baseline_n, args.topics, args.runs),
+        )
+    finally:
+        etcd.delete_prefix("")
+        etcd.close()
+    print(f"{'etcd batch_put / baseline':<34} {batch / single:>10.1f}x")
+
+    if not args.no_postgres:
+        with fresh_pg_schema(args.postgres) as url:
+            pg = SqlKv(url)
+            try:
+                pg_batch = report(
+                    "PostgreSQL batch_put",
+                    measure(pg.batch_put, pg, args.n, args.topics, args.runs),
+                )
+                pg.delete_prefix("")
+                pg_single = report(
+                    "PostgreSQL put per key (baseline)",
+                    measure(one_by_one(pg), pg, args.baseline_n, args.topics, args.runs),
+                )
+            finally:
+                pg.close()
+        print(f"{'PostgreSQL batch_put / baseline':<34} {pg_batch / pg_single:>10.1f}x")
+
+    ok = batch >= TARGET_ETCD_KEYS_PER_S
+    print(f"etcd batch_put target {TARGET_ETCD_KEYS_PER_S:,} keys/s: {'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
