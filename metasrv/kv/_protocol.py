@@ -87,7 +87,9 @@ class KvBackend(Protocol):
         """Return the key, or None when absent."""
         ...
 
-    def range(self, prefix: str, *, start_after: str | None = None, limit: int = 1000) -> list[KeyValue]:
+    def range(
+        self, prefix: str, *, start_after: str | None = None, limit: int = 1000
+    ) -> list[KeyValue]:
         """Return up to `limit` keys starting with `prefix`, in key order, after `start_after`."""
         ...
 
