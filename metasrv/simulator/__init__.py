@@ -5,6 +5,13 @@ Used by `metasrv demo`, the tests and the benchmarks. The core is CLI-free;
 """
 
 from metasrv.simulator._datanode import HeartbeatOutcome, Rejection, SimDatanode
+from metasrv.simulator._harness import (
+    MetasrvProcess,
+    free_port,
+    metasrv_argv,
+    migrate,
+    render_config,
+)
 from metasrv.simulator._region import (
     RecoveryReport,
     RegionKilled,
@@ -26,6 +33,7 @@ from metasrv.simulator._workload import (
 
 __all__ = [
     "HeartbeatOutcome",
+    "MetasrvProcess",
     "NodeRecovery",
     "RecoveryReport",
     "RegionKilled",
@@ -43,7 +51,11 @@ __all__ = [
     "Workload",
     "WorkloadConfig",
     "drive_writes",
+    "free_port",
+    "metasrv_argv",
+    "migrate",
     "plan_regions",
     "read_region_entries",
     "region_key",
+    "render_config",
 ]

@@ -104,6 +104,7 @@ class SimDatanode:
         self._threads: list[threading.Thread] = []
         self._fatal: BaseException | None = None
         self._alive = False
+        self._instructions_seen: dict[object, None] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -356,6 +357,12 @@ class SimDatanode:
             if instruction.get("kind") != "flush_regions":
                 logger.warning("unknown instruction %r", instruction.get("kind"))
                 continue
+            # The metasrv repeats an instruction on every response until it sees it applied.
+            if instruction.get("id") in self._instructions_seen:
+                continue
+            self._instructions_seen[instruction.get("id")] = None
+            while len(self._instructions_seen) > 4096:
+                del self._instructions_seen[next(iter(self._instructions_seen))]
             for region_id in instruction.get("region_ids", []):
                 if int(region_id) in self.regions:
                     flush_ids.append(int(region_id))
