@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import shutil
 from pathlib import Path
 
@@ -10,6 +12,11 @@ import pyetcd
 from metasrv.errors import ServiceError
 from metasrv.stack._process import spawn
 from metasrv.stack._service import Service
+
+# etcd 3.4 refuses to start on architectures it does not officially support unless
+# ETCD_UNSUPPORTED_ARCH names the (Go) architecture.
+_SUPPORTED_ARCHES = {"x86_64", "amd64", "aarch64", "arm64", "ppc64le"}
+_GO_ARCH = {"armv7l": "arm", "armv6l": "arm", "i686": "386", "i386": "386"}
 
 # pyetcd raises its own exceptions for protocol errors but lets grpc's through for
 # connection trouble; both mean "not healthy" here.
@@ -80,7 +87,11 @@ class Etcd(Service):
             "--auto-compaction-retention",
             "10000",
         ]
-        spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir)
+        env = dict(os.environ)
+        machine = platform.machine()
+        if machine not in _SUPPORTED_ARCHES:
+            env["ETCD_UNSUPPORTED_ARCH"] = _GO_ARCH.get(machine, machine)
+        spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir, env=env)
 
     def healthy(self, timeout: float = 5.0) -> bool:
         client = pyetcd.client(self.cfg.host, self.cfg.etcd_port, timeout=timeout)

@@ -38,7 +38,7 @@ def spawn(
             env=env,
         )
     pid_file.write_text(f"{proc.pid}\n")
-    logger.info("started %s (pid %d)", argv[0], proc.pid)
+    logger.info("started %s (pid %d), log %s", pid_file.stem, proc.pid, log_file)
     return proc.pid
 
 

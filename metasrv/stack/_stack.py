@@ -84,7 +84,12 @@ def _start(svc: Service) -> ServiceStatus:
         # Someone else's (another checkout's stack, or one still starting): reuse it if it
         # answers like the service should, within `foreign_wait`.
         try:
-            wait_until(svc.name, svc.healthy, timeout=cfg.foreign_wait, log_file=svc.log_file)
+            wait_until(
+                svc.name,
+                lambda: svc.healthy(timeout=min(5.0, cfg.foreign_wait)),
+                timeout=cfg.foreign_wait,
+                log_file=svc.log_file,
+            )
         except ServiceError:
             raise ServiceError(
                 f"{svc.name}: port {svc.port} is taken by something that does not answer "

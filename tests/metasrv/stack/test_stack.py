@@ -146,3 +146,16 @@ def test_failed_start_names_the_service_and_its_log(tmp_path: Path) -> None:
     assert "etcd" in text and str(tmp_path / "etcd" / "etcd.log") in text
     assert "address already in use" in text
     assert service_pid(cfg, "etcd") is None
+
+
+def test_up_prints_evalable_endpoint_lines_on_stdout(local_cfg: StackConfig) -> None:
+    result = CliRunner().invoke(app, ["stack", "up", "--state-dir", str(local_cfg.state_dir)])
+    assert result.exit_code == 0, result.output
+    pairs = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert pairs == {
+        "KAFKA_BOOTSTRAP": f"127.0.0.1:{local_cfg.kafka_port}",
+        "ETCD_ENDPOINT": f"127.0.0.1:{local_cfg.etcd_port}",
+        "POSTGRES_URL": (
+            f"postgresql+psycopg://metasrv:metasrv@127.0.0.1:{local_cfg.postgres_port}/metasrv"
+        ),
+    }
