@@ -159,3 +159,33 @@ def test_up_prints_evalable_endpoint_lines_on_stdout(local_cfg: StackConfig) -> 
             f"postgresql+psycopg://metasrv:metasrv@127.0.0.1:{local_cfg.postgres_port}/metasrv"
         ),
     }
+
+
+@pytest.mark.slow
+def test_kafka_and_postgres_stop_and_start_on_spare_ports(
+    local_cfg: StackConfig, tmp_path: Path
+) -> None:
+    # Shares the downloaded jars (no second download) but runs its own broker and cluster.
+    cfg = StackConfig.from_env(
+        state_dir=tmp_path / "stack",
+        kafka_port=_free_port(),
+        kafka_controller_port=_free_port(),
+        postgres_port=_free_port(),
+    )
+    libs = local_cfg.state_dir / "kafka" / "libs"
+    if not (libs / f".installed-{local_cfg.kafka_version}").exists():
+        pytest.skip("no local kafka jars to share")
+    (cfg.state_dir / "kafka").mkdir(parents=True)
+    (cfg.state_dir / "kafka" / "libs").symlink_to(libs)
+    try:
+        for name in ("kafka", "postgres"):
+            first = start_service(cfg, name)
+            assert first.healthy and first.pid is not None
+            assert stop_service(cfg, name) is True
+            assert not pid_alive(first.pid)
+            assert not any(st.healthy for st in status(cfg) if st.name == name)
+            again = start_service(cfg, name)
+            assert again.healthy and again.pid not in (None, first.pid)
+    finally:
+        for name in ("kafka", "postgres"):
+            stop_service(cfg, name)
