@@ -101,6 +101,24 @@ def report(name: str, rates: list[float]) -> float:
     return median
 
 
+def compare(name: str, kv: KvBackend, args: argparse.Namespace) -> float:
+    """Print batch_put and per-key medians and their ratio; return the batch_put median."""
+    try:
+        batch = report(
+            f"{name} batch_put ({kv.max_txn_ops}/txn)",
+            measure(kv.batch_put, kv, args.n, args.topics, args.runs),
+        )
+        kv.delete_prefix("")
+        single = report(
+            f"{name} put per key (baseline)",
+            measure(one_by_one(kv), kv, args.baseline_n, args.topics, args.runs),
+        )
+    finally:
+        kv.delete_prefix("")
+    print(f"{name + ' batch_put / baseline':<34} {batch / single:>10.1f}x")
+    return batch
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=20_000, help="region checkpoints per round")
@@ -123,39 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"kv checkpoint benchmark: {args.n:,} keys per round ({args.topics} topics), "
         f"baseline {args.baseline_n:,} keys, median of {args.runs} runs"
     )
-    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
-    etcd = EtcdKv(args.etcd, prefix)
+    etcd = EtcdKv(args.etcd, f"bench-{uuid.uuid4().hex[:8]}/")
     try:
-        batch = report(
-            f"etcd batch_put ({etcd.max_txn_ops}/txn)",
-            measure(etcd.batch_put, etcd, args.n, args.topics, args.runs),
-        )
-        etcd.delete_prefix("")
-        single = report(
-            "etcd put per key (baseline)",
-            measure(one_by_one(etcd), etcd, args.baseline_n, args.topics, args.runs),
-        )
+        batch = compare("etcd", etcd, args)
     finally:
-        etcd.delete_prefix("")
         etcd.close()
-    print(f"{'etcd batch_put / baseline':<34} {batch / single:>10.1f}x")
-
     if not args.no_postgres:
         with fresh_pg_schema(args.postgres) as url:
             pg = SqlKv(url)
             try:
-                pg_batch = report(
-                    "PostgreSQL batch_put",
-                    measure(pg.batch_put, pg, args.n, args.topics, args.runs),
-                )
-                pg.delete_prefix("")
-                pg_single = report(
-                    "PostgreSQL put per key (baseline)",
-                    measure(one_by_one(pg), pg, args.baseline_n, args.topics, args.runs),
-                )
+                compare("PostgreSQL", pg, args)
             finally:
                 pg.close()
-        print(f"{'PostgreSQL batch_put / baseline':<34} {pg_batch / pg_single:>10.1f}x")
 
     ok = batch >= TARGET_ETCD_KEYS_PER_S
     print(f"etcd batch_put target {TARGET_ETCD_KEYS_PER_S:,} keys/s: {'met' if ok else 'MISSED'}")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from metasrv.errors import TxnTooLarge
-from metasrv.kv._protocol import Compare, TxnOp
+from metasrv.kv._protocol import Compare, KeyValue, TxnOp
+
+RangeFn = Callable[..., list[KeyValue]]
 
 _MAX_CODE_POINT = 0x10FFFF
 _SURROGATES = range(0xD800, 0xE000)
@@ -78,3 +80,14 @@ def check_txn_size(
             "automatically).",
             details={"ops": size, "max_txn_ops": max_txn_ops},
         )
+
+
+def scan_pages(range_fn: RangeFn, prefix: str, page_size: int) -> Iterator[KeyValue]:
+    """`KvBackend.scan` on top of `range`: page after page, each after the last key seen."""
+    start_after: str | None = None
+    while True:
+        page = range_fn(prefix, start_after=start_after, limit=page_size)
+        yield from page
+        if len(page) < page_size:
+            return
+        start_after = page[-1].key

@@ -19,7 +19,7 @@ from pyetcd import etcdrpc
 from pyetcd import exceptions as etcd_exc
 
 from metasrv.errors import InvalidArgument, KvUnavailable, MetasrvError, TxnTooLarge
-from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end
+from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end, scan_pages
 from metasrv.kv._protocol import Compare, KeyValue, Put, TxnOp, TxnResult
 
 logger = logging.getLogger(__name__)
@@ -202,13 +202,7 @@ class EtcdKv:
         ]
 
     def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
-        start_after: str | None = None
-        while True:
-            page = self.range(prefix, start_after=start_after, limit=page_size)
-            yield from page
-            if len(page) < page_size:
-                return
-            start_after = page[-1].key
+        return scan_pages(self.range, prefix, page_size)
 
     def put(self, key: str, value: bytes) -> int:
         resp = self._call("Put", etcdrpc.PutRequest(key=self._full(key), value=value))

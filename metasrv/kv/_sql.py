@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import StaticPool
 
 from metasrv.errors import InvalidArgument, KvUnavailable
-from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound
+from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound, scan_pages
 from metasrv.kv._protocol import Compare, Delete, KeyValue, Put, TxnOp, TxnResult
 from metasrv.sql_schema import KV_KEY_MAX, kv_revision_table, kv_table
 
@@ -280,13 +280,7 @@ class SqlKv:
         return self._run(do, write=False)
 
     def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
-        start_after: str | None = None
-        while True:
-            page = self.range(prefix, start_after=start_after, limit=page_size)
-            yield from page
-            if len(page) < page_size:
-                return
-            start_after = page[-1].key
+        return scan_pages(self.range, prefix, page_size)
 
     def put(self, key: str, value: bytes) -> int:
         return self.txn((), [Put(key, value)]).revision
