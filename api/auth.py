@@ -1,0 +1,130 @@
+"""Bearer-token authorization by role (DESIGN §5, `[auth]` in §6).
+
+Roles and the endpoints they may call:
+- datanode tokens: the datanode endpoints only (`POST /v1/heartbeat`,
+  `GET /v1/regions/{id}/replay-start`);
+- operator tokens: the operator endpoints, and everything a viewer may read (and
+  `replay-start`, which operators use when restoring a region by hand);
+- viewer tokens: the read endpoints.
+
+A role whose token list is EMPTY leaves that role's endpoints OPEN: the embedded default
+configuration has no tokens at all, so a bare `metasrv start` is usable locally. Set
+tokens for every role in production. `open_read = true` opens the read endpoints even
+when viewer tokens are set. Tokens are compared with `hmac.compare_digest`, against every
+configured token, so the time taken does not depend on how much of a token matched.
+Missing or unknown token: 401; a valid token of a role the endpoint does not admit: 403.
+`/healthz`, `/readyz` and the dashboard page need no token.
+"""
+
+from __future__ import annotations
+
+import hmac
+from enum import StrEnum
+from typing import Annotated, Any
+
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from metasrv.errors import PermissionDenied, Unauthenticated
+from metasrv.settings import AuthSettings
+
+
+class Role(StrEnum):
+    """Who a token belongs to."""
+
+    DATANODE = "datanode"
+    OPERATOR = "operator"
+    VIEWER = "viewer"
+
+
+class Access(StrEnum):
+    """Which kind of endpoint is being called."""
+
+    DATANODE = "datanode"
+    """Heartbeats."""
+    REPLAY = "replay"
+    """Replay start: datanodes, and operators."""
+    OPERATOR = "operator"
+    """Changes: register/remove regions, purge, cancel."""
+    VIEWER = "viewer"
+    """Reads."""
+
+
+_ADMITS: dict[Access, frozenset[Role]] = {
+    Access.DATANODE: frozenset({Role.DATANODE}),
+    Access.REPLAY: frozenset({Role.DATANODE, Role.OPERATOR}),
+    Access.OPERATOR: frozenset({Role.OPERATOR}),
+    Access.VIEWER: frozenset({Role.VIEWER, Role.OPERATOR}),
+}
+
+
+class Authenticator:
+    """Checks a bearer token against the configured tokens of each role."""
+
+    def __init__(self, auth: AuthSettings) -> None:
+        self._tokens: list[tuple[bytes, Role]] = [
+            *((t.encode(), Role.DATANODE) for t in auth.datanode_tokens),
+            *((t.encode(), Role.OPERATOR) for t in auth.operator_tokens),
+            *((t.encode(), Role.VIEWER) for t in auth.viewer_tokens),
+        ]
+        self._open = {
+            Access.DATANODE: not auth.datanode_tokens,
+            Access.REPLAY: not auth.datanode_tokens,
+            Access.OPERATOR: not auth.operator_tokens,
+            Access.VIEWER: auth.open_read or not auth.viewer_tokens,
+        }
+
+    def is_open(self, access: Access) -> bool:
+        """True when the endpoint kind needs no token under this configuration."""
+        return self._open[access]
+
+    def roles_of(self, token: str) -> set[Role]:
+        """Every role `token` is configured for (compares against all tokens)."""
+        given = token.encode()
+        roles: set[Role] = set()
+        for known, role in self._tokens:
+            if hmac.compare_digest(given, known):
+                roles.add(role)
+        return roles
+
+    def check(self, token: str | None, access: Access) -> None:
+        """Raise `Unauthenticated` (401) or `PermissionDenied` (403) unless admitted."""
+        if self._open[access]:
+            return
+        if not token:
+            raise Unauthenticated("missing bearer token (Authorization: Bearer <token>)")
+        roles = self.roles_of(token)
+        if not roles:
+            raise Unauthenticated("unknown bearer token")
+        if not roles & _ADMITS[access]:
+            raise PermissionDenied(
+                f"a {'/'.join(sorted(roles))} token may not call this endpoint",
+                details={"required": sorted(_ADMITS[access])},
+            )
+
+
+_bearer = HTTPBearer(auto_error=False, description="Per-role token from [auth] in the config.")
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+
+
+def _require(access: Access) -> Any:
+    async def check(request: Request, credentials: Credentials) -> None:
+        authenticator: Authenticator = request.app.state.auth
+        if credentials is None and request.headers.get("authorization"):
+            # Present but not "Bearer <token>": as bad as a wrong token.
+            raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+        authenticator.check(credentials.credentials if credentials else None, access)
+
+    check.__name__ = f"require_{access.value}"
+    return Depends(check)
+
+
+RequireDatanode = _require(Access.DATANODE)
+"""Route dependency: datanode endpoints."""
+RequireReplay = _require(Access.REPLAY)
+"""Route dependency: replay start (datanode or operator)."""
+RequireOperator = _require(Access.OPERATOR)
+"""Route dependency: operator endpoints."""
+RequireViewer = _require(Access.VIEWER)
+"""Route dependency: read endpoints (viewer or operator)."""

@@ -1,0 +1,25 @@
+"""`GET /metrics`: Prometheus text format; per-topic gauges refreshed from the plan."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from api.auth import RequireViewer
+from api.deps import RuntimeDep
+from metasrv import queries
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/metrics",
+    dependencies=[RequireViewer],
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def metrics(runtime: RuntimeDep) -> Response:
+    """On the leader, recompute the per-topic gauges first (Kafka trouble only skips that)."""
+    await queries.refresh_metrics(runtime)
+    return Response(runtime.metrics.render(), media_type=CONTENT_TYPE_LATEST)

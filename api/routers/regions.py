@@ -1,0 +1,90 @@
+"""Region routes: register, remove, inspect, replay start (DESIGN §5)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response
+
+from api.auth import RequireOperator, RequireReplay, RequireViewer
+from api.deps import LeaderDep
+from api.models import (
+    ERROR_RESPONSES,
+    MAX_REGION_ID,
+    RegionList,
+    RegionOut,
+    RegisteredRegion,
+    RegisterRegion,
+    ReplayStartOut,
+    TopicName,
+)
+from metasrv import queries
+
+router = APIRouter(tags=["regions"], responses=ERROR_RESPONSES)
+
+RegionIdPath = Annotated[int, Path(ge=0, le=MAX_REGION_ID, description="64-bit region id")]
+
+
+@router.post(
+    "/v1/regions",
+    status_code=201,
+    dependencies=[RequireOperator],
+    summary="Register a region on a topic (least-loaded pool topic unless named)",
+    responses={404: {}, 409: {"description": "Already registered on another topic."}},
+)
+async def register_region(body: RegisterRegion, runtime: LeaderDep) -> RegisteredRegion:
+    """Idempotent for the same region and topic; creates the Kafka topic on first use."""
+    route = await runtime.register_region(body.region_id, body.node_id, body.topic)
+    return RegisteredRegion(region_id=route.region_id, topic=route.topic, node_id=route.node_id)
+
+
+@router.delete(
+    "/v1/regions/{region_id}",
+    status_code=204,
+    dependencies=[RequireOperator],
+    summary="Remove a region from the topic-region map",
+    response_class=Response,
+    responses={404: {"description": "Region not registered."}},
+)
+async def deregister_region(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
+    """Remove the route, its stat and its checkpoint key."""
+    await runtime.deregister_region(region_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/v1/regions",
+    dependencies=[RequireViewer],
+    summary="Registered regions, ordered by id",
+)
+async def list_regions(
+    runtime: LeaderDep,
+    topic: Annotated[TopicName | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+) -> RegionList:
+    """Every region (or one topic's), up to `limit`."""
+    views = await queries.region_views(runtime, topic, limit)
+    return RegionList(regions=[RegionOut.of(v) for v in views])
+
+
+@router.get(
+    "/v1/regions/{region_id}",
+    dependencies=[RequireViewer],
+    summary="A region's route, latest stat, prunable id and replay start",
+    responses={404: {"description": "Region not registered."}},
+)
+async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> RegionOut:
+    """What the leader knows about one region now."""
+    return RegionOut.of(await queries.region_view(runtime, region_id))
+
+
+@router.get(
+    "/v1/regions/{region_id}/replay-start",
+    dependencies=[RequireReplay],
+    summary="Entry id a restarting region replays its WAL from",
+    responses={404: {"description": "Region not registered."}},
+)
+async def replay_start(region_id: RegionIdPath, runtime: LeaderDep) -> ReplayStartOut:
+    """`max(flushed_entry_id, pruned_entry_id) + 1`; flushed from the live stat, else the
+    last checkpoint, else -1."""
+    return ReplayStartOut.of(await queries.replay_start(runtime, region_id))

@@ -1,0 +1,211 @@
+"""Everything one metasrv process runs, built once and torn down in order.
+
+The FastAPI lifespan calls `Runtime.build(settings)`, `await runtime.start()` and, on
+shutdown, `await runtime.close()`; nothing else creates clients or engines. Leadership
+changes land in `_on_leadership`: stats, instructions and dirty checkpoints are
+dropped (DESIGN §2 invariant 3), and a new leader reloads the topic-region map before it
+serves heartbeats or writes (`serving`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+
+from metasrv.checkpoints import Checkpointer
+from metasrv.election import Election, build_election
+from metasrv.errors import MetasrvError, NotLeader, Unavailable
+from metasrv.heartbeat import HeartbeatHandler
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import KvBackend, open_kv
+from metasrv.locks import TopicLocks
+from metasrv.mailbox import Mailbox
+from metasrv.metrics import Metrics
+from metasrv.model import RegionRoute
+from metasrv.registry import RegionRegistry
+from metasrv.settings import Settings
+from metasrv.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+_LOAD_RETRY_MAX = 5.0
+
+
+def history_url(url: str) -> str:
+    """psycopg 3 for plain `postgresql://` URLs (psycopg2 is not installed)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+@dataclass(eq=False)
+class Runtime:
+    """The wired components of one process (see module docstring)."""
+
+    settings: Settings
+    """Validated configuration."""
+    kv: KvBackend
+    """etcd or SQL kv backend."""
+    kafka: KafkaAdmin
+    """Kafka admin adapter."""
+    locks: TopicLocks
+    """Per-topic shared/exclusive locks (registration vs purge)."""
+    registry: RegionRegistry
+    """Leader's in-memory region and topic stats."""
+    topology: Topology
+    """Topic-region map."""
+    mailbox: Mailbox
+    """Instructions riding heartbeat responses."""
+    checkpointer: Checkpointer
+    """Batched checkpoint writer."""
+    election: Election
+    """Who leads."""
+    metrics: Metrics
+    """This process's Prometheus series."""
+    history: Engine
+    """SQLAlchemy engine of `settings.history.url`."""
+    heartbeats: HeartbeatHandler
+    """The heartbeat hot path."""
+    procedures: Any | None = None
+    """The procedure manager (wired by procedures/; needs async start()/stop())."""
+    ticker: Any | None = None
+    """The auto-prune ticker (async start()/stop())."""
+    serving: bool = False
+    """True while this process leads AND has loaded the map: it may take heartbeats."""
+    started_at: float = field(default_factory=time.time)
+    """Wall-clock start time."""
+    _closed: bool = field(default=False, init=False)
+    _leadership_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+
+    @classmethod
+    def build(cls, settings: Settings, *, addr: str | None = None) -> Runtime:
+        """Open every client (no leader work yet). `addr` overrides the advertised address."""
+        kv = open_kv(settings)
+        try:
+            kafka = KafkaAdmin(settings.wal.broker_endpoints)
+            locks = TopicLocks()
+            metrics = Metrics()
+            registry = RegionRegistry()
+            election = build_election(settings, kv, addr=addr)
+            topology = Topology(kv, kafka, locks, settings, fence=election.fence)
+            mailbox = Mailbox(registry, metrics=metrics)
+            checkpointer = Checkpointer(
+                topology, registry, settings, metrics, may_write=lambda: election.is_leader
+            )
+            heartbeats = HeartbeatHandler(
+                registry,
+                topology,
+                mailbox,
+                checkpointer,
+                metrics,
+                leader_addr=election.leader_addr,
+            )
+            history = create_engine(history_url(settings.history.url))
+        except BaseException:
+            kv.close()
+            raise
+        return cls(
+            settings=settings,
+            kv=kv,
+            kafka=kafka,
+            locks=locks,
+            registry=registry,
+            topology=topology,
+            mailbox=mailbox,
+            checkpointer=checkpointer,
+            election=election,
+            metrics=metrics,
+            history=history,
+            heartbeats=heartbeats,
+        )
+
+    async def start(self) -> None:
+        """Start background work and campaign. Our leadership listener is added first, so
+        the map is loaded before any later listener (the procedure manager) runs."""
+        self.election.add_listener(self._on_leadership)
+        await self.checkpointer.start()
+        for component in (self.procedures, self.ticker):
+            if component is not None:
+                await component.start()
+        await self.election.start()
+
+    async def close(self) -> None:
+        """Stop in reverse dependency order; repeat-safe. Checkpoints are flushed while
+        this process still leads, before it resigns."""
+        if self._closed:
+            return
+        self._closed = True
+        for component in (self.ticker, self.procedures):
+            if component is not None:
+                await _quietly(component.stop(), "stopping " + type(component).__name__)
+        await _quietly(self.checkpointer.stop(), "stopping checkpointer")
+        await _quietly(self.election.stop(), "stopping election")
+        self.serving = False
+        self.kafka.close()
+        self.kv.close()
+        self.history.dispose()
+
+    # --- region map changes (leader only; callers check `require_serving`) -----------
+
+    async def register_region(
+        self, region_id: int, node_id: int, topic: str | None = None
+    ) -> RegionRoute:
+        """Map a region to a topic (see `Topology.register`)."""
+        return await self.topology.register(region_id, node_id, topic)
+
+    async def deregister_region(self, region_id: int) -> RegionRoute:
+        """Unmap a region and forget its stat and pending checkpoint."""
+        route = await self.topology.deregister(region_id)
+        self.registry.discard(region_id)
+        self.checkpointer.discard(region_id)
+        return route
+
+    # --- leadership --------------------------------------------------------------------
+
+    def require_serving(self) -> None:
+        """Raise `NotLeader` (421) on a follower, `Unavailable` (503) while loading the map."""
+        if not self.election.is_leader:
+            raise NotLeader(self.election.leader_addr())
+        if not self.serving:
+            raise Unavailable("this metasrv just became leader and is loading the topic-region map")
+
+    async def _on_leadership(self, leader: bool) -> None:
+        async with self._leadership_lock:
+            self.serving = False
+            # Stats, instructions and dirty checkpoints of another term are never reused.
+            self.registry.clear()
+            self.mailbox.clear()
+            self.checkpointer.clear()
+            self.metrics.is_leader.set(1 if leader else 0)
+            if not leader:
+                self.topology.unload()
+                logger.info("lost leadership")
+                return
+            delay = 0.25
+            while self.election.is_leader and not self._closed:
+                try:
+                    regions = await self.topology.load()
+                except MetasrvError as exc:
+                    logger.warning("loading the topic-region map failed", extra={"error": str(exc)})
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _LOAD_RETRY_MAX)
+                    continue
+                self.serving = self.election.is_leader
+                logger.info("serving as leader", extra={"regions": regions})
+                return
+
+
+async def _quietly(awaitable: Any, what: str) -> None:
+    try:
+        await awaitable
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        logger.exception("%s failed", what)

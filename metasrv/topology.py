@@ -1,0 +1,367 @@
+"""The topic-region map: which region writes its WAL to which topic (DESIGN §1, §4).
+
+The map lives in the kv backend under `__topic_region/{topic}/{region_id}`; the leader
+holds a copy in memory (loaded on gaining leadership) and is the only writer. Reads
+(`route`, `regions_of`) are dict lookups, so the heartbeat hot path can afford one per
+region. Registration takes the topic's shared lock while it writes, so a purge (which
+holds the exclusive lock) never plans from a map that misses a region being added
+(invariant 4). Writes carry the election's fence, so a deposed leader cannot change
+the map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import orjson
+
+from metasrv import keys
+from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import Compare, Delete, KeyValue, KvBackend, Put
+from metasrv.locks import TopicLocks
+from metasrv.model import RegionRoute
+from metasrv.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+"""Kafka's legal topic names."""
+
+MAX_REGION_ID = (1 << 64) - 1
+
+_SCAN_PAGE = 5000
+
+
+def _no_fence() -> list[Compare]:
+    return []
+
+
+def parse_route(kv: KeyValue) -> RegionRoute | None:
+    """One `__topic_region/{topic}/{region_id}` key as a route; None if the key is not one.
+
+    A key whose JSON value is damaged still maps its region (with no node and no
+    checkpoint): dropping it would let a purge ignore a region that may need entries.
+    """
+    try:
+        topic, region_id = keys.parse_topic_region(kv.key)
+    except ValueError:
+        logger.error("ignoring malformed topic-region key", extra={"key": kv.key})
+        return None
+    node_id = -1
+    checkpoint: int | None = None
+    try:
+        value = orjson.loads(kv.value)
+        node = value.get("node_id")
+        if type(node) is int:
+            node_id = node
+        cp = value.get("checkpoint")
+        if isinstance(cp, dict) and type(cp.get("entry_id")) is int:
+            checkpoint = cp["entry_id"]
+    except (orjson.JSONDecodeError, AttributeError):
+        logger.error("damaged topic-region value; keeping the region mapped", extra={"key": kv.key})
+    return RegionRoute(
+        region_id=region_id, topic=topic, node_id=node_id, checkpoint_entry_id=checkpoint
+    )
+
+
+def route_value(node_id: int, checkpoint_entry_id: int | None) -> bytes:
+    """The stored JSON of one route (DESIGN §4)."""
+    checkpoint = None if checkpoint_entry_id is None else {"entry_id": checkpoint_entry_id}
+    return orjson.dumps({"node_id": node_id, "checkpoint": checkpoint})
+
+
+def parse_pruned(value: bytes) -> int | None:
+    """`{"pruned_entry_id": int|null}` -> the int, or None (also for a damaged value)."""
+    try:
+        pruned = orjson.loads(value).get("pruned_entry_id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return pruned if type(pruned) is int else None
+
+
+class Topology:
+    """The leader's copy of the topic-region map, and the only code that changes it."""
+
+    def __init__(
+        self,
+        kv: KvBackend,
+        kafka: KafkaAdmin,
+        locks: TopicLocks,
+        settings: Settings,
+        *,
+        fence: Callable[[], Sequence[Compare]] = _no_fence,
+    ) -> None:
+        self._kv = kv
+        self._kafka = kafka
+        self._locks = locks
+        self._settings = settings
+        self.fence = fence
+        """Compares that hold only while this process leads (set from the election)."""
+        wal = settings.wal
+        self._pool = [f"{wal.topic_name_prefix}_{n}" for n in range(wal.num_topics)]
+        self._pool_set = frozenset(self._pool)
+        self._routes: dict[int, RegionRoute] = {}
+        self._by_topic: dict[str, dict[int, RegionRoute]] = {}
+        self._created: set[str] = set()
+        self._reserved: Counter[str] = Counter()
+        # Serializes map changes (registration, removal, checkpoint writes) with each
+        # other; never held while waiting for a topic lock.
+        self._mutate = asyncio.Lock()
+        self.loaded = False
+        """True once `load()` has read the map since the last `unload()`."""
+
+    # --- loading ---------------------------------------------------------------------
+
+    async def load(self) -> int:
+        """Replace the in-memory map with the kv backend's; return the region count."""
+
+        def read() -> list[RegionRoute]:
+            routes = []
+            for kv in self._kv.scan(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE):
+                route = parse_route(kv)
+                if route is not None:
+                    routes.append(route)
+            return routes
+
+        async with self._mutate:
+            routes = await asyncio.to_thread(read)
+            by_id: dict[int, RegionRoute] = {}
+            by_topic: dict[str, dict[int, RegionRoute]] = {}
+            for route in routes:
+                previous = by_id.get(route.region_id)
+                if previous is not None and previous.topic != route.topic:
+                    # Should never happen (registration checks); keep both keys visible
+                    # in the plan by mapping it under each topic, and say so loudly.
+                    logger.error(
+                        "region mapped to two topics",
+                        extra={
+                            "region_id": route.region_id,
+                            "topics": [previous.topic, route.topic],
+                        },
+                    )
+                by_id[route.region_id] = route
+                by_topic.setdefault(route.topic, {})[route.region_id] = route
+            self._routes = by_id
+            self._by_topic = by_topic
+            self._created = set(by_topic)
+            self.loaded = True
+        logger.info(
+            "topic-region map loaded", extra={"regions": len(by_id), "topics": len(by_topic)}
+        )
+        return len(by_id)
+
+    def unload(self) -> None:
+        """Forget the map (this process stopped leading)."""
+        self._routes = {}
+        self._by_topic = {}
+        self._created = set()
+        self.loaded = False
+
+    # --- reads -----------------------------------------------------------------------
+
+    def pool_topics(self) -> list[str]:
+        """`{prefix}_{n}` for n < num_topics."""
+        return list(self._pool)
+
+    def topics(self) -> list[str]:
+        """Pool topics, then any other topic that has regions (sorted)."""
+        extra = sorted(t for t in self._by_topic if t not in self._pool_set)
+        return [*self._pool, *extra]
+
+    def route(self, region_id: int) -> RegionRoute | None:
+        """The region's route, or None when it is not registered."""
+        return self._routes.get(region_id)
+
+    @property
+    def routes(self) -> Mapping[int, RegionRoute]:
+        """Every route by region id (live; do not hold across an `await`)."""
+        return self._routes
+
+    def regions_of(self, topic: str) -> list[RegionRoute]:
+        """Every region mapped to `topic` (empty for an unknown topic)."""
+        return list(self._by_topic.get(topic, {}).values())
+
+    def routes_by_topic(self) -> dict[str, Collection[RegionRoute]]:
+        """Topic -> its routes, for the planner (views: use before the next `await`)."""
+        return {topic: regions.values() for topic, regions in self._by_topic.items()}
+
+    def region_count(self, topic: str | None = None) -> int:
+        """Regions mapped to `topic`, or in total."""
+        if topic is None:
+            return len(self._routes)
+        return len(self._by_topic.get(topic, ()))
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    async def pruned_entry_ids(self) -> dict[str, int | None]:
+        """Every stored `__topic_name/kafka/{topic}` marker (topics never purged are absent)."""
+
+        def read() -> dict[str, int | None]:
+            found: dict[str, int | None] = {}
+            for kv in self._kv.scan(keys.TOPIC_NAME_PREFIX, page_size=_SCAN_PAGE):
+                found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = parse_pruned(kv.value)
+            return found
+
+        return await asyncio.to_thread(read)
+
+    async def pruned_entry_id(self, topic: str) -> int | None:
+        """One topic's marker, or None if it was never purged."""
+        kv = await asyncio.to_thread(self._kv.get, keys.topic_name(topic))
+        return None if kv is None else parse_pruned(kv.value)
+
+    # --- writes ----------------------------------------------------------------------
+
+    async def register(self, region_id: int, node_id: int, topic: str | None = None) -> RegionRoute:
+        """Map a region to `topic`, or to the least-loaded pool topic; idempotent.
+
+        Creates the Kafka topic on its first use. Raises `Conflict` if the region is
+        already mapped to another topic, `InvalidArgument` for bad ids or topic names.
+        """
+        if not 0 <= region_id <= MAX_REGION_ID:
+            raise InvalidArgument(f"region_id must be in [0, 2^64): {region_id}")
+        if node_id < 0:
+            raise InvalidArgument(f"node_id must be >= 0: {node_id}")
+        if topic is not None and not _TOPIC_NAME.match(topic):
+            raise InvalidArgument(f"not a valid Kafka topic name: {topic!r}")
+        existing = self._existing(region_id, topic)
+        if existing is not None:
+            return existing
+
+        chosen = topic if topic is not None else self._least_loaded()
+        self._reserved[chosen] += 1
+        try:
+            async with self._locks.read(chosen), self._mutate:
+                existing = self._existing(region_id, topic)
+                if existing is not None:
+                    return existing
+                if chosen not in self._created:
+                    await asyncio.to_thread(
+                        self._kafka.ensure_topics,
+                        [chosen],
+                        replication_factor=self._settings.wal.replication_factor,
+                    )
+                    self._created.add(chosen)
+                key = keys.topic_region(chosen, region_id)
+                result = await asyncio.to_thread(
+                    self._kv.txn,
+                    [*self.fence(), Compare(key, revision=0)],
+                    [Put(key, route_value(node_id, None))],
+                )
+                if not result.succeeded:
+                    stored = await asyncio.to_thread(self._kv.get, key)
+                    if stored is None:
+                        raise LeadershipLost("lost leadership while registering a region")
+                    # Written by an earlier leader after our load: adopt it.
+                    adopted = parse_route(stored)
+                    assert adopted is not None
+                    self._insert(adopted)
+                    return adopted
+                route = RegionRoute(
+                    region_id=region_id, topic=chosen, node_id=node_id, checkpoint_entry_id=None
+                )
+                self._insert(route)
+        finally:
+            self._reserved[chosen] -= 1
+            if not self._reserved[chosen]:
+                del self._reserved[chosen]
+        logger.info(
+            "region registered", extra={"region_id": region_id, "topic": chosen, "node_id": node_id}
+        )
+        return route
+
+    async def deregister(self, region_id: int) -> RegionRoute:
+        """Remove a region from the map; `NotFound` if it is not registered."""
+        route = self._routes.get(region_id)
+        if route is None:
+            raise NotFound(f"region {region_id} is not registered")
+        async with self._locks.read(route.topic), self._mutate:
+            route = self._routes.get(region_id)
+            if route is None:
+                raise NotFound(f"region {region_id} is not registered")
+            result = await asyncio.to_thread(
+                self._kv.txn,
+                list(self.fence()),
+                [Delete(keys.topic_region(route.topic, region_id))],
+            )
+            if not result.succeeded:
+                raise LeadershipLost("lost leadership while deregistering a region")
+            self._remove(route)
+        logger.info("region deregistered", extra={"region_id": region_id, "topic": route.topic})
+        return route
+
+    async def set_checkpoints(self, updates: Mapping[int, tuple[int, int]]) -> int:
+        """Persist `region_id -> (node_id, prunable entry id)` checkpoints; return keys written.
+
+        Regions no longer mapped are skipped (a removed region is never resurrected), and
+        so are unchanged checkpoints. One `batch_put`, chunked by the backend.
+        """
+        async with self._mutate:
+            items: list[tuple[str, bytes]] = []
+            changed: list[RegionRoute] = []
+            routes = self._routes
+            for region_id, (node_id, entry_id) in updates.items():
+                route = routes.get(region_id)
+                if route is None or (
+                    route.checkpoint_entry_id == entry_id and route.node_id == node_id
+                ):
+                    continue
+                new = RegionRoute(
+                    region_id=region_id,
+                    topic=route.topic,
+                    node_id=node_id,
+                    checkpoint_entry_id=entry_id,
+                )
+                items.append(
+                    (keys.topic_region(route.topic, region_id), route_value(node_id, entry_id))
+                )
+                changed.append(new)
+            if not items:
+                return 0
+            await asyncio.to_thread(self._kv.batch_put, items)
+            for new in changed:
+                # `unload()` may have run during the write (leadership lost): re-check.
+                current = self._routes.get(new.region_id)
+                if current is not None and current.topic == new.topic:
+                    self._insert(new)
+        return len(items)
+
+    # --- internals -------------------------------------------------------------------
+
+    def _existing(self, region_id: int, topic: str | None) -> RegionRoute | None:
+        existing = self._routes.get(region_id)
+        if existing is None:
+            return None
+        if topic is not None and existing.topic != topic:
+            raise Conflict(
+                f"region {region_id} is already registered on topic {existing.topic}",
+                details={"region_id": region_id, "topic": existing.topic},
+            )
+        return existing
+
+    def _least_loaded(self) -> str:
+        # Ties go to the lowest pool index, so an empty pool fills round-robin. Regions
+        # being registered right now count, so concurrent registrations spread out.
+        counts = self._by_topic
+        reserved = self._reserved
+        return min(
+            self._pool,
+            key=lambda t: len(counts.get(t, ())) + reserved.get(t, 0),
+        )
+
+    def _insert(self, route: RegionRoute) -> None:
+        self._routes[route.region_id] = route
+        self._by_topic.setdefault(route.topic, {})[route.region_id] = route
+
+    def _remove(self, route: RegionRoute) -> None:
+        self._routes.pop(route.region_id, None)
+        regions = self._by_topic.get(route.topic)
+        if regions is not None:
+            regions.pop(route.region_id, None)
+            if not regions:
+                del self._by_topic[route.topic]
