@@ -275,12 +275,13 @@ class EtcdElection:
         if holder is not None:
             self._observe(holder)
             return False
+        # The lease's TTL runs from its grant, so our deadline counts from before it.
+        granted = time.monotonic()
         lease_id = await self._call(self._grant)
         value = json.dumps(
             {"node": self.node_name, "addr": self.addr, "term": lease_id},
             separators=(",", ":"),
         ).encode()
-        sent = time.monotonic()
         try:
             won, holder = await self._call(self._try_create, value, lease_id)
         except asyncio.CancelledError:
@@ -294,7 +295,7 @@ class EtcdElection:
                 self._observe(holder)
             return False
         self._lease_id, self._value = lease_id, value
-        self._deadline = sent + self.lease_secs
+        self._deadline = granted + self.lease_secs
         self._leader_addr, self._leader_term = self.addr, lease_id
         self._leader = True
         logger.info(
