@@ -1,0 +1,86 @@
+"""Purge routes: trigger (or dry-run) purges, read purge history and WAL events (DESIGN §5).
+
+`POST /v1/purge` submits one WAL purge procedure per topic and answers 202 with their
+ids; with `dry_run` it answers 200 with the plan those purges would follow now. History
+and events come from SQL, so any replica serves them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from api.auth import RequireOperator, RequireViewer
+from api.deps import LeaderDep, RuntimeDep
+from api.models import ERROR_RESPONSES, PlanList, TopicName, TopicPlanOut
+from api.models_ops import (
+    PurgeHistory,
+    PurgeRecordOut,
+    PurgeRequest,
+    PurgeSubmitted,
+    WalEventList,
+    WalEventOut,
+)
+from api.routers.procedures import manager_of
+from metasrv import queries
+from procedures import History
+
+router = APIRouter(tags=["purge"], responses=ERROR_RESPONSES)
+
+EventKind = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")]
+
+
+@router.post(
+    "/v1/purge",
+    dependencies=[RequireOperator],
+    status_code=202,
+    summary="Purge the WAL of some or all topics (or show the plan with dry_run)",
+    response_model=None,
+    responses={
+        202: {"model": PurgeSubmitted, "description": "Procedures submitted (one per topic)."},
+        200: {"model": PlanList, "description": "dry_run: the plan; nothing submitted."},
+        404: {"description": "A named topic is unknown; nothing was submitted."},
+    },
+)
+async def purge(body: PurgeRequest, runtime: LeaderDep) -> JSONResponse:
+    """A topic that already has a purge running yields that procedure's id again."""
+    topics = None if body.topics is None else list(dict.fromkeys(body.topics))
+    if body.dry_run:
+        plans = await queries.compute_plans(runtime, topics)
+        plan = PlanList(topics=[TopicPlanOut.of(p) for p in plans.values()])
+        return JSONResponse(plan.model_dump(mode="json"), status_code=200)
+    ids = await manager_of(runtime).submit_purge(topics, reason="manual")
+    return JSONResponse(PurgeSubmitted(procedure_ids=ids).model_dump(mode="json"), status_code=202)
+
+
+@router.get(
+    "/v1/purge/history",
+    dependencies=[RequireViewer],
+    summary="Completed purges, newest first (from SQL)",
+)
+async def purge_history(
+    runtime: RuntimeDep,
+    topic: Annotated[TopicName | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> PurgeHistory:
+    """What each purge deleted, from which marker to which, and how long it took."""
+    rows = await History(runtime.history).purges(topic=topic, limit=limit)
+    return PurgeHistory(purges=[PurgeRecordOut.of(r) for r in rows])
+
+
+@router.get(
+    "/v1/events",
+    dependencies=[RequireViewer],
+    summary="WAL events (e.g. `wal_data_loss`), newest first (from SQL)",
+)
+async def wal_events(
+    runtime: RuntimeDep,
+    topic: Annotated[TopicName | None, Query()] = None,
+    kind: EventKind | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> WalEventList:
+    """Data loss detected by purges (invariant 7) and other notable WAL events."""
+    rows = await History(runtime.history).events(topic=topic, kind=kind, limit=limit)
+    return WalEventList(events=[WalEventOut.of(r) for r in rows])
