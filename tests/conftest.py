@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from metasrv.kafka import KafkaAdmin
 from metasrv.stack import Endpoints, StackConfig, ensure_up
 
 if TYPE_CHECKING:
@@ -75,6 +76,23 @@ def postgres_url(request: pytest.FixtureRequest) -> str:
 def unique_prefix() -> str:
     """Unique per test: `t` + 8 hex digits, valid as a Kafka topic prefix and a kv key prefix."""
     return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def kafka_admin(kafka_bootstrap: str) -> Iterator[KafkaAdmin]:
+    """An admin client of the test broker."""
+    client = KafkaAdmin(kafka_bootstrap)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def kafka_topic(kafka_admin: KafkaAdmin, unique_prefix: str) -> Iterator[str]:
+    """A new single-partition topic `<unique_prefix>-wal`, deleted after the test."""
+    name = f"{unique_prefix}-wal"
+    assert kafka_admin.ensure_topics([name]) == [name]
+    yield name
+    kafka_admin.delete_topics([name])
 
 
 def _java_home() -> str | None:

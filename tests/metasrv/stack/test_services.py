@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pyetcd
-import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from metasrv.kafka import KafkaAdmin
-
-
-@pytest.fixture
-def admin(kafka_bootstrap: str) -> Iterator[KafkaAdmin]:
-    client = KafkaAdmin(kafka_bootstrap)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def topic(admin: KafkaAdmin, unique_prefix: str) -> Iterator[str]:
-    name = f"{unique_prefix}-wal"
-    assert admin.ensure_topics([name]) == [name]
-    yield name
-    admin.delete_topics([name])
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> None:
@@ -42,8 +24,9 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def test_delete_records_moves_log_start_and_old_offsets_are_out_of_range(
-    admin: KafkaAdmin, topic: str, kafka_bootstrap: str, unique_prefix: str
+    kafka_admin: KafkaAdmin, kafka_topic: str, kafka_bootstrap: str, unique_prefix: str
 ) -> None:
+    admin, topic = kafka_admin, kafka_topic
     _produce(kafka_bootstrap, topic, 1000)
     before = admin.offsets([topic])[topic]
     assert (before.log_start_offset, before.high_watermark) == (0, 1000)
