@@ -495,6 +495,10 @@ class ProcedureManager:
         """Registered procedure kinds."""
         return self._kinds.keys()
 
+    def register_kind(self, kind: type[Procedure[Any]]) -> None:
+        """Make another procedure kind submittable and resumable (before `start`)."""
+        self._kinds[kind.kind] = kind
+
 
 class _Run:
     """One execution of one procedure by this manager (until terminal or stopped)."""

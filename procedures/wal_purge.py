@@ -38,6 +38,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
 from metasrv.model import RegionRoute, RegionStat, TopicPlan
@@ -111,7 +113,9 @@ class PurgeData:
     """Kafka's log start after the deletion."""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Through JSON once, so in-memory and stored forms are equal (tuples -> lists).
+        out: dict[str, Any] = orjson.loads(orjson.dumps(dataclasses.asdict(self)))
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> PurgeData:

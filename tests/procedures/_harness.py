@@ -1,0 +1,232 @@
+"""A metasrv leader's procedure stack on real services, for tests and the crash runner.
+
+Everything is the real code: `EtcdKv` and `EtcdElection` on etcd, `KafkaAdmin` on the
+broker, `Topology`, `RegionRegistry`, `Mailbox`, `TopicLocks` and `ProcedureManager`,
+and the SQL history on a migrated database. Region stats are put into the registry the
+way the heartbeat handler does (`RegionRegistry.update`); that is the only shortcut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from sqlalchemy import Engine, create_engine
+
+from metasrv.election import EtcdElection
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import EtcdKv, KvBackend
+from metasrv.kv._sql import normalize_url
+from metasrv.locks import TopicLocks
+from metasrv.mailbox import Mailbox
+from metasrv.metrics import Metrics
+from metasrv.model import PartitionOffsets, RegionStat
+from metasrv.registry import RegionRegistry
+from metasrv.settings import Settings, load_settings
+from metasrv.topology import Topology
+from procedures import ProcedureManager
+from procedures._planning import decode_marker
+
+
+def make_settings(
+    *,
+    kafka: str,
+    etcd: str,
+    prefix: str,
+    num_topics: int = 4,
+    wal: dict[str, Any] | None = None,
+    procedure: dict[str, Any] | None = None,
+    lease_secs: int = 2,
+) -> Settings:
+    """Settings for one test: its own topic pool and kv key prefix, fast retries."""
+    return load_settings(
+        wal={
+            "broker_endpoints": [kafka],
+            "topic_name_prefix": prefix,
+            "num_topics": num_topics,
+            "region_stat_ttl": "30s",
+            "flush_wait_timeout": "2s",
+            "auto_prune_interval": "0s",
+            **(wal or {}),
+        },
+        procedure={"retry_delay": "50ms", "max_retry_times": 12, **(procedure or {})},
+        kv={"backend": "etcd", "etcd_endpoints": [etcd], "key_prefix": f"{prefix}/"},
+        election={"lease_secs": lease_secs},
+    )
+
+
+class Harness:
+    """One would-be leader: build, `start()`, use, `close()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        history_url: str,
+        *,
+        name: str | None = None,
+        kv: KvBackend | None = None,
+        kafka: KafkaAdmin | None = None,
+    ) -> None:
+        self.settings = settings
+        self.prefix = settings.wal.topic_name_prefix
+        self.bootstrap = settings.wal.broker_endpoints[0]
+        self.name = name or f"node-{uuid.uuid4().hex[:6]}"
+        etcd_kv = EtcdKv(settings.kv.etcd_endpoints, settings.kv.key_prefix)
+        self._etcd_kv = etcd_kv
+        self.kv: KvBackend = kv or etcd_kv
+        self.kafka = kafka or KafkaAdmin(self.bootstrap)
+        self.election = EtcdElection(
+            etcd_kv, node_name=self.name, addr=self.name, lease_secs=settings.election.lease_secs
+        )
+        self.locks = TopicLocks()
+        self.registry = RegionRegistry()
+        self.metrics = Metrics()
+        self.topology = Topology(
+            self.kv, self.kafka, self.locks, settings, fence=self.election.fence
+        )
+        self.mailbox = Mailbox(self.registry, metrics=self.metrics)
+        self.engine: Engine = create_engine(normalize_url(history_url))
+        self.manager = ProcedureManager(
+            self.kv,
+            self.engine,
+            self.election,
+            self.kafka,
+            self.registry,
+            self.topology,
+            self.mailbox,
+            self.locks,
+            self.metrics,
+            settings,
+        )
+
+    async def _on_leadership(self, leader: bool) -> None:
+        # Runs before the manager's listener: the map must be loaded before resuming.
+        if leader:
+            await self.topology.load()
+        else:
+            self.topology.unload()
+            self.registry.clear()
+
+    async def start(self, *, wait_leader: float = 20.0) -> None:
+        """Campaign and wait until the manager leads."""
+        self.election.add_listener(self._on_leadership)
+        await self.manager.start()
+        await self.election.start()
+        deadline = time.monotonic() + wait_leader
+        while not self.manager.leading:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} did not become leader in {wait_leader}s")
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        await self.manager.stop()
+        await self.election.stop()
+        self._etcd_kv.close()
+        if self.kv is not self._etcd_kv:
+            self.kv.close()
+        self.engine.dispose()
+
+    # -- world helpers ------------------------------------------------------------------
+
+    def topic(self, n: int) -> str:
+        return f"{self.prefix}_{n}"
+
+    async def register(self, region_id: int, topic: str, node_id: int = 1) -> None:
+        await self.topology.register(region_id, node_id, topic)
+
+    def report(
+        self,
+        region_id: int,
+        topic: str,
+        flushed: int,
+        *,
+        latest: int | None = None,
+        node_id: int = 1,
+        memtable: int = 100,
+        age: float = 0.0,
+    ) -> None:
+        """What a heartbeat carrying this region's stat does to the registry."""
+        self.registry.update(
+            [
+                RegionStat(
+                    region_id=region_id,
+                    node_id=node_id,
+                    topic=topic,
+                    flushed_entry_id=flushed,
+                    topic_latest_entry_id=latest,
+                    memtable_bytes=memtable,
+                    manifest_version=1,
+                    received_at=time.monotonic() - age,
+                )
+            ]
+        )
+
+    def report_topic(self, topic: str, latest: int, *, record_size: int, record_num: int) -> None:
+        self.registry.report_topic(1, topic, latest, record_size, record_num, time.monotonic())
+
+    def produce(self, topic: str, count: int, *, size: int = 100) -> None:
+        produce(self.bootstrap, topic, count, size=size)
+
+    def offsets(self, topic: str) -> PartitionOffsets:
+        return self.kafka.offsets([topic])[topic]
+
+    def marker(self, topic: str) -> int | None:
+        from metasrv import keys
+
+        return decode_marker(self.kv.get(keys.topic_name(topic)))
+
+    def readable(self, topic: str, offset: int) -> bool:
+        return readable(self.bootstrap, topic, offset)
+
+
+def produce(bootstrap: str, topic: str, count: int, *, size: int = 100) -> None:
+    """Append `count` records of `size` bytes to partition 0."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    failures: list[Any] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(err)
+
+    payload = b"x" * size
+    for _ in range(count):
+        producer.produce(topic, value=payload, partition=0, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert failures == []
+
+
+def readable(bootstrap: str, topic: str, offset: int, timeout: float = 20.0) -> bool:
+    """Read the record at `offset` as a region replay does (`auto.offset.reset=error`).
+
+    True when the record is returned; False when Kafka says the offset is out of range.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "error",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, offset)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is None:
+                assert msg.offset() == offset
+                return True
+            if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                return False
+            raise AssertionError(f"unexpected consumer error: {err}")
+        raise AssertionError(f"no answer reading {topic}@{offset} in {timeout}s")
+    finally:
+        consumer.close()

@@ -1,0 +1,370 @@
+"""The WAL purge procedure against real Kafka and etcd: DESIGN §2's invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from metasrv import keys
+from metasrv.errors import Conflict, NotFound, NotLeader
+from procedures import ProcedureState
+from procedures._planning import advance_marker
+from procedures.wal_purge import DATA_LOSS_EVENT
+from tests.procedures._harness import Harness
+from tests.procedures.conftest import HarnessFactory
+
+
+async def purge(h: Harness, topic: str, timeout: float = 30.0) -> ProcedureState:
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    view = await h.manager.wait(pid, timeout)
+    assert view.state.terminal, view
+    return view.state
+
+
+async def test_purge_deletes_below_min_prunable_and_moves_marker(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    await h.register(2, topic)
+    h.produce(topic, 100)
+    h.report(1, topic, flushed=70)
+    h.report(2, topic, flushed=40)
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    view = await h.manager.wait(pid, 30)
+
+    assert view.state is ProcedureState.SUCCEEDED, view
+    assert view.outcome is not None and "to 40" in view.outcome
+    assert [s.step for s in view.steps] == ["prepare", "purge"]
+    assert h.offsets(topic).log_start_offset == 40
+    assert h.marker(topic) == 40
+    # Region 2 replays from 41 (> its flushed id): readable. Entry 40 itself is kept.
+    assert h.readable(topic, 41) and h.readable(topic, 40)
+    assert not h.readable(topic, 39)
+    [row] = await h.manager.services.history.purges(topic=topic)
+    assert (row.prune_point, row.previous_log_start, row.low_watermark) == (40, 0, 40)
+    assert row.entries_deleted == 40 and row.procedure_id == pid and not row.logical_delete
+    assert h.metrics.purges.labels(topic=topic)._value.get() == 1
+    assert h.metrics.pruned_entry_id.labels(topic=topic)._value.get() == 40
+    # The topic's kv lock was released with the terminal write; history has the record.
+    assert h.kv.get(keys.lock(topic)) is None
+    stored = await h.manager.services.history.get_procedure(pid)
+    assert stored is not None and stored.state is ProcedureState.SUCCEEDED
+    assert stored.outcome == view.outcome and stored.timings.keys() == {"prepare", "purge"}
+
+
+async def test_stale_region_blocks_and_is_named(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    await h.register(2, topic)
+    h.produce(topic, 50)
+    h.report(1, topic, flushed=30)
+    h.report(2, topic, flushed=30, age=h.settings.wal.region_stat_ttl + 5)
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    view = await h.manager.wait(pid, 30)
+
+    assert view.state is ProcedureState.SKIPPED
+    assert view.outcome is not None and "2 (stale_stat)" in view.outcome
+    assert h.offsets(topic).log_start_offset == 0
+    assert h.marker(topic) is None
+
+
+async def test_region_without_stat_blocks_after_leader_change(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 20)
+    h.report(1, topic, flushed=10)
+    h.registry.clear()  # what a new leader sees: nothing reported yet (invariant 3)
+
+    view = await h.manager.wait((await h.manager.submit_purge([topic], reason="t"))[0], 30)
+
+    assert view.state is ProcedureState.SKIPPED
+    assert view.outcome is not None and "1 (no_stat)" in view.outcome
+    assert h.offsets(topic).log_start_offset == 0
+
+
+async def test_idle_region_does_not_pin_topic(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    await h.register(2, topic)
+    h.produce(topic, 60)
+    h.report(1, topic, flushed=50)
+    # Region 2 flushed nothing but its memtable is empty at topic latest 59: it needs nothing.
+    h.report(2, topic, flushed=-1, latest=59, memtable=0)
+
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED
+    assert h.offsets(topic).log_start_offset == 50
+    assert h.marker(topic) == 50
+
+
+async def test_prune_point_never_above_high_watermark(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 10)
+    h.report(1, topic, flushed=500)  # claims more than Kafka holds
+
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED
+    offsets = h.offsets(topic)
+    assert offsets.high_watermark == 10
+    assert offsets.log_start_offset == 10
+    assert h.marker(topic) == 10
+
+
+async def test_up_to_date_topic_is_skipped(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 10)
+    h.report(1, topic, flushed=5)
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED
+
+    [pid] = await h.manager.submit_purge([topic], reason="again")
+    view = await h.manager.wait(pid, 30)
+    assert view.state is ProcedureState.SKIPPED
+    assert view.outcome is not None and view.outcome.startswith("up to date")
+    assert h.marker(topic) == 5
+
+
+async def test_retention_overrun_is_reported_and_marker_not_advanced(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    await h.register(2, topic)
+    h.produce(topic, 50)
+    h.report(1, topic, flushed=40)
+    h.report(2, topic, flushed=10)  # needs 11..
+    # Someone (retention, another tool) deletes past region 2's need.
+    assert h.kafka.delete_records({topic: 30}) == {topic: 30}
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    view = await h.manager.wait(pid, 30)
+
+    assert view.state is ProcedureState.FAILED
+    assert view.error_code == "wal_data_loss"
+    assert h.marker(topic) is None
+    assert h.offsets(topic).log_start_offset == 30
+    events = await h.manager.services.history.events(topic=topic)
+    assert [(e.kind, e.region_id) for e in events] == [(DATA_LOSS_EVENT, 2)]
+    assert events[0].details["log_start_offset"] == 30
+    assert h.metrics.wal_data_loss.labels(topic=topic)._value.get() == 1
+
+
+async def test_logical_delete_moves_marker_only(harness_factory: HarnessFactory) -> None:
+    h = await harness_factory(wal={"logical_delete": True})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 30)
+    h.report(1, topic, flushed=20)
+
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED
+    assert h.marker(topic) == 20
+    assert h.offsets(topic).log_start_offset == 0
+    [row] = await h.manager.services.history.purges(topic=topic)
+    assert row.logical_delete and row.low_watermark is None and row.entries_deleted == 20
+
+
+async def test_flush_candidates_get_instructions_and_p_follows_their_flush(
+    harness_factory: HarnessFactory,
+) -> None:
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "20s"})
+    topic = h.topic(0)
+    await h.register(1, topic, node_id=7)
+    await h.register(2, topic, node_id=8)
+    h.produce(topic, 100, size=100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=95, node_id=7)  # 4 entries x 100 B: below the trigger
+    h.report(2, topic, flushed=20, node_id=8)  # 79 entries x 100 B: asked to flush
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    deadline = time.monotonic() + 10
+    while not h.mailbox.pending(8):
+        assert time.monotonic() < deadline, "no flush instruction queued"
+        await asyncio.sleep(0.05)
+    [instruction] = h.mailbox.pending(8)
+    assert instruction.region_ids == (2,)
+    assert h.mailbox.pending(7) == []
+    assert (await h.manager.get(pid)).step == "flush"
+
+    h.report(2, topic, flushed=90, node_id=8)  # the datanode flushed
+    view = await h.manager.wait(pid, 30)
+
+    assert view.state is ProcedureState.SUCCEEDED, view
+    assert view.data["flushed_regions"] == [2]
+    assert h.offsets(topic).log_start_offset == 90
+    assert h.marker(topic) == 90
+
+
+async def test_flush_timeout_purges_to_what_is_safe(harness_factory: HarnessFactory) -> None:
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "1s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=20)  # never flushes
+
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED
+    assert h.offsets(topic).log_start_offset == 20
+
+
+async def test_registration_waits_for_running_purge_and_is_not_harmed(
+    harness_factory: HarnessFactory,
+) -> None:
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "3s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=60)
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    while (await h.manager.get(pid)).step != "flush":
+        await asyncio.sleep(0.02)
+    assert h.locks.is_write_locked(topic)
+
+    registering = asyncio.create_task(h.register(2, topic))
+    await asyncio.sleep(1.0)
+    # Invariant 4: the registration holds until the purge has finished with the topic.
+    assert not registering.done()
+    assert not (await h.manager.get(pid)).state.terminal
+    await registering
+    view = await h.manager.get(pid)
+    assert view.state is ProcedureState.SUCCEEDED
+    assert h.topology.route(2) is not None
+
+    # The new region writes after registering; everything it will need is readable.
+    hw = h.offsets(topic).high_watermark
+    h.produce(topic, 5)
+    h.report(2, topic, flushed=hw - 1)
+    h.report(1, topic, flushed=hw + 4)
+    assert h.readable(topic, hw)
+    # And the next purge must not cut below what region 2 needs.
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED
+    assert h.offsets(topic).log_start_offset == hw - 1
+    assert h.readable(topic, hw)
+
+
+async def test_purge_waits_for_a_registration_in_progress(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 40)
+    h.report(1, topic, flushed=30)
+
+    async with h.locks.read(topic):  # a registration holds the shared lock
+        [pid] = await h.manager.submit_purge([topic], reason="test")
+        await asyncio.sleep(0.5)
+        view = await h.manager.get(pid)
+        assert not view.state.terminal and view.step == "prepare"
+        # The registration completes while the purge waits: the region is in the map
+        # the purge will read (inserted directly, as Topology.register does under the lock).
+        from metasrv.kv import Put
+        from metasrv.topology import route_value
+
+        h.kv.txn([], [Put(keys.topic_region(topic, 2), route_value(1, None))])
+        await h.topology.load()
+
+    view = await h.manager.wait(pid, 30)
+    # Region 2 has not reported yet, so the purge must not touch the topic.
+    assert view.state is ProcedureState.SKIPPED
+    assert view.outcome is not None and "2 (no_stat)" in view.outcome
+    assert h.offsets(topic).log_start_offset == 0
+
+
+async def test_marker_is_monotonic_under_concurrent_cas(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    targets = [5, 40, 12, 33, 40, 7, 39, 1, 25, 38] * 3
+    previous = await asyncio.gather(
+        *(advance_marker(h.manager.services, topic, t) for t in targets)
+    )
+    assert h.marker(topic) == 40
+    # Every CAS saw a marker below its target or left it alone: values only ever grew.
+    assert all(p is None or isinstance(p, int) for p in previous)
+    assert await advance_marker(h.manager.services, topic, 3) == 40
+    assert h.marker(topic) == 40
+
+
+async def test_one_purge_per_topic_and_unknown_topic(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 10)
+    async with h.locks.read(topic):  # keep the first purge from finishing
+        first = await h.manager.submit_purge([topic], reason="a")
+        second = await h.manager.submit_purge([topic, topic], reason="b")
+        assert second == first
+    with pytest.raises(NotFound):
+        await h.manager.submit_purge([topic, "no-such-topic"], reason="c")
+    await h.manager.wait(first[0], 30)
+
+
+async def test_cancel_stops_a_waiting_purge(harness_factory: HarnessFactory) -> None:
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "60s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=10)
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    while (await h.manager.get(pid)).step != "flush":
+        await asyncio.sleep(0.02)
+    view = await h.manager.cancel(pid)
+
+    assert view.state is ProcedureState.CANCELLED
+    assert view.error_code == "cancelled"
+    assert h.offsets(topic).log_start_offset == 0
+    assert h.marker(topic) is None
+    assert h.kv.get(keys.lock(topic)) is None
+    assert not h.locks.is_write_locked(topic)
+    with pytest.raises(Conflict):
+        await h.manager.cancel(pid)
+    with pytest.raises(NotFound):
+        await h.manager.cancel("f" * 32)
+    # A new purge of the topic may start at once.
+    [again] = await h.manager.submit_purge([topic], reason="after cancel")
+    assert again != pid
+    await h.manager.cancel(again)
+
+
+async def test_max_running_procedures_is_enforced(harness_factory: HarnessFactory) -> None:
+    h = await harness_factory(procedure={"max_running_procedures": 2})
+    topics = [h.topic(n) for n in range(4)]
+    for n, topic in enumerate(topics):
+        await h.register(n + 1, topic)
+        h.produce(topic, 10)
+        h.report(n + 1, topic, flushed=5)
+
+    async with contextlib.AsyncExitStack() as stack:
+        for topic in topics:  # registrations in progress on every topic
+            await stack.enter_async_context(h.locks.read(topic))
+        ids = await h.manager.submit_purge(topics, reason="test")
+        await asyncio.sleep(0.5)
+        states = sorted([(await h.manager.get(i)).state.value for i in ids])
+        assert states == ["pending", "pending", "running", "running"]
+        assert h.metrics.procedures_running._value.get() == 2
+
+    views = [await h.manager.wait(i, 30) for i in ids]
+    assert [v.state for v in views] == [ProcedureState.SUCCEEDED] * 4
+    assert all(h.offsets(t).log_start_offset == 5 for t in topics)
+
+
+async def test_followers_refuse_to_submit(harness_factory: HarnessFactory) -> None:
+    h = await harness_factory()
+    follower = await harness_factory(start=False)
+    await follower.manager.start()
+    await follower.election.start()
+    await asyncio.sleep(0.5)
+    assert not follower.manager.leading
+    with pytest.raises(NotLeader) as info:
+        await follower.manager.submit_purge(None, reason="test")
+    assert info.value.leader == h.name
+
