@@ -66,6 +66,16 @@ logger.coord.name = org.apache.kafka.coordinator
 logger.coord.level = warn
 logger.change.name = state.change.logger
 logger.change.level = warn
+logger.partition.name = kafka.cluster.Partition
+logger.partition.level = warn
+logger.fetcher.name = kafka.server.ReplicaFetcherManager
+logger.fetcher.level = warn
+logger.alterdirs.name = kafka.server.ReplicaAlterLogDirsManager
+logger.alterdirs.level = warn
+logger.dynconfig.name = kafka.server.metadata.DynamicConfigPublisher
+logger.dynconfig.level = warn
+logger.ctlconfig.name = org.apache.kafka.controller.ConfigurationControlManager
+logger.ctlconfig.level = warn
 """
 
 
