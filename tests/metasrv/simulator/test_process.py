@@ -51,11 +51,11 @@ def run_until_acknowledged(argv: list[str], at_least: int) -> int:
 
 
 def test_sigkilled_datanode_process_recovers_in_a_new_process(
-    kafka_bootstrap: str, topic: str, tmp_path: Path
+    kafka_bootstrap: str, kafka_topic: str, tmp_path: Path
 ) -> None:
     common = ["--node-id", "3", "--kafka", kafka_bootstrap, "--data-dir", str(tmp_path)]
     common += ["--replay-from-flushed", "--flush-threshold", "4000"]
-    regions = ["--region", f"{FAST}:{topic}", "--region", f"{SLOW}:{topic}:slow"]
+    regions = ["--region", f"{FAST}:{kafka_topic}", "--region", f"{SLOW}:{kafka_topic}:slow"]
     seen = run_until_acknowledged(
         simulator("run", *common, *regions, "--write-rate", "300"), at_least=300
     )
@@ -74,15 +74,15 @@ def test_sigkilled_datanode_process_recovers_in_a_new_process(
 
 
 def test_recover_process_exits_2_when_kafka_lost_needed_entries(
-    kafka_bootstrap: str, topic: str, admin: KafkaAdmin, tmp_path: Path
+    kafka_bootstrap: str, kafka_topic: str, kafka_admin: KafkaAdmin, tmp_path: Path
 ) -> None:
     common = ["--node-id", "4", "--kafka", kafka_bootstrap, "--data-dir", str(tmp_path)]
     common += ["--replay-from-flushed"]
     run_until_acknowledged(
-        simulator("run", *common, "--region", f"{SLOW}:{topic}:slow", "--write-rate", "200"),
+        simulator("run", *common, "--region", f"{SLOW}:{kafka_topic}:slow", "--write-rate", "200"),
         at_least=50,
     )
-    admin.delete_records({topic: 10})
+    kafka_admin.delete_records({kafka_topic: 10})
 
     done = subprocess.run(
         simulator("recover", *common), capture_output=True, text=True, timeout=120, check=False

@@ -44,10 +44,10 @@ def datanode(kafka_bootstrap: str, tmp_path: Path) -> Iterator[SimDatanode]:
 
 
 def test_kill_and_restart_recovers_every_acknowledged_row(
-    datanode: SimDatanode, topic: str
+    datanode: SimDatanode, kafka_topic: str
 ) -> None:
-    r1 = datanode.add_region(R1, topic)
-    r2 = datanode.add_region(R2, topic)
+    r1 = datanode.add_region(R1, kafka_topic)
+    r2 = datanode.add_region(R2, kafka_topic)
     datanode.start()
     first = write(r1, 60, "a") + write(r2, 40, "b")
     assert r1.flush() == max(first[:60])
@@ -80,16 +80,16 @@ def test_kill_and_restart_recovers_every_acknowledged_row(
 
 
 def test_verify_reports_rows_a_short_replay_skipped(
-    datanode: SimDatanode, topic: str, admin: KafkaAdmin
+    datanode: SimDatanode, kafka_topic: str, kafka_admin: KafkaAdmin
 ) -> None:
     """Control: a replay that starts too late leaves acknowledged rows missing, and says so."""
-    r1 = datanode.add_region(R1, topic)
+    r1 = datanode.add_region(R1, kafka_topic)
     datanode.start()
     ids = write(r1, 25, "a")
     r1.flush()
     write(r1, 15, "b")
     datanode.kill()
-    end = admin.offsets([topic])[topic].high_watermark
+    end = kafka_admin.offsets([kafka_topic])[kafka_topic].high_watermark
     datanode.restart(lambda _region_id: end - 5)
 
     (report,) = datanode.verify()
@@ -101,13 +101,13 @@ def test_verify_reports_rows_a_short_replay_skipped(
 
 
 def test_replay_below_log_start_fails_loudly(
-    datanode: SimDatanode, topic: str, admin: KafkaAdmin
+    datanode: SimDatanode, kafka_topic: str, kafka_admin: KafkaAdmin
 ) -> None:
-    r1 = datanode.add_region(R1, topic)
+    r1 = datanode.add_region(R1, kafka_topic)
     datanode.start()
     write(r1, 50, "a")  # never flushed: the region needs entries 0..49 from the WAL
     datanode.kill()
-    assert admin.delete_records({topic: 30}) == {topic: 30}
+    assert kafka_admin.delete_records({kafka_topic: 30}) == {kafka_topic: 30}
 
     with pytest.raises(WalDataLoss) as raised:
         datanode.restart(from_flushed(datanode))
@@ -121,9 +121,9 @@ def test_replay_below_log_start_fails_loudly(
     assert (report.acknowledged, report.replayed, report.missing) == (50, 20, 30)
 
 
-def test_idle_region_reports_topic_latest_entry_id(datanode: SimDatanode, topic: str) -> None:
-    busy = datanode.add_region(R1, topic)
-    idle = datanode.add_region(R2, topic)
+def test_idle_region_reports_topic_latest_entry_id(datanode: SimDatanode, kafka_topic: str) -> None:
+    busy = datanode.add_region(R1, kafka_topic)
+    idle = datanode.add_region(R2, kafka_topic)
     datanode.start()
     ids = write(busy, 20, "a")
 
@@ -136,7 +136,7 @@ def test_idle_region_reports_topic_latest_entry_id(datanode: SimDatanode, topic:
     assert stats[R1]["memtable_bytes"] > 0
     assert payload["topics"] == [
         {
-            "topic": topic,
+            "topic": kafka_topic,
             "latest_entry_id": max(ids),
             "record_size": payload["topics"][0]["record_size"],
             "record_num": 20,
@@ -145,7 +145,7 @@ def test_idle_region_reports_topic_latest_entry_id(datanode: SimDatanode, topic:
     assert payload["topics"][0]["record_size"] > 20 * 20
 
     busy.flush()
-    more = write(datanode.add_region(R3, topic), 5, "c")
+    more = write(datanode.add_region(R3, kafka_topic), 5, "c")
     stats = {r["region_id"]: r for r in datanode.heartbeat_payload()["regions"]}
     assert stats[R1]["flushed_entry_id"] == max(ids)
     assert stats[R1]["topic_latest_entry_id"] == max(more)  # flushed and idle: follows the topic
