@@ -1,0 +1,163 @@
+"""Checkpointer on real etcd: batched writes, interval, unchanged skipped, shutdown flush."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import orjson
+import pytest
+
+from metasrv import keys
+from metasrv.checkpoints import Checkpointer
+from metasrv.errors import KvUnavailable
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import EtcdKv
+from metasrv.locks import TopicLocks
+from metasrv.metrics import Metrics
+from metasrv.model import RegionStat
+from metasrv.registry import RegionRegistry
+from metasrv.settings import Settings, load_settings
+from metasrv.topology import Topology, route_value
+
+TOPIC = "cp_0"
+
+
+class World:
+    def __init__(self, kv: EtcdKv, kafka: KafkaAdmin, settings: Settings) -> None:
+        self.kv = kv
+        self.registry = RegionRegistry()
+        self.metrics = Metrics()
+        self.topology = Topology(kv, kafka, TopicLocks(), settings)
+        self.leader = True
+        self.checkpointer = Checkpointer(
+            self.topology, self.registry, settings, self.metrics, may_write=lambda: self.leader
+        )
+
+    def report(self, region_id: int, flushed: int, node_id: int = 1) -> None:
+        self.registry.update([RegionStat(region_id, node_id, TOPIC, flushed, None, 0, 1, 0.0)])
+        self.checkpointer.mark([region_id])
+
+    def checkpoint(self, region_id: int) -> int | None:
+        stored = self.kv.get(keys.topic_region(TOPIC, region_id))
+        assert stored is not None
+        cp = orjson.loads(stored.value)["checkpoint"]
+        return None if cp is None else int(cp["entry_id"])
+
+    @property
+    def written(self) -> float:
+        return float(self.metrics.checkpoint_writes._value.get())
+
+
+async def make_world(etcd_endpoint: str, kafka_bootstrap: str, prefix: str, **wal: object) -> World:
+    settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap], **wal})
+    kv = EtcdKv(etcd_endpoint, f"{prefix}/")
+    kv.batch_put([(keys.topic_region(TOPIC, r), route_value(1, None)) for r in range(1, 11)])
+    w = World(kv, KafkaAdmin(kafka_bootstrap), settings)
+    await w.topology.load()
+    return w
+
+
+@pytest.fixture
+async def world(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> AsyncIterator[World]:
+    # Interval long enough that only the batch size or an explicit flush writes.
+    w = await make_world(
+        etcd_endpoint, kafka_bootstrap, unique_prefix, checkpoint_interval="1h", checkpoint_batch=5
+    )
+    yield w
+    await w.checkpointer.stop()
+    w.kv.delete_prefix("")
+    w.kv.close()
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def test_nothing_written_until_batch_is_full(world: World) -> None:
+    await world.checkpointer.start()
+    for region_id in range(1, 5):
+        world.report(region_id, 10 + region_id)
+    await asyncio.sleep(0.3)
+    assert world.written == 0
+    assert world.checkpoint(1) is None
+    world.report(5, 15)  # fifth dirty region: a full batch
+    await wait_for(lambda: world.written == 5)
+    assert [world.checkpoint(r) for r in range(1, 6)] == [11, 12, 13, 14, 15]
+    assert world.checkpointer.flushes == 1
+
+
+async def test_interval_flushes_a_partial_batch(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    w = await make_world(
+        etcd_endpoint,
+        kafka_bootstrap,
+        unique_prefix,
+        checkpoint_interval="200ms",
+        checkpoint_batch=1000,
+    )
+    try:
+        await w.checkpointer.start()
+        w.report(1, 33)
+        await wait_for(lambda: w.written == 1)
+        assert w.checkpoint(1) == 33
+    finally:
+        await w.checkpointer.stop()
+        w.kv.delete_prefix("")
+        w.kv.close()
+
+
+async def test_many_reports_of_one_region_are_one_write(world: World) -> None:
+    for flushed in range(100):
+        world.report(1, flushed)
+    assert await world.checkpointer.flush() == 1
+    assert world.checkpoint(1) == 99
+    # Unchanged since the last write: nothing to write.
+    world.report(1, 99)
+    assert await world.checkpointer.flush() == 0
+
+
+async def test_stop_flushes_what_is_dirty(world: World) -> None:
+    await world.checkpointer.start()
+    world.report(2, 7)
+    await world.checkpointer.stop()
+    assert world.checkpoint(2) == 7
+    await world.checkpointer.stop()  # repeat-safe
+
+
+async def test_follower_writes_nothing(world: World) -> None:
+    world.leader = False
+    world.report(3, 9)
+    assert await world.checkpointer.flush() == 0
+    assert world.checkpoint(3) is None
+    assert world.checkpointer.dirty_count == 0
+
+
+async def test_deregistered_region_is_not_resurrected(world: World) -> None:
+    world.report(4, 9)
+    await world.topology.deregister(4)
+    assert await world.checkpointer.flush() == 0
+    assert world.kv.get(keys.topic_region(TOPIC, 4)) is None
+
+
+async def test_kv_failure_keeps_regions_dirty(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    w = await make_world(etcd_endpoint, kafka_bootstrap, unique_prefix)
+    try:
+        w.report(1, 5)
+        w.kv.close()  # the backend now refuses every call
+        with pytest.raises(KvUnavailable):
+            await w.checkpointer.flush()
+        assert w.checkpointer.dirty_count == 1
+    finally:
+        cleanup = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+        cleanup.delete_prefix("")
+        cleanup.close()
