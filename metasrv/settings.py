@@ -82,6 +82,25 @@ class ElectionSettings(_Section):
     node_name: str = ""
 
 
+class ReconcileSettings(_Section):
+    """Not in DESIGN §6: the Spark reconcile job (`metasrv reconcile`) and the stat history
+    the leader records for it (metasrv/stat_history.py)."""
+
+    spark_master: str = "local[2]"
+    driver_memory: str = Field(default="4g", pattern=r"^\d+[kmgt]?$")
+    stat_history_dir: str = "metasrv-stat-history"
+    stat_history_interval: Duration = parse_duration("1m")  # "0s": the leader records none
+    stat_history_retention: Duration = parse_duration("7d")
+    stale_after: Duration = parse_duration("15m")
+    history_window: Duration = parse_duration("24h")
+    skew_tolerance: float = Field(default=0.25, ge=0)
+    out_dir: str = "reconcile-out"
+    sql_findings_limit: int = Field(default=100_000, ge=0)
+    keep_runs: int = Field(default=50, ge=1)
+    metasrv_url: str = ""  # "" means http://{http.addr}
+    operator_token: str = ""  # "" means the first of auth.operator_tokens
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with `load_settings`, never at import time."""
 
@@ -99,6 +118,7 @@ class Settings(BaseSettings):
     history: HistorySettings = Field(default_factory=HistorySettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     election: ElectionSettings = Field(default_factory=ElectionSettings)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
 
     @classmethod
     def settings_customise_sources(
