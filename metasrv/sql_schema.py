@@ -112,3 +112,7 @@ wal_events_table = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Index(None, "topic", "at"),
 )
+
+# The reconcile job's result tables live with the job (migration 0002); importing them
+# here puts them on `metadata`, so migrations and the drift check always see them.
+import metasrv.reconcile._tables  # noqa: E402, F401

@@ -1,0 +1,80 @@
+"""The Spark reconcile job: find, and optionally repair, inconsistencies between the
+topic-region map, what regions report in heartbeats, and Kafka.
+
+`run_reconcile(settings, RunOptions(...))` is one run end to end (`metasrv reconcile`).
+The rules are in `_rules.py`, the Spark pass in `_job.py`, repairs in `_apply.py`.
+"""
+
+# _tables first: metasrv.sql_schema imports it, and it must not pull the rest in a cycle.
+from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table  # isort: skip
+from metasrv.reconcile._apply import (
+    Action,
+    ActionKind,
+    ActionResult,
+    ApplyPlan,
+    Outcome,
+    execute_plan,
+    plan_actions,
+)
+from metasrv.reconcile._findings import (
+    FINDINGS_SCHEMA,
+    MAP_SCHEMA,
+    SEVERITY_RANK,
+    Finding,
+    FindingKind,
+    Severity,
+    findings_table,
+)
+from metasrv.reconcile._job import JobInputs, JobResult, run_job
+from metasrv.reconcile._rules import (
+    Coverage,
+    ReconcileParams,
+    TopicFacts,
+    pool_topics,
+    skew_finding,
+    topic_findings,
+)
+from metasrv.reconcile._run import NullProgress, Progress, RunOptions, RunReport, run_reconcile
+from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
+from metasrv.reconcile._spark import build_session, check_master_reachable
+from metasrv.reconcile._store import RunRecord, latest_run, save_run
+
+__all__ = [
+    "FINDINGS_SCHEMA",
+    "MAP_SCHEMA",
+    "SEVERITY_RANK",
+    "Action",
+    "ActionKind",
+    "ActionResult",
+    "ApplyPlan",
+    "Coverage",
+    "Finding",
+    "FindingKind",
+    "JobInputs",
+    "JobResult",
+    "KvSnapshot",
+    "NullProgress",
+    "Outcome",
+    "Progress",
+    "ReconcileParams",
+    "RunOptions",
+    "RunRecord",
+    "RunReport",
+    "Severity",
+    "TopicFacts",
+    "build_session",
+    "check_master_reachable",
+    "execute_plan",
+    "findings_table",
+    "latest_run",
+    "plan_actions",
+    "pool_topics",
+    "read_snapshot",
+    "reconcile_findings_table",
+    "reconcile_runs_table",
+    "run_job",
+    "run_reconcile",
+    "save_run",
+    "skew_finding",
+    "topic_findings",
+]

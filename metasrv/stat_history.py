@@ -1,0 +1,258 @@
+"""The region stat history: what the leader heard from datanodes, kept as Parquet.
+
+The reconcile job (metasrv/reconcile) reads it to tell which mapped regions stopped
+reporting, which report a topic other than their mapped one, and which report without
+being mapped. The leader records it; nothing in the purge path reads it.
+
+Layout under the history directory (a Hive-partitioned dataset Spark or pyarrow reads):
+
+    stats/hour=YYYYMMDDHH/snap-{epoch_ms}.parquet      one row per region stat written
+    snapshots/hour=YYYYMMDDHH/snap-{epoch_ms}.parquet  one row per snapshot taken
+
+`stats` rows (`STATS_SCHEMA`): `ts` (snapshot time, UTC), `seen_at` (wall-clock time the
+leader received the stat), `region_id`, `node_id`, `topic` (the topic the region
+*reported*), `flushed_entry_id`, `topic_latest_entry_id`, `prunable_entry_id`,
+`memtable_bytes`, `manifest_version`, `accepted` (false for a report the heartbeat
+handler rejected: unknown region or wrong topic, see `record_rejected`).
+
+Only stats received since the previous snapshot are written, so a region that keeps
+heartbeating appears once per interval and a dead one stops appearing (its last row
+keeps its `seen_at`). `snapshots` rows (`SNAPSHOTS_SCHEMA`: `ts`, `regions`, `written`)
+are written even when no stat changed, so a reader can tell "no region reported" from
+"nobody was recording". Hour partitions older than the retention are deleted by the
+writer. Files are written under a dot-name and renamed, so readers never see half a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from metasrv.model import RegionStat
+
+logger = logging.getLogger(__name__)
+
+STATS_DIR = "stats"
+"""Sub-directory holding the per-region stat rows."""
+SNAPSHOTS_DIR = "snapshots"
+"""Sub-directory holding one row per snapshot (the coverage record)."""
+PARTITION = "hour"
+"""Hive partition column: the snapshot's UTC hour as an int `YYYYMMDDHH`."""
+
+_TS = pa.timestamp("ms", tz="UTC")
+
+STATS_SCHEMA = pa.schema(
+    [
+        pa.field("ts", _TS, nullable=False),
+        pa.field("seen_at", _TS, nullable=False),
+        pa.field("region_id", pa.int64(), nullable=False),
+        pa.field("node_id", pa.int64(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("flushed_entry_id", pa.int64(), nullable=False),
+        pa.field("topic_latest_entry_id", pa.int64()),
+        pa.field("prunable_entry_id", pa.int64(), nullable=False),
+        pa.field("memtable_bytes", pa.int64(), nullable=False),
+        pa.field("manifest_version", pa.int64()),
+        pa.field("accepted", pa.bool_(), nullable=False),
+    ]
+)
+"""Columns of a `stats` file (the partition column `hour` comes from the path)."""
+
+SNAPSHOTS_SCHEMA = pa.schema(
+    [
+        pa.field("ts", _TS, nullable=False),
+        pa.field("regions", pa.int64(), nullable=False),
+        pa.field("written", pa.int64(), nullable=False),
+    ]
+)
+"""Columns of a `snapshots` file."""
+
+DEFAULT_RETENTION = 7 * 86400.0
+"""Seconds of history kept by default."""
+
+_MAX_REJECTED = 100_000
+"""Rejected reports buffered between two snapshots (latest per region); a flood is cut."""
+
+
+def hour_partition(epoch_s: float) -> int:
+    """The `hour` partition value (`YYYYMMDDHH`, UTC) of a wall-clock time."""
+    t = datetime.fromtimestamp(epoch_s, UTC)
+    return ((t.year * 100 + t.month) * 100 + t.day) * 100 + t.hour
+
+
+def stats_table(
+    stats: Iterable[RegionStat],
+    now: float,
+    mono_now: float,
+    *,
+    accepted: bool = True,
+) -> pa.Table:
+    """Rows of `STATS_SCHEMA` for `stats`, taken at wall-clock `now`.
+
+    `RegionStat.received_at` is monotonic; it becomes wall-clock `seen_at` through the
+    pair (`now`, `mono_now`) read at the same instant.
+    """
+    rows = list(stats)
+    ts_ms = int(now * 1000)
+    offset = now - mono_now
+    cols: dict[str, list[object]] = {
+        "ts": [ts_ms] * len(rows),
+        "seen_at": [int((s.received_at + offset) * 1000) for s in rows],
+        "region_id": [s.region_id for s in rows],
+        "node_id": [s.node_id for s in rows],
+        "topic": [s.topic for s in rows],
+        "flushed_entry_id": [s.flushed_entry_id for s in rows],
+        "topic_latest_entry_id": [s.topic_latest_entry_id for s in rows],
+        "prunable_entry_id": [s.prunable_entry_id for s in rows],
+        "memtable_bytes": [s.memtable_bytes for s in rows],
+        "manifest_version": [s.manifest_version for s in rows],
+        "accepted": [accepted] * len(rows),
+    }
+    return pa.Table.from_pydict(cols, schema=STATS_SCHEMA)
+
+
+def _write_atomic(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+class StatHistoryWriter:
+    """Writes the leader's region stats to the history directory every `interval` seconds.
+
+    `source` returns the registry's current stats (`RegionRegistry.snapshot()`); give one
+    that returns `{}` while this process is not the leader, since a follower's view is
+    empty or outdated. `write_snapshot` may also be called directly (tests, tools).
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        interval: float,
+        source: Callable[[], Mapping[int, RegionStat]] | None = None,
+        *,
+        retention: float = DEFAULT_RETENTION,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        if retention < interval:
+            raise ValueError("retention must be at least one interval")
+        self.directory = Path(directory)
+        self.interval = interval
+        self.retention = retention
+        self._source = source
+        self._written: dict[int, float] = {}
+        self._rejected: dict[int, RegionStat] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    def record_rejected(self, stats: Iterable[RegionStat]) -> None:
+        """Keep reports the heartbeat handler rejected; the next snapshot writes them.
+
+        Without them the history cannot show a region that reports while unmapped, or
+        on a topic other than its mapped one (the handler stores nothing for those).
+        """
+        for stat in stats:
+            if len(self._rejected) >= _MAX_REJECTED and stat.region_id not in self._rejected:
+                continue
+            self._rejected[stat.region_id] = stat
+
+    def write_snapshot(
+        self,
+        snapshot: Mapping[int, RegionStat],
+        now: float,
+        mono_now: float | None = None,
+    ) -> int:
+        """Append the stats received since the last call; return how many rows were written.
+
+        `now` is wall-clock epoch seconds; `mono_now` the matching `time.monotonic()`
+        (read now when omitted). Also prunes hour partitions older than the retention.
+        """
+        mono = time.monotonic() if mono_now is None else mono_now
+        changed = [s for rid, s in snapshot.items() if self._written.get(rid) != s.received_at]
+        rejected = list(self._rejected.values())
+        self._rejected.clear()
+        hour = hour_partition(now)
+        name = f"snap-{int(now * 1000)}.parquet"
+        if changed or rejected:
+            table = pa.concat_tables(
+                [
+                    stats_table(changed, now, mono, accepted=True),
+                    stats_table(rejected, now, mono, accepted=False),
+                ]
+            )
+            _write_atomic(table, self.directory / STATS_DIR / f"{PARTITION}={hour}" / name)
+        marker = pa.Table.from_pydict(
+            {
+                "ts": [int(now * 1000)],
+                "regions": [len(snapshot)],
+                "written": [len(changed) + len(rejected)],
+            },
+            schema=SNAPSHOTS_SCHEMA,
+        )
+        _write_atomic(marker, self.directory / SNAPSHOTS_DIR / f"{PARTITION}={hour}" / name)
+        # Forget regions gone from the registry so the map does not grow without bound.
+        self._written = {rid: s.received_at for rid, s in snapshot.items()}
+        self.prune(now)
+        return len(changed) + len(rejected)
+
+    def prune(self, now: float) -> int:
+        """Delete hour partitions wholly older than the retention; return how many."""
+        oldest_kept = hour_partition(now - self.retention)
+        removed = 0
+        for sub in (STATS_DIR, SNAPSHOTS_DIR):
+            root = self.directory / sub
+            if not root.is_dir():
+                continue
+            for part in root.iterdir():
+                name, _, value = part.name.partition("=")
+                if name == PARTITION and value.isdigit() and int(value) < oldest_kept:
+                    shutil.rmtree(part, ignore_errors=True)
+                    removed += 1
+        return removed
+
+    async def start(self) -> None:
+        """Start the periodic writer task (needs a `source`)."""
+        if self._source is None:
+            raise ValueError("StatHistoryWriter.start needs a snapshot source")
+        if self._task is not None:
+            return
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name="stat-history-writer")
+
+    async def stop(self) -> None:
+        """Stop the writer; safe to call twice. A write in progress finishes first."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping.set()
+        await task
+
+    async def _run(self) -> None:
+        assert self._source is not None
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval)
+                return
+            snapshot = dict(self._source())
+            try:
+                written = await asyncio.to_thread(
+                    self.write_snapshot, snapshot, time.time(), time.monotonic()
+                )
+            except OSError:
+                # A full or unwritable disk must not take the leader down; the reconcile
+                # job sees the gap in `snapshots` and skips the staleness check.
+                logger.exception("stat history write failed", extra={"dir": str(self.directory)})
+                continue
+            logger.debug("stat history written", extra={"rows": written})
