@@ -1,9 +1,185 @@
-"""CLI sub-commands (filled in by the area that owns them)."""
+"""`metasrv reconcile`: the Spark batch that finds (and with --apply repairs) inconsistencies.
+
+Exit codes: 0 the run finished (findings or not; see the summary); 1 the Spark job failed
+or an --apply action was refused; 2 bad configuration or arguments; 3 the kv backend,
+Kafka, the Spark master, the history database or metasrv could not be reached.
+"""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from metasrv import errors
+from metasrv.units import parse_duration
+
+_out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _RichProgress:
+    """`metasrv.reconcile.Progress` on a rich progress display (one line per stage)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: TaskID | None = None
+
+    def stage(self, name: str, total: int | None = None) -> None:
+        self._finish()
+        self._task = self._progress.add_task(name, total=total)
+
+    def advance(self, n: int) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, n)
+
+    def _finish(self) -> None:
+        if self._task is not None:
+            task = self._progress.tasks[-1]
+            self._progress.update(self._task, total=task.total or task.completed or 1)
+            self._progress.update(self._task, completed=task.total)
+
+    def close(self) -> None:
+        self._finish()
+
+
+def _duration(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=flag) from exc
+
+
+def _counts_table(counts: dict[str, dict[str, int]]) -> Table:
+    table = Table(title="Findings", title_justify="left")
+    table.add_column("kind")
+    table.add_column("critical", justify="right")
+    table.add_column("warning", justify="right")
+    table.add_column("info", justify="right")
+    for kind in sorted(counts):
+        by = counts[kind]
+        table.add_row(kind, *(str(by.get(s, "")) for s in ("critical", "warning", "info")))
+    return table
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, errors.ConfigError | errors.InvalidArgument):
+        return 2
+    if isinstance(exc, errors.Unavailable | errors.Unauthenticated | errors.PermissionDenied):
+        return 3
+    return 1
+
+
+def reconcile(
+    config: Annotated[
+        Path | None, typer.Option("-c", "--config", help="TOML config file (DESIGN §6).")
+    ] = None,
+    master: Annotated[
+        str | None,
+        typer.Option("--master", help="Spark master URL (default: config reconcile.spark_master)."),
+    ] = None,
+    apply: Annotated[
+        bool,
+        typer.Option("--apply", help="Repair the safe classes through metasrv's API."),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Output directory (default: config reconcile.out_dir)."),
+    ] = None,
+    drop_stale_after: Annotated[
+        str | None,
+        typer.Option(
+            "--drop-stale-after",
+            help="With --apply: drop regions with no stat for this long (e.g. 7d).",
+        ),
+    ] = None,
+    stale_after: Annotated[
+        str | None,
+        typer.Option("--stale-after", help="Override config reconcile.stale_after (e.g. 30m)."),
+    ] = None,
+    history: Annotated[
+        str | None,
+        typer.Option("--history", help="Override config reconcile.stat_history_dir."),
+    ] = None,
+) -> None:
+    """Find regions mapped to the wrong topic, dropped regions still mapped, missing or
+    orphaned topics, WAL data loss and skew, on Spark; with --apply, repair the safe ones."""
+    from metasrv.reconcile import RunOptions, run_reconcile
+    from metasrv.settings import load_settings
+
+    drop_after = _duration(drop_stale_after, "--drop-stale-after")
+    stale = _duration(stale_after, "--stale-after")
+    if drop_after is not None and not apply:
+        raise typer.BadParameter("only meaningful with --apply", param_hint="--drop-stale-after")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        overrides: dict[str, Any] = {}
+        if stale is not None:
+            overrides["stale_after"] = stale
+        if history is not None:
+            overrides["stat_history_dir"] = history
+        settings = (
+            load_settings(config, reconcile=overrides) if overrides else load_settings(config)
+        )
+        options = RunOptions(
+            master=master or settings.reconcile.spark_master,
+            out_dir=out or Path(settings.reconcile.out_dir),
+            apply=apply,
+            drop_stale_after=drop_after,
+        )
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=_err, transient=False) as bar:
+            sink = _RichProgress(bar)
+            try:
+                report = run_reconcile(settings, options, progress=sink)
+            finally:
+                sink.close()
+    except errors.MetasrvError as exc:
+        _err.print(f"error: {exc.message}", markup=False)
+        raise typer.Exit(_exit_code(exc)) from None
+    except Exception as exc:  # Py4J / Spark analysis errors: one line, no traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        _err.print(f"error: the Spark job failed: {first}", markup=False)
+        raise typer.Exit(1) from None
+    summary = report.summary
+    _out.print(_counts_table(report.counts) if report.counts else "No findings.")
+    for note in summary.get("notes", []):
+        _out.print(f"note: {note}", markup=False)
+    if apply:
+        outcomes = summary.get("apply", {}).get("outcomes", {})
+        _out.print(
+            f"apply: {len(report.actions)} action(s): "
+            + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()) if v) or "nothing to do"),
+            markup=False,
+        )
+        for reason, n in sorted(summary.get("apply", {}).get("skipped", {}).items()):
+            _out.print(f"apply: left {n} finding(s) alone: {reason}", markup=False)
+    _out.print(f"run {report.run_id}: {report.run_dir}", markup=False)
+    if report.failed_actions:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("reconcile")(reconcile)
