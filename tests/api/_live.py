@@ -1,0 +1,258 @@
+"""A real metasrv for the operator-side tests: etcd kv, Kafka, SQLite history, uvicorn.
+
+`serve()` runs `create_app(settings)` under uvicorn in a thread on a free loopback port and
+waits until it leads and serves. `seed_world()` builds the state the operator tests read:
+
+- topic 0: two regions, both reporting; purgeable up to the lower flushed id;
+- topic 1: one region that never reports: blocked by `no_stat`;
+- topic 2: a region whose needed entries another tool deleted: WAL data loss.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from confluent_kafka import Producer
+from fastapi import FastAPI
+
+import migrations
+from api.app import create_app
+from api.routers import procedures as procedures_routes
+from api.routers import purge as purge_routes
+from metasrv.client import MetasrvClient, ProcedureInfo
+from metasrv.kafka import KafkaAdmin
+from metasrv.model import region_id_of
+from metasrv.settings import Settings, load_settings
+from procedures import ProcedureManager
+
+DATANODE_TOKEN = "test-datanode-token"
+OPERATOR_TOKEN = "test-operator-token"
+VIEWER_TOKEN = "test-viewer-token"
+RECORDS_PER_TOPIC = 20
+RECORD_BYTES = 100
+
+
+def new_prefix() -> str:
+    """Unique per module: a valid Kafka topic prefix and kv key prefix."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def live_settings(
+    prefix: str, kafka_bootstrap: str, etcd_endpoint: str, workdir: Path, *, num_topics: int = 3
+) -> Settings:
+    """Settings for one isolated metasrv: its own kv prefix, topic prefix and history file."""
+    history = f"sqlite:///{workdir / f'{prefix}-history.db'}"
+    migrations.upgrade(history)
+    return load_settings(
+        None,
+        wal={
+            "broker_endpoints": [kafka_bootstrap],
+            "num_topics": num_topics,
+            "topic_name_prefix": prefix,
+            "auto_prune_interval": "0s",
+            "region_stat_ttl": "10m",
+            "flush_wait_timeout": "2s",
+        },
+        procedure={"max_retry_times": 1, "retry_delay": "100ms"},
+        http={"addr": f"127.0.0.1:{free_port()}"},
+        kv={"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": f"/{prefix}/"},
+        history={"url": history},
+        auth={
+            "datanode_tokens": [DATANODE_TOKEN],
+            "operator_tokens": [OPERATOR_TOKEN],
+            "viewer_tokens": [VIEWER_TOKEN],
+        },
+        election={"lease_secs": 2, "node_name": ""},
+    )
+
+
+@contextmanager
+def serve(settings: Settings, *, ready_timeout: float = 60.0) -> Iterator[str]:
+    """Serve the app until the block ends; yields its base URL once it leads and serves."""
+    host, _, port = settings.http.addr.rpartition(":")
+    app = create_app(settings)
+    _interim_wiring(app)
+    config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="metasrv-uvicorn", daemon=True)
+    thread.start()
+    url = f"http://{settings.http.addr}"
+    try:
+        _wait_serving(url, thread, ready_timeout)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def _interim_wiring(app: FastAPI) -> None:
+    """Mount the operator routers and a procedure manager if the app does not yet.
+
+    Only until the lead wires both into `create_app` / `Runtime`; then this does nothing.
+    """
+    paths = {getattr(route, "path", None) for route in app.routes}
+    if "/v1/purge" not in paths:
+        app.include_router(purge_routes.router)
+        app.include_router(procedures_routes.router)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app_: FastAPI) -> AsyncIterator[Any]:
+        async with inner(app_) as state:
+            rt = app_.state.runtime
+            if rt.procedures is None:
+                rt.procedures = ProcedureManager(
+                    rt.kv,
+                    rt.history,
+                    rt.election,
+                    rt.kafka,
+                    rt.registry,
+                    rt.topology,
+                    rt.mailbox,
+                    rt.locks,
+                    rt.metrics,
+                    rt.settings,
+                )
+                await rt.procedures.start()
+            yield state
+
+    app.router.lifespan_context = lifespan
+
+
+def _wait_serving(url: str, thread: threading.Thread, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    with MetasrvClient(url, token=VIEWER_TOKEN, timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if not thread.is_alive():
+                raise RuntimeError("metasrv server thread exited during startup")
+            try:
+                leader = client.leader()
+                if leader.get("serving"):
+                    return
+                last = leader
+            except Exception as exc:  # not up yet: refused or 503
+                last = exc
+            time.sleep(0.2)
+    raise TimeoutError(f"metasrv at {url} not serving after {timeout}s: {last}")
+
+
+def produce(bootstrap: str, topic: str, count: int = RECORDS_PER_TOPIC) -> None:
+    """Write `count` WAL-like records to partition 0 of `topic`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, value=bytes(RECORD_BYTES - 1) + bytes([i % 256]), partition=0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} records not delivered to {topic}"
+
+
+@dataclass(frozen=True)
+class World:
+    """What `seed_world` registered."""
+
+    purgeable_topic: str
+    """Both regions report; purgeable up to `prune_point`."""
+    prune_point: int
+    """min(flushed) over the purgeable topic's regions."""
+    purgeable_regions: tuple[int, int]
+    """Regions on the purgeable topic."""
+    blocked_topic: str
+    """Its region never reported."""
+    blocked_region: int
+    """The silent region."""
+    loss_topic: str
+    """Kafka deleted entries its region needs."""
+    loss_region: int
+    """The region that lost entries."""
+
+
+def seed_world(url: str, prefix: str, kafka_bootstrap: str) -> World:
+    """Register regions, write records, heartbeat, and cut one topic behind metasrv's back."""
+    t0, t1, t2 = (f"{prefix}_{n}" for n in range(3))
+    r1, r2 = region_id_of(1024, 1), region_id_of(1024, 2)
+    r3, r4 = region_id_of(1025, 1), region_id_of(1026, 1)
+    with (
+        MetasrvClient(url, token=OPERATOR_TOKEN) as operator,
+        MetasrvClient(url, token=DATANODE_TOKEN) as datanode,
+    ):
+        for region, node, topic in ((r1, 1, t0), (r2, 1, t0), (r3, 2, t1), (r4, 1, t2)):
+            operator.add_region(region, node, topic)
+        for topic in (t0, t1, t2):
+            produce(kafka_bootstrap, topic)
+        last = RECORDS_PER_TOPIC - 1
+        response = datanode.heartbeat(
+            {
+                "node_id": 1,
+                "addr": "127.0.0.1:1",
+                "regions": [
+                    _report(r1, t0, 9),
+                    _report(r2, t0, 14),
+                    _report(r4, t2, 4),
+                ],
+                "topics": [
+                    {
+                        "topic": t,
+                        "latest_entry_id": last,
+                        "record_size": RECORDS_PER_TOPIC * RECORD_BYTES,
+                        "record_num": RECORDS_PER_TOPIC,
+                    }
+                    for t in (t0, t2)
+                ],
+            }
+        )
+        assert response["rejected"] == [], response
+        # A region nobody registered: rejected, so the rejection counter has a sample.
+        stray = datanode.heartbeat(
+            {"node_id": 1, "addr": None, "regions": [_report(region_id_of(9, 9), t0, 1)]}
+        )
+        assert [r["region_id"] for r in stray["rejected"]] == [region_id_of(9, 9)], stray
+    # Retention (or another tool) deletes entries region r4 still needs (it flushed to 4).
+    admin = KafkaAdmin(kafka_bootstrap)
+    try:
+        admin.delete_records({t2: 10})
+    finally:
+        admin.close()
+    return World(
+        purgeable_topic=t0,
+        prune_point=9,
+        purgeable_regions=(r1, r2),
+        blocked_topic=t1,
+        blocked_region=r3,
+        loss_topic=t2,
+        loss_region=r4,
+    )
+
+
+def _report(region_id: int, topic: str, flushed: int) -> dict[str, object]:
+    return {
+        "region_id": region_id,
+        "topic": topic,
+        "flushed_entry_id": flushed,
+        "topic_latest_entry_id": None,
+        "memtable_bytes": 1024,
+        "manifest_version": 1,
+    }
+
+
+def purge_and_wait(url: str, topics: list[str], timeout: float = 60.0) -> list[ProcedureInfo]:
+    """Submit purges over the REST API and wait until every one is terminal."""
+    with MetasrvClient(url, token=OPERATOR_TOKEN) as operator:
+        ids = operator.purge(topics)
+        return operator.wait(ids, timeout=timeout, poll_interval=0.2)
