@@ -83,8 +83,8 @@ class MetasrvProcess:
         self._log: TextIO | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, ready_timeout: float = 60.0) -> None:
-        """Start the child and wait until `GET /readyz` answers 200."""
+    def start(self, ready_timeout: float = 60.0, *, expect_leader: bool = True) -> None:
+        """Start the child; wait until `GET /readyz` answers 200 (and says leader, if expected)."""
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             metasrv_argv("start", "-c", str(self.config)),
@@ -96,8 +96,11 @@ class MetasrvProcess:
         while True:
             if not self.alive():
                 raise ServiceError(f"metasrv exited with {self.proc.returncode}:\n{self.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                response = httpx.get(f"{self.url}/readyz", timeout=2.0)
+                if response.status_code == 200 and (
+                    not expect_leader or response.json().get("is_leader") is True
+                ):
                     return
             if time.monotonic() > deadline:
                 raise ServiceError(f"metasrv not ready after {ready_timeout:.0f}s:\n{self.tail()}")

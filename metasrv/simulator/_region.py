@@ -324,15 +324,14 @@ class SimRegion:
                 manifest_version=self._manifest.manifest_version,
             )
 
-    def unflushed_entry_ids(self) -> list[int]:
-        """Entry ids of acknowledged rows not yet durable in an SST (what the WAL must keep)."""
+    def unflushed_rows(self) -> list[WalRow]:
+        """Acknowledged rows not yet durable in an SST: what the WAL must still hold."""
         with self._lock:
-            return [r.entry_id for r in self._flushing] + [r.entry_id for r in self._memtable]
+            return [*self._flushing, *self._memtable]
 
-    def unflushed_seqs(self) -> list[int]:
-        """Sequence numbers of acknowledged rows not yet durable in an SST."""
-        with self._lock:
-            return [r.seq for r in self._flushing] + [r.seq for r in self._memtable]
+    def unflushed_entry_ids(self) -> list[int]:
+        """Entry ids of `unflushed_rows()`."""
+        return [r.entry_id for r in self.unflushed_rows()]
 
     @property
     def flushed_entry_id(self) -> int:

@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 
 from metasrv.client import MetasrvClient
-from metasrv.errors import Conflict, InvalidArgument, MetasrvError
+from metasrv.errors import Conflict, InvalidArgument, MetasrvError, Unavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import region_id_of
 from metasrv.simulator._datanode import SimDatanode
@@ -162,6 +162,20 @@ def drive_writes(
             next_at = time.monotonic()  # fell a second behind: don't burst to catch up
 
 
+def _register(client: MetasrvClient, plan: RegionPlan, timeout: float = 30.0) -> str:
+    """Register one region; retries while the leader is still loading (503)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.add_region(plan.region_id, plan.node_id).topic
+        except Conflict:  # registered by an earlier run on this key prefix
+            return client.region(plan.region_id).topic
+        except Unavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def plan_regions(config: WorkloadConfig) -> list[RegionPlan]:
     """The workload's regions, decided by the seed alone."""
     rng = random.Random(config.seed)
@@ -241,11 +255,7 @@ class Workload:
         if self.metasrv_url is not None:
             with MetasrvClient(self.metasrv_url, token=self.operator_token, timeout=15.0) as client:
                 for plan in self.plans:
-                    try:
-                        topic = client.add_region(plan.region_id, plan.node_id).topic
-                    except Conflict:  # registered by an earlier run on this key prefix
-                        topic = client.region(plan.region_id).topic
-                    self.topic_of[plan.region_id] = topic
+                    self.topic_of[plan.region_id] = _register(client, plan)
         else:
             for index, plan in enumerate(self.plans):
                 self.topic_of[plan.region_id] = self._static_topics[
