@@ -133,6 +133,24 @@ class KafkaBatcher:
         """Offsets of many topics in one admin call (the ticker's view of every topic)."""
         return await asyncio.to_thread(self.admin.offsets, topics)
 
+    async def offsets_tolerant(self, topics: list[str]) -> dict[str, PartitionOffsets]:
+        """Like `offsets_many`, but topics Kafka fails on are left out instead of raising.
+
+        Raises only when no topic at all could be read (Kafka itself is unavailable).
+        """
+        try:
+            return await self.offsets_many(topics)
+        except MetasrvError:
+            if len(topics) <= 1:
+                raise
+        results = await asyncio.gather(*(self.offsets(t) for t in topics), return_exceptions=True)
+        pairs = zip(topics, results, strict=True)
+        found = {t: r for t, r in pairs if isinstance(r, PartitionOffsets)}
+        if not found:
+            first = next(r for r in results if isinstance(r, BaseException))
+            raise first
+        return found
+
     async def delete_records(self, topic: str, offset: int) -> int:
         """DeleteRecords(topic, 0, offset); returns the low watermark after it."""
         return await self._deletes.submit(topic, offset)

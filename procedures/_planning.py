@@ -74,12 +74,20 @@ async def plan_one(services: Services, topic: str) -> PlanInputs:
 
 
 async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict[str, TopicPlan]:
-    """Plan every topic with one batched offsets call (the ticker's view; takes no locks)."""
-    topics: Sequence[str] = list(services.topology.topics())
-    routes = {t: services.topology.regions_of(t) for t in topics}
+    """Plan every topic that has regions, with batched offsets (the ticker's view; no locks).
+
+    Topics whose offsets Kafka could not give (e.g. deleted) are left out and logged.
+    """
+    topology = services.topology
+    routes = {t: r for t in topology.topics() if (r := topology.regions_of(t))}
+    topics: Sequence[str] = list(routes)
     stats = services.registry.snapshot()
     now = time.monotonic()
-    offsets = await services.batcher.offsets_many(list(topics)) if topics else {}
+    offsets = await services.batcher.offsets_tolerant(list(topics)) if topics else {}
+    missing = [t for t in topics if t not in offsets]
+    if missing:
+        logger.warning("no Kafka offsets for some topics; not planned", extra={"topics": missing})
+        topics = [t for t in topics if t in offsets]
     return plan_topics(
         routes,
         stats,

@@ -62,6 +62,10 @@ class TopicMap(Protocol):
         """Every region mapped to `topic`."""
         ...
 
+    async def pruned_entry_ids(self) -> Mapping[str, int | None]:
+        """Every topic's stored `pruned_entry_id` marker."""
+        ...
+
 
 class FlushMailbox(Protocol):
     """Instructions to datanodes, delivered in heartbeat responses (metasrv/mailbox.py)."""

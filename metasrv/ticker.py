@@ -1,0 +1,199 @@
+"""The purge ticker: submits WAL purges on a timer and when reclaimable WAL grows large.
+
+Every `wal.auto_prune_interval` ("0s" disables) the leader plans every topic and submits
+a purge for each one whose prune point is above its `pruned_entry_id`; between those
+rounds, when `wal.size_trigger` is set, it checks every `SIZE_CHECK_INTERVAL` seconds
+for topics whose estimated reclaimable bytes (reclaimable entries x average record size)
+exceed it (the RFC's size-based alternative). At most `wal.auto_prune_parallelism`
+purges it submitted run at once, and never two on one topic (the manager returns the
+in-flight purge instead). Topics with WAL data loss get a purge too, once per distinct
+loss, so the procedure records the event and fails loudly (invariant 7).
+
+Each round also refreshes the per-topic plan gauges (prune point, lag, offsets).
+Follows the Worker shape: one task plus a shutdown event, repeat-safe `shutdown()`,
+`async with` support. Only the leader's rounds do anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from metasrv.errors import MetasrvError
+from metasrv.model import TopicPlan
+from metasrv.settings import WalSettings
+from procedures import ProcedureManager
+from procedures._planning import plan_all
+
+logger = logging.getLogger(__name__)
+
+SIZE_CHECK_INTERVAL = 10.0
+"""Seconds between size-trigger checks (bounded by the interval when that is shorter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one round did."""
+
+    planned: int
+    """Topics planned."""
+    submitted: tuple[str, ...]
+    """Procedure ids submitted (or joined, when one was already in flight)."""
+    topics: tuple[str, ...]
+    """Topics those procedures purge."""
+
+
+class PurgeTicker:
+    """Periodic and size-triggered purge submission on the leader."""
+
+    def __init__(
+        self,
+        manager: ProcedureManager,
+        *,
+        interval: float,
+        parallelism: int,
+        size_trigger: int = 0,
+        size_check_interval: float = SIZE_CHECK_INTERVAL,
+    ) -> None:
+        if parallelism < 1:
+            raise ValueError("parallelism must be >= 1")
+        self.manager = manager
+        self.interval = interval
+        self.parallelism = parallelism
+        self.size_trigger = size_trigger
+        self.size_check_interval = size_check_interval
+        self._shutdown = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._reported_loss: set[tuple[str, int | None, tuple[int, ...]]] = set()
+
+    @classmethod
+    def from_settings(cls, manager: ProcedureManager, wal: WalSettings) -> PurgeTicker:
+        return cls(
+            manager,
+            interval=wal.auto_prune_interval,
+            parallelism=wal.auto_prune_parallelism,
+            size_trigger=wal.size_trigger,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """False when both the interval and the size trigger are off."""
+        return self.interval > 0 or self.size_trigger > 0
+
+    # -- worker lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the loop (no-op when disabled or already running)."""
+        if self._task is not None or not self.enabled:
+            return
+        self._shutdown.clear()
+        self._task = asyncio.create_task(self._run(), name="purge-ticker")
+
+    async def shutdown(self) -> None:
+        """Stop the loop and wait for it; safe to call more than once."""
+        self._shutdown.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        if not done:
+            # A round waits on purges; those belong to the manager and keep running.
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        elif not task.cancelled() and task.exception() is not None:
+            logger.error("purge ticker stopped with an error", exc_info=task.exception())
+
+    async def __aenter__(self) -> PurgeTicker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    async def _run(self) -> None:
+        period = min(
+            self.interval if self.interval > 0 else float("inf"),
+            self.size_check_interval if self.size_trigger > 0 else float("inf"),
+        )
+        next_full = time.monotonic() + self.interval if self.interval > 0 else float("inf")
+        while not self._shutdown.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shutdown.wait(), period)
+            if self._shutdown.is_set():
+                return
+            if not self.manager.leading:
+                continue
+            full = time.monotonic() >= next_full
+            try:
+                await self.tick(size_only=not full)
+            except MetasrvError as exc:
+                # Kafka or kv unavailable: the next round tries again.
+                logger.warning("purge round failed: %s", exc)
+            if full:
+                next_full = time.monotonic() + self.interval
+
+    # -- one round ----------------------------------------------------------------------
+
+    def _wanted(self, plan: TopicPlan, *, size_only: bool) -> bool:
+        if plan.data_loss:
+            key = (plan.topic, plan.log_start_offset, tuple(sorted(plan.data_loss)))
+            if key in self._reported_loss:
+                return False
+            self._reported_loss.add(key)
+            return True
+        p = plan.prune_point
+        if p is None or (plan.pruned_entry_id is not None and p <= plan.pruned_entry_id):
+            return False
+        if not size_only:
+            return True
+        stat = self.manager.services.registry.topic_stat(plan.topic)
+        avg = stat.avg_record_size if stat is not None else 0.0
+        return plan.reclaimable_entries * avg > self.size_trigger
+
+    def _export(self, plans: dict[str, TopicPlan]) -> None:
+        m = self.manager.services.metrics
+        registry = self.manager.services.registry
+        for topic, plan in plans.items():
+            p = plan.prune_point
+            m.prune_point.labels(topic=topic).set(-1 if p is None else p)
+            m.blocked_regions.labels(topic=topic).set(len(plan.blocked_by))
+            pruned = plan.pruned_entry_id if plan.pruned_entry_id is not None else 0
+            if plan.prune_point is not None:
+                m.purge_lag_entries.labels(topic=topic).set(max(0, plan.prune_point - pruned))
+            if plan.log_start_offset is not None and plan.high_watermark is not None:
+                retained = plan.high_watermark - plan.log_start_offset
+                m.log_start_offset.labels(topic=topic).set(plan.log_start_offset)
+                m.high_watermark.labels(topic=topic).set(plan.high_watermark)
+                m.retained_entries.labels(topic=topic).set(retained)
+                stat = registry.topic_stat(topic)
+                if stat is not None:
+                    m.retained_bytes.labels(topic=topic).set(retained * stat.avg_record_size)
+
+    async def tick(self, *, size_only: bool = False, wait: bool = True) -> TickResult:
+        """Plan every topic; submit purges where wanted; optionally wait for them."""
+        services = self.manager.services
+        pruned = await services.topology.pruned_entry_ids()
+        plans = await plan_all(services, pruned)
+        self._export(plans)
+        topics = [t for t, plan in plans.items() if self._wanted(plan, size_only=size_only)]
+        reason = "size_trigger" if size_only else "ticker"
+        gate = asyncio.Semaphore(self.parallelism)
+
+        async def one(topic: str) -> str:
+            async with gate:
+                [pid] = await self.manager.submit_purge([topic], reason=reason)
+                if wait:
+                    await self.manager.wait(pid)
+                return pid
+
+        ids = await asyncio.gather(*(one(t) for t in topics))
+        if topics:
+            logger.info(
+                "purge round",
+                extra={"reason": reason, "topics": len(topics), "planned": len(plans)},
+            )
+        return TickResult(planned=len(plans), submitted=tuple(ids), topics=tuple(topics))

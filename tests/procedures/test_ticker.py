@@ -1,0 +1,114 @@
+"""The purge ticker (metasrv/ticker.py) driving real purges on Kafka + etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from metasrv.ticker import PurgeTicker
+from procedures import ProcedureState
+from tests.procedures._harness import Harness
+
+
+async def wait_for(cond: object, timeout: float = 20.0) -> None:
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def world(h: Harness) -> list[str]:
+    """topic 0 purgeable, topic 1 blocked (no stat), topic 2 already purged."""
+    topics = [h.topic(n) for n in range(3)]
+    for n, topic in enumerate(topics):
+        await h.register(n + 1, topic)
+        h.produce(topic, 20)
+    h.report(1, topics[0], flushed=10)
+    h.report(3, topics[2], flushed=5)
+    [pid] = await h.manager.submit_purge([topics[2]], reason="setup")
+    assert (await h.manager.wait(pid, 30)).state is ProcedureState.SUCCEEDED
+    return topics
+
+
+async def test_interval_purges_only_topics_that_can_advance(leader: Harness) -> None:
+    h = leader
+    topics = await world(h)
+    ticker = PurgeTicker(h.manager, interval=0.3, parallelism=4)
+    async with ticker:
+        await wait_for(lambda: h.marker(topics[0]) == 10)
+    assert h.offsets(topics[0]).log_start_offset == 10
+    assert h.marker(topics[1]) is None
+    by_topic = {v.topic: v for v in await h.manager.list() if v.reason == "ticker"}
+    assert set(by_topic) == {topics[0]}
+    assert h.metrics.prune_point.labels(topic=topics[1])._value.get() == -1
+    assert h.metrics.blocked_regions.labels(topic=topics[1])._value.get() == 1
+    await ticker.shutdown()  # repeat-safe
+
+
+async def test_parallelism_bounds_in_flight_purges(leader: Harness) -> None:
+    h = leader
+    topics = [h.topic(n) for n in range(4)]
+    for n, topic in enumerate(topics):
+        await h.register(n + 1, topic)
+        h.produce(topic, 10)
+        h.report(n + 1, topic, flushed=5)
+    ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+    async with contextlib.AsyncExitStack() as stack:
+        for topic in topics:  # keep every purge from finishing
+            await stack.enter_async_context(h.locks.read(topic))
+        round_ = asyncio.create_task(ticker.tick())
+        await asyncio.sleep(0.7)
+        assert len(await h.manager.list()) == 2
+    result = await round_
+    assert sorted(result.topics) == topics
+    assert all(h.marker(t) == 5 for t in topics)
+
+
+async def test_size_trigger_submits_only_large_reclaimable_topics(leader: Harness) -> None:
+    h = leader
+    big, small = h.topic(0), h.topic(1)
+    for n, topic in enumerate((big, small)):
+        await h.register(n + 1, topic)
+        h.produce(topic, 60, size=100)
+        h.report_topic(topic, 59, record_size=60 * 100, record_num=60)
+    h.report(1, big, flushed=50)  # 50 entries x 100 B reclaimable
+    h.report(2, small, flushed=5)  # 5 x 100 B
+    ticker = PurgeTicker(
+        h.manager, interval=0, parallelism=2, size_trigger=1024, size_check_interval=0.2
+    )
+    assert ticker.enabled
+    async with ticker:
+        await wait_for(lambda: h.marker(big) == 50)
+        await asyncio.sleep(0.5)
+    assert h.marker(small) is None
+    assert [v.reason for v in await h.manager.list()] == ["size_trigger"]
+
+
+async def test_disabled_ticker_does_nothing(leader: Harness) -> None:
+    h = leader
+    topics = await world(h)
+    ticker = PurgeTicker.from_settings(h.manager, h.settings.wal)  # interval "0s", no size
+    assert not ticker.enabled
+    async with ticker:
+        await asyncio.sleep(0.3)
+    assert h.marker(topics[0]) is None
+
+
+async def test_data_loss_is_reported_once_per_loss(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 30)
+    h.report(1, topic, flushed=5)
+    h.kafka.delete_records({topic: 20})
+    ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+
+    first = await ticker.tick()
+    second = await ticker.tick()
+
+    assert first.topics == (topic,) and second.topics == ()
+    [view] = await h.manager.list()
+    assert view.state is ProcedureState.FAILED and view.error_code == "wal_data_loss"
+    assert len(await h.manager.services.history.events(topic=topic)) == 1
