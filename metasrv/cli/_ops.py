@@ -205,6 +205,15 @@ def _plan_table(plans: Sequence[TopicPlan], title: str) -> Table:
     return table
 
 
+def _result(proc: ProcedureInfo) -> str:
+    """The error (with its code) of a failed or retrying procedure, else its outcome."""
+    if proc.state in FAILED_STATES or not proc.terminal:
+        if proc.error and proc.error_code:
+            return f"{proc.error_code}: {proc.error}"
+        return proc.error or ""
+    return proc.outcome or ""
+
+
 def _procedure_table(procs: Sequence[ProcedureInfo], title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("id", "kind", "topic", "state", "step", "attempts", "elapsed", "error / outcome"):
@@ -219,7 +228,7 @@ def _procedure_table(procs: Sequence[ProcedureInfo], title: str) -> Table:
             p.step or "-",
             str(p.attempts),
             _elapsed(p),
-            (p.error if p.state in FAILED_STATES or not p.terminal else p.outcome) or "",
+            _result(p),
         )
     return table
 
@@ -320,7 +329,7 @@ def _follow(
         for v in views:
             now = (v.state, v.step)
             if seen.get(v.id) != now and not quiet:
-                detail = f" ({v.error})" if v.error and v.state != "running" else ""
+                detail = f" ({_result(v)})" if v.terminal or v.error else ""
                 _err.print(f"{v.id} {v.topic or ''}: {v.state} step={v.step or '-'}{detail}")
             seen[v.id] = now
         if all(v.terminal for v in views):

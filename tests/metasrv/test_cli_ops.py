@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from metasrv.cli import app
 from metasrv.cli._ops import Exit, resolve_target, why_not_purged
 from metasrv.model import BlockingRegion, TopicPlan
+from tests.api._live import (
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    World,
+    live_settings,
+    new_prefix,
+    seed_world,
+    serve,
+)
 
 runner = CliRunner()
 
@@ -79,3 +91,136 @@ def test_bad_config_exits_2() -> None:
 def test_usage_error_exits_2() -> None:
     result = runner.invoke(app, ["regions", "add", "not-a-number", "--node", "1"])
     assert result.exit_code == 2
+
+
+# --- against a live metasrv ----------------------------------------------------------------
+
+
+class LiveCli:
+    """Runs `metasrv ...` in-process against the served metasrv."""
+
+    def __init__(self, url: str, world: World) -> None:
+        self.url = url
+        self.world = world
+
+    def run(self, *args: str, token: str | None = OPERATOR_TOKEN, **env: str) -> Result:
+        full_env = {"COLUMNS": "250", "METASRV_TOKEN": token or "", **env}
+        return runner.invoke(app, [*args, "--url", self.url], env=full_env)
+
+    def json(self, *args: str, token: str | None = OPERATOR_TOKEN) -> Any:
+        result = self.run(*args, "--json", token=token)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def cli(
+    kafka_bootstrap: str, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveCli]:
+    prefix = new_prefix()
+    settings = live_settings(
+        prefix, kafka_bootstrap, etcd_endpoint, tmp_path_factory.mktemp("cli-ops")
+    )
+    with serve(settings) as url:
+        yield LiveCli(url, seed_world(url, prefix, kafka_bootstrap))
+
+
+def test_operator_sees_why_purges_then_follows_and_reads_history(cli: LiveCli) -> None:
+    w = cli.world
+    status = cli.run("status", token=VIEWER_TOKEN)
+    assert status.exit_code == 0, status.output
+    assert f"blocked by region {w.blocked_region} (no_stat)" in status.stdout
+    assert f"WAL DATA LOSS: Kafka no longer holds entries needed by region(s) {w.loss_region}" in (
+        status.stdout
+    )
+    assert f"purgeable: {w.prune_point} entries below {w.prune_point}" in status.stdout
+
+    topics = {t["topic"]: t for t in cli.json("status", token=VIEWER_TOKEN)["topics"]}
+    assert topics[w.purgeable_topic]["prune_point"] == w.prune_point
+    assert topics[w.purgeable_topic]["log_start_offset"] == 0
+    assert topics[w.purgeable_topic]["high_watermark"] == 20
+    assert topics[w.blocked_topic]["blocked_by"] == [
+        {"region_id": w.blocked_region, "reason": "no_stat"}
+    ]
+
+    (plan,) = cli.json("purge", "--topic", w.purgeable_topic, "--dry-run")
+    assert plan["reclaimable_entries"] == w.prune_point
+    assert cli.json("history", "--topic", w.purgeable_topic) == []
+
+    purge = cli.run("purge", "--topic", w.purgeable_topic, "--wait", "--json")
+    assert purge.exit_code == 0, purge.output
+    (proc,) = json.loads(purge.stdout)
+    assert proc["state"] == "succeeded"
+    assert purge.stderr == ""  # --json: no progress lines, stdout is pure JSON
+
+    (row,) = cli.json("history", "--topic", w.purgeable_topic)
+    assert row["procedure_id"] == proc["id"]
+    assert row["prune_point"] == w.prune_point
+    assert row["entries_deleted"] == w.prune_point
+    text = cli.run("history", token=VIEWER_TOKEN)
+    assert text.exit_code == 0 and proc["id"] in text.stdout
+
+    shown = cli.json("procedures", "show", proc["id"], token=VIEWER_TOKEN)
+    assert shown["state"] == "succeeded" and "purge" in shown["timings"]
+    after = {t["topic"]: t for t in cli.json("status", token=VIEWER_TOKEN)["topics"]}
+    assert after[w.purgeable_topic]["pruned_entry_id"] == w.prune_point
+    assert after[w.purgeable_topic]["log_start_offset"] == w.prune_point
+    cancel = cli.run("procedures", "cancel", proc["id"])
+    assert cancel.exit_code == Exit.CONFLICT, cancel.output
+
+
+def test_failed_purge_exits_1_and_status_shows_it(cli: LiveCli) -> None:
+    w = cli.world
+    result = cli.run("purge", "--topic", w.loss_topic, "--wait")
+    assert result.exit_code == Exit.PURGE_FAILED, result.output
+    assert "failed" in result.stdout and "wal_data_loss" in result.output
+    assert f"{w.loss_topic}: failed" in result.stderr  # progress lines
+    status = cli.json("status", token=VIEWER_TOKEN)
+    assert [p["topic"] for p in status["failed_procedures"]] == [w.loss_topic]
+    assert [e["region_id"] for e in status["data_loss_events"]] == [w.loss_region]
+    text = cli.run("status", token=VIEWER_TOKEN)
+    assert "WAL data-loss events" in text.stdout and "Recently failed procedures" in text.stdout
+
+
+def test_submit_without_wait_prints_ids(cli: LiveCli) -> None:
+    result = cli.run("purge", "--topic", cli.world.blocked_topic)
+    assert result.exit_code == 0, result.output
+    (line,) = result.stdout.strip().splitlines()
+    procedure_id = line.removeprefix("submitted ")
+    done = cli.json("procedures", "show", procedure_id, token=VIEWER_TOKEN)
+    assert done["topic"] == cli.world.blocked_topic
+
+
+def test_regions_add_list_drop(cli: LiveCli) -> None:
+    w = cli.world
+    region = (4000 << 32) | 7
+    added = cli.json("regions", "add", str(region), "--node", "3", "--topic", w.blocked_topic)
+    assert added["topic"] == w.blocked_topic
+    listed = cli.json("regions", "list", "--topic", w.blocked_topic, token=VIEWER_TOKEN)
+    assert {r["region_id"] for r in listed} == {w.blocked_region, region}
+    table = cli.run("regions", "list", token=VIEWER_TOKEN)
+    assert str(region) in table.stdout and "4000" in table.stdout
+    dropped = cli.run("regions", "drop", str(region))
+    assert dropped.exit_code == 0, dropped.output
+    assert cli.run("regions", "drop", str(region)).exit_code == Exit.NOT_FOUND
+    listed = cli.json("regions", "list", "--topic", w.blocked_topic, token=VIEWER_TOKEN)
+    assert {r["region_id"] for r in listed} == {w.blocked_region}
+
+
+def test_wrong_tokens_exit_3(cli: LiveCli) -> None:
+    denied = cli.run("purge", "--dry-run", token=VIEWER_TOKEN)
+    assert denied.exit_code == Exit.UNREACHABLE
+    assert "permission_denied" in denied.output
+    unknown = cli.run("status", token="not-a-token")
+    assert unknown.exit_code == Exit.UNREACHABLE
+    assert "unauthenticated" in unknown.output
+    assert cli.run("purge", "--topic", "no_such_topic").exit_code == Exit.NOT_FOUND
+
+
+def test_url_and_token_from_config(cli: LiveCli, tmp_path: Path) -> None:
+    config = tmp_path / "metasrv.toml"
+    addr = cli.url.removeprefix("http://")
+    config.write_text(f'[http]\naddr = "{addr}"\n[auth]\nviewer_tokens = ["{VIEWER_TOKEN}"]\n')
+    result = runner.invoke(app, ["status", "--json", "-c", str(config)], env={"METASRV_TOKEN": ""})
+    assert result.exit_code == 0, result.output
+    assert cli.world.purgeable_topic in {t["topic"] for t in json.loads(result.stdout)["topics"]}
