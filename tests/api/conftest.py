@@ -1,0 +1,198 @@
+"""A real metasrv (uvicorn + the FastAPI app) on a free port, on real etcd and Kafka.
+
+`start_server(settings)` runs uvicorn in a background thread of this process (its own
+event loop), so tests talk to it over real HTTP with httpx exactly as a datanode does.
+Each test gets its own etcd key prefix and Kafka topic prefix (`unique_prefix`); both
+are cleaned up afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from api import create_app
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import EtcdKv
+from metasrv.runtime import Runtime
+from metasrv.settings import Settings, load_settings
+
+NUM_TOPICS = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """A running metasrv."""
+
+    settings: Settings
+    app: FastAPI
+    base_url: str
+    addr: str
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime: Runtime = self.app.state.runtime
+        return runtime
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+
+
+@contextlib.contextmanager
+def start_server(settings: Settings, *, wait_serving: bool = True) -> Iterator[Server]:
+    """Run the app under uvicorn in a thread until the block ends."""
+    host, _, port = settings.http.addr.rpartition(":")
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=int(port),
+        loop="asyncio",
+        http="httptools",
+        ws="none",
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"metasrv-{port}", daemon=True)
+    thread.start()
+    handle = Server(settings, app, f"http://{settings.http.addr}", settings.http.addr)
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("metasrv did not start")
+            time.sleep(0.02)
+        if wait_serving:
+            with handle.client() as client:
+                while not client.get("/v1/leader").json().get("serving"):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("metasrv did not become a serving leader")
+                    time.sleep(0.05)
+        yield handle
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(
+    kafka_bootstrap: str, etcd_endpoint: str, unique_prefix: str, tmp_path: Any
+) -> Iterator[SettingsFactory]:
+    """Settings for a server on a fresh port; sections given as kwargs override."""
+
+    def make(**sections: dict[str, Any]) -> Settings:
+        base: dict[str, dict[str, Any]] = {
+            "wal": {
+                "broker_endpoints": [kafka_bootstrap],
+                "num_topics": NUM_TOPICS,
+                "topic_name_prefix": f"{unique_prefix}_wal",
+                "checkpoint_interval": "200ms",
+                "region_stat_ttl": "30s",
+            },
+            "http": {"addr": f"127.0.0.1:{free_port()}", "body_limit": "1MB"},
+            "kv": {
+                "backend": "etcd",
+                "etcd_endpoints": [etcd_endpoint],
+                "key_prefix": f"{unique_prefix}/",
+            },
+            "history": {"url": f"sqlite:///{tmp_path}/history.db"},
+            "election": {"lease_secs": 2},
+        }
+        for name, values in sections.items():
+            base.setdefault(name, {}).update(values)
+        return load_settings(None, **base)
+
+    yield make
+    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    kv.delete_prefix("")
+    kv.close()
+    kafka = KafkaAdmin(kafka_bootstrap)
+    kafka.delete_topics(t for t in kafka.list_topics() if t.startswith(unique_prefix))
+
+
+@pytest.fixture
+def server(make_settings: SettingsFactory) -> Iterator[Server]:
+    """A serving leader with no tokens configured (every endpoint open)."""
+    with start_server(make_settings()) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture
+def etcd(etcd_endpoint: str, unique_prefix: str) -> Iterator[EtcdKv]:
+    """Direct access to the test's etcd keys (as the server stores them)."""
+    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    yield kv
+    kv.close()
+
+
+def region(
+    region_id: int,
+    topic: str,
+    flushed: int,
+    *,
+    latest: int | None = None,
+    memtable: int = 10,
+    manifest: int | None = 1,
+) -> dict[str, Any]:
+    """One region entry of a heartbeat body."""
+    return {
+        "region_id": region_id,
+        "topic": topic,
+        "flushed_entry_id": flushed,
+        "topic_latest_entry_id": latest,
+        "memtable_bytes": memtable,
+        "manifest_version": manifest,
+    }
+
+
+def heartbeat(
+    node_id: int, regions: list[dict[str, Any]], topics: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A heartbeat body."""
+    return {
+        "node_id": node_id,
+        "addr": f"dn{node_id}:4001",
+        "regions": regions,
+        "topics": topics or [],
+    }
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """The response is `status` with a DESIGN §5 error body; returns the error object."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert isinstance(error["code"], str) and isinstance(error["message"], str)
+    if code is not None:
+        assert error["code"] == code, error
+    return error

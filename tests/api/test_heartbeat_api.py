@@ -1,0 +1,212 @@
+"""`POST /v1/heartbeat` over real HTTP: acceptance, rejections, status codes, checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import orjson
+import pytest
+
+from metasrv import keys
+from metasrv.kv import EtcdKv
+from tests.api.conftest import (
+    Server,
+    SettingsFactory,
+    assert_error,
+    heartbeat,
+    region,
+    start_server,
+)
+
+
+def register(client: httpx.Client, region_id: int, topic: str | None = None) -> str:
+    body: dict[str, object] = {"region_id": region_id, "node_id": 1}
+    if topic is not None:
+        body["topic"] = topic
+    resp = client.post("/v1/regions", json=body)
+    assert resp.status_code == 201, resp.text
+    registered: str = resp.json()["topic"]
+    return registered
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_heartbeat_stats_show_up_in_topics_regions_and_plan(
+    server: Server, client: httpx.Client
+) -> None:
+    t0 = register(client, 1)
+    register(client, 2, topic=t0)
+    plan = client.get("/v1/purge/plan", params={"topic": t0}).json()["topics"][0]
+    assert plan["prune_point"] is None
+    assert {b["region_id"]: b["reason"] for b in plan["blocked_by"]} == {1: "no_stat", 2: "no_stat"}
+
+    resp = client.post(
+        "/v1/heartbeat",
+        json=heartbeat(
+            7,
+            [region(1, t0, -1), region(2, t0, -1, latest=-1, memtable=0)],
+            [{"topic": t0, "latest_entry_id": -1, "record_size": 0, "record_num": 0}],
+        ),
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"leader": server.addr, "instructions": [], "rejected": []}
+    assert resp.headers["content-type"] == "application/json"
+
+    topic = client.get(f"/v1/topics/{t0}").json()
+    assert topic["region_count"] == 2
+    assert topic["latest_entry_id"] == -1
+    assert topic["blocked_by"] == []
+    assert topic["prune_point"] == 0  # nothing flushed: P = 0 deletes nothing
+    listed = {t["topic"]: t for t in client.get("/v1/topics").json()["topics"]}
+    assert listed[t0]["region_count"] == 2
+    assert len(listed) == 3  # the pool
+
+    info = client.get("/v1/regions/1").json()
+    assert info["stat"]["node_id"] == 7
+    assert info["stat"]["flushed_entry_id"] == -1
+    assert info["replay_start_entry_id"] == 0
+
+
+def test_each_rejection_reason_over_http_and_nothing_stored(client: httpx.Client) -> None:
+    t0 = register(client, 1)
+    t1 = register(client, 2)
+    assert t0 != t1
+    ok = client.post("/v1/heartbeat", json=heartbeat(1, [region(2, t1, 50, manifest=4)]))
+    assert ok.json()["rejected"] == []
+    resp = client.post(
+        "/v1/heartbeat",
+        json=heartbeat(
+            1,
+            [
+                region(1, t1, 10),  # mapped to t0
+                region(999, t0, 10),
+                region(2, t1, 40, manifest=4),
+                region(-3, t0, 1),
+            ],
+        ),
+    )
+    assert resp.status_code == 200
+    assert {r["region_id"]: r["reason"] for r in resp.json()["rejected"]} == {
+        1: "topic_mismatch",
+        999: "unknown_region",
+        2: "stat_regressed",
+        -3: "negative_id",
+    }
+    assert client.get("/v1/regions/1").json()["stat"] is None
+    assert client.get("/v1/regions/2").json()["stat"]["flushed_entry_id"] == 50
+    assert_error(client.get("/v1/regions/999"), 404, "not_found")
+    metrics = client.get("/metrics").text
+    assert 'metasrv_region_stats_rejected_total{reason="topic_mismatch"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"node_id": "1", "regions": []}',
+        b'{"node_id": 1, "regions": [{"region_id": 1}]}',
+        b'{"node_id": 1, "regions": [], "topics": [{"topic": 5}]}',
+    ],
+)
+def test_malformed_heartbeat_is_422_and_stores_nothing(client: httpx.Client, body: bytes) -> None:
+    t0 = register(client, 1)
+    good = orjson.dumps(region(1, t0, 5))
+    if body.startswith(b'{"node_id": 1, "regions": ['):
+        # A valid region ahead of the bad part must not be stored either.
+        body = body.replace(b'"regions": [', b'"regions": [' + good + b", ", 1)
+        body = body.replace(b", ]", b"]")
+    resp = client.post("/v1/heartbeat", content=body)
+    error = assert_error(resp, 422)
+    assert error["code"] in ("invalid_argument", "validation_error")
+    assert client.get("/v1/regions/1").json()["stat"] is None
+
+
+def test_body_over_limit_is_413_by_length_and_when_chunked(
+    make_settings: SettingsFactory,
+) -> None:
+    with start_server(make_settings(http={"body_limit": "4KB"})) as srv, srv.client() as c:
+        big = orjson.dumps(heartbeat(1, [region(i, "x", 1) for i in range(200)]))
+        assert len(big) > 4096
+        assert_error(c.post("/v1/heartbeat", content=big), 413, "payload_too_large")
+
+        def chunks() -> Iterator[bytes]:
+            for i in range(0, len(big), 1000):
+                yield big[i : i + 1000]
+
+        resp = c.post("/v1/heartbeat", content=chunks())  # no content-length: chunked
+        assert resp.request.headers.get("transfer-encoding") == "chunked"
+        assert_error(resp, 413, "payload_too_large")
+        # The pydantic-parsed endpoints are limited the same way.
+        assert_error(
+            c.post(
+                "/v1/regions",
+                content=b'{"region_id": 1, "node_id": 1, "x": "' + b"a" * 5000 + b'"}',
+            ),
+            413,
+        )
+        # Under the limit still works.
+        small = heartbeat(1, [])
+        assert c.post("/v1/heartbeat", json=small).status_code == 200
+
+
+def test_follower_answers_421_with_leader_address(make_settings: SettingsFactory) -> None:
+    first = make_settings()
+    with start_server(first) as leader:
+        second = make_settings()
+        with start_server(second, wait_serving=False) as follower, follower.client() as c:
+            info = c.get("/v1/leader").json()
+            assert info == {
+                "leader": leader.addr,
+                "is_leader": False,
+                "serving": False,
+                "term": info["term"],
+                "node": follower.addr,
+            }
+            error = assert_error(c.post("/v1/heartbeat", json=heartbeat(1, [])), 421, "not_leader")
+            assert error["leader"] == leader.addr
+            resp = c.post("/v1/regions", json={"region_id": 1, "node_id": 1})
+            assert assert_error(resp, 421)["leader"] == leader.addr
+            assert_error(c.get("/v1/purge/plan"), 421)
+            assert_error(c.get("/v1/regions/1/replay-start"), 421)
+            # Health and readiness are answered by followers too.
+            assert c.get("/healthz").status_code == 200
+            assert c.get("/readyz").status_code == 200
+
+
+def test_checkpoints_are_batched_into_etcd(
+    server: Server, client: httpx.Client, etcd: EtcdKv
+) -> None:
+    t0 = register(client, 1)
+    register(client, 2, topic=t0)
+    key1, key2 = keys.topic_region(t0, 1), keys.topic_region(t0, 2)
+
+    def checkpoint(key: str) -> int | None:
+        stored = etcd.get(key)
+        assert stored is not None
+        cp = orjson.loads(stored.value)["checkpoint"]
+        return None if cp is None else int(cp["entry_id"])
+
+    body = heartbeat(3, [region(1, t0, 41), region(2, t0, 5, latest=60, memtable=0)])
+    assert client.post("/v1/heartbeat", json=body).json()["rejected"] == []
+    wait_until(lambda: checkpoint(key1) == 41 and checkpoint(key2) == 60)
+    stored = etcd.get(key1)
+    assert stored is not None
+    assert orjson.loads(stored.value) == {"node_id": 3, "checkpoint": {"entry_id": 41}}
+    revision = stored.mod_revision
+
+    # The same stats again and again: no kv write at all.
+    for _ in range(10):
+        assert client.post("/v1/heartbeat", json=body).status_code == 200
+    time.sleep(0.6)  # three checkpoint intervals
+    again = etcd.get(key1)
+    assert again is not None and again.mod_revision == revision
+    assert server.runtime.metrics.checkpoint_writes._value.get() == 2
