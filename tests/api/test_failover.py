@@ -81,17 +81,20 @@ def two_daemons(
 
 
 def leader_of(addrs: list[str], timeout: float) -> str:
+    """Wait until every daemon answers and one of them is a serving leader."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        views = {}
         for addr in addrs:
             try:
-                info = httpx.get(f"http://{addr}/v1/leader", timeout=2).json()
+                views[addr] = httpx.get(f"http://{addr}/v1/leader", timeout=2).json()
             except httpx.TransportError:
-                continue
-            if info["is_leader"] and info["serving"]:
-                return addr
+                break
+        leaders = [a for a, v in views.items() if v["is_leader"] and v["serving"]]
+        if len(views) == len(addrs) and len(leaders) == 1:
+            return leaders[0]
         time.sleep(0.1)
-    raise AssertionError("no serving leader")
+    raise AssertionError("daemons not up with one serving leader")
 
 
 @pytest.mark.faults
