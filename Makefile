@@ -24,9 +24,9 @@ stack-down: setup
 test: setup stack
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# Both linters run even when the first fails, so one run shows every problem.
 lint: setup
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+	rc=0; $(BIN)/ruff check . || rc=1; $(BIN)/mypy || rc=1; exit $$rc
 
 demo: setup stack
 	$(BIN)/metasrv demo

@@ -122,6 +122,10 @@ class Postgres(Service):
             return None
         return pid if str(self.data).encode() in cmdline else None
 
+    def process_alive(self) -> bool:
+        # pg_ctl -w returns once the postmaster runs, so the checked pid is reliable here.
+        return self.pid() is not None
+
     def launch(self) -> None:
         options = (
             f"-c listen_addresses={self.cfg.host} -p {self.cfg.postgres_port} "

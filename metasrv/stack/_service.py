@@ -6,7 +6,7 @@ import abc
 from pathlib import Path
 
 from metasrv.stack._config import StackConfig
-from metasrv.stack._process import port_open, terminate, tracked_pid, wait_until
+from metasrv.stack._process import pid_alive, port_open, terminate, tracked_pid, wait_until
 
 
 class Service(abc.ABC):
@@ -56,6 +56,17 @@ class Service(abc.ABC):
         """Pid of the process this state dir started, when alive."""
         return tracked_pid(self.pid_file, self.pid_marker)
 
+    def process_alive(self) -> bool:
+        """The process in the pid file exists (no command-line check).
+
+        Used while starting: between fork and exec the child's command line is still
+        ours, so `pid()` would wrongly report it gone.
+        """
+        try:
+            return pid_alive(int(self.pid_file.read_text().strip()))
+        except (OSError, ValueError):
+            return False
+
     def listening(self) -> bool:
         """Something accepts TCP connections on the client port."""
         return port_open(self.cfg.host, self.port)
@@ -69,7 +80,7 @@ class Service(abc.ABC):
             lambda: self.listening() and self.healthy(),
             timeout=self.cfg.ready_timeout,
             log_file=self.log_file,
-            alive=lambda: self.pid() is not None,
+            alive=self.process_alive,
         )
 
     def stop(self) -> bool:

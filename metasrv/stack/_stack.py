@@ -77,7 +77,7 @@ def _start(svc: Service) -> ServiceStatus:
                 svc.healthy,
                 timeout=cfg.ready_timeout,
                 log_file=svc.log_file,
-                alive=lambda: svc.pid() is not None,
+                alive=svc.process_alive,
             )
         return ServiceStatus(svc.name, svc.endpoint, svc.pid(), True)
     if svc.listening():
