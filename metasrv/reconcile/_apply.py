@@ -256,7 +256,8 @@ def _drop(api: RegionApi, a: Action) -> ActionResult:
     topic = raw.get("topic", getattr(view, "topic", None))
     if a.topic is not None and topic is not None and topic != a.topic:
         return ActionResult(a, Outcome.SKIPPED, f"region is now mapped to {topic}, not {a.topic}")
-    age = raw.get("stat_age")
+    stat = raw.get("stat")
+    age = stat.get("age_seconds") if isinstance(stat, dict) else None
     if age is not None and a.min_stale_s is not None and float(age) < a.min_stale_s:
         return ActionResult(a, Outcome.SKIPPED, f"the leader heard from it {float(age):.0f}s ago")
     try:

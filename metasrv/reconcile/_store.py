@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy.exc as sa_exc
 from sqlalchemy import Engine, delete, func, insert, select
 
-from metasrv.errors import NotFound
+from metasrv.errors import NotFound, Unavailable
 from metasrv.reconcile._findings import Finding
 from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table
 
@@ -140,6 +141,19 @@ def latest_run(
 
     Raises `NotFound` when no run was ever saved.
     """
+    try:
+        return _latest_run(engine, kind, severity, limit, offset)
+    except sa_exc.SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise Unavailable(
+            f"cannot read reconcile runs from the history database: {detail} "
+            "(has `metasrv db upgrade` been run?)"
+        ) from exc
+
+
+def _latest_run(
+    engine: Engine, kind: str | None, severity: str | None, limit: int, offset: int
+) -> dict[str, Any]:
     runs, findings = reconcile_runs_table, reconcile_findings_table
     with engine.connect() as conn:
         run = conn.execute(

@@ -1,0 +1,123 @@
+"""The stat history writer: what it writes, when, and what it deletes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from metasrv.model import RegionStat
+from metasrv.stat_history import (
+    SNAPSHOTS_DIR,
+    STATS_DIR,
+    StatHistoryWriter,
+    hour_partition,
+)
+from tests.metasrv.reconcile._seed import NOW, stat
+
+
+def _rows(root: Path, sub: str) -> list[dict[str, Any]]:
+    if not (root / sub).exists():
+        return []
+    table = ds.dataset(root / sub, format="parquet", partitioning="hive").to_table()
+    return sorted(table.to_pylist(), key=lambda r: (str(r["ts"]), str(r.get("region_id"))))
+
+
+def test_hour_partition_is_utc_yyyymmddhh() -> None:
+    assert hour_partition(0) == 1970010100
+    assert hour_partition(1_800_000_000) == 2027011508
+
+
+def test_only_stats_received_since_the_last_snapshot_are_written(tmp_path: Path) -> None:
+    w = StatHistoryWriter(tmp_path, 60.0)
+    s1, s2 = stat(1, "a", NOW - 5, prunable=7), stat(2, "b", NOW - 3)
+    assert w.write_snapshot({1: s1, 2: s2}, now=NOW, mono_now=NOW) == 2
+    # Region 1 reported again, region 2 did not.
+    s1b = stat(1, "a", NOW + 50, prunable=9)
+    assert w.write_snapshot({1: s1b, 2: s2}, now=NOW + 60, mono_now=NOW + 60) == 1
+    assert w.write_snapshot({1: s1b, 2: s2}, now=NOW + 120, mono_now=NOW + 120) == 0
+
+    rows = _rows(tmp_path, STATS_DIR)
+    assert [(r["region_id"], r["prunable_entry_id"], r["accepted"]) for r in rows] == [
+        (1, 7, True),
+        (2, 10, True),
+        (1, 9, True),
+    ]
+    # Three snapshots are recorded even though the last one wrote no stat.
+    snaps = _rows(tmp_path, SNAPSHOTS_DIR)
+    assert [(r["regions"], r["written"]) for r in snaps] == [(2, 2), (2, 1), (2, 0)]
+
+
+def test_received_at_becomes_wall_clock_seen_at(tmp_path: Path) -> None:
+    w = StatHistoryWriter(tmp_path, 60.0)
+    # Monotonic clock at 1000 while the wall clock says NOW; the stat came 4 s ago.
+    s = RegionStat(1, 2, "t", 5, 8, 0, 3, received_at=996.0)
+    w.write_snapshot({1: s}, now=NOW, mono_now=1000.0)
+    (row,) = _rows(tmp_path, STATS_DIR)
+    assert row["seen_at"].timestamp() == pytest.approx(NOW - 4)
+    assert row["ts"].timestamp() == pytest.approx(NOW)
+    assert (row["prunable_entry_id"], row["topic_latest_entry_id"], row["manifest_version"]) == (
+        8,
+        8,
+        3,
+    )
+
+
+def test_rejected_reports_are_written_once_and_marked(tmp_path: Path) -> None:
+    w = StatHistoryWriter(tmp_path, 60.0)
+    w.record_rejected([stat(9, "x", NOW - 1), stat(9, "y", NOW - 0.5)])
+    w.write_snapshot({}, now=NOW, mono_now=NOW)
+    w.write_snapshot({}, now=NOW + 60, mono_now=NOW + 60)
+    rows = _rows(tmp_path, STATS_DIR)
+    assert [(r["region_id"], r["topic"], r["accepted"]) for r in rows] == [(9, "y", False)]
+
+
+def test_partitions_older_than_the_retention_are_deleted(tmp_path: Path) -> None:
+    w = StatHistoryWriter(tmp_path, 60.0, retention=7200.0)
+    w.write_snapshot({1: stat(1, "a", NOW)}, now=NOW, mono_now=NOW)
+    w.write_snapshot({1: stat(1, "a", NOW + 3600)}, now=NOW + 3600, mono_now=NOW + 3600)
+    old = hour_partition(NOW)
+    assert (tmp_path / STATS_DIR / f"hour={old}").is_dir()
+    w.write_snapshot({1: stat(1, "a", NOW + 4 * 3600)}, now=NOW + 4 * 3600, mono_now=NOW + 4 * 3600)
+    assert not (tmp_path / STATS_DIR / f"hour={old}").exists()
+    assert not (tmp_path / SNAPSHOTS_DIR / f"hour={old}").exists()
+    assert len(_rows(tmp_path, STATS_DIR)) == 1
+
+
+def test_bad_parameters_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        StatHistoryWriter(tmp_path, 0.0)
+    with pytest.raises(ValueError):
+        StatHistoryWriter(tmp_path, 60.0, retention=10.0)
+
+
+async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Path) -> None:
+    calls = 0
+
+    def source() -> dict[int, RegionStat]:
+        nonlocal calls
+        calls += 1
+        return {calls: stat(calls, "t", float(calls))}
+
+    w = StatHistoryWriter(tmp_path, 0.05, source)
+    await w.start()
+    await w.start()  # idempotent
+    for _ in range(200):
+        if len(_rows(tmp_path, SNAPSHOTS_DIR)) >= 3:
+            break
+        await asyncio.sleep(0.02)
+    await w.stop()
+    await w.stop()
+    written = len(_rows(tmp_path, SNAPSHOTS_DIR))
+    assert written >= 3
+    await asyncio.sleep(0.15)
+    assert len(_rows(tmp_path, SNAPSHOTS_DIR)) == written
+    assert {r["region_id"] for r in _rows(tmp_path, STATS_DIR)} == set(range(1, written + 1))
+
+
+async def test_start_without_a_source_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        await StatHistoryWriter(tmp_path, 1.0).start()
