@@ -127,6 +127,7 @@ class Postgres(Service):
         return self.pid() is not None
 
     def launch(self) -> None:
+        self._make_traversable()
         options = (
             f"-c listen_addresses={self.cfg.host} -p {self.cfg.postgres_port} "
             f"-c unix_socket_directories={self.socket_dir} "

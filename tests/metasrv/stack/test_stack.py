@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,13 +163,23 @@ def test_up_prints_evalable_endpoint_lines_on_stdout(local_cfg: StackConfig) -> 
     }
 
 
+@pytest.fixture
+def world_traversable_dir() -> Iterator[Path]:
+    # Not under pytest's basetemp: pytest resets that to 0700 whenever any session starts,
+    # and the postgres OS user must traverse every parent of its data dir.
+    path = Path(tempfile.mkdtemp(prefix="metasrv-stack-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_kafka_and_postgres_stop_and_start_on_spare_ports(
-    local_cfg: StackConfig, tmp_path: Path
+    local_cfg: StackConfig, world_traversable_dir: Path
 ) -> None:
     # Shares the downloaded jars (no second download) but runs its own broker and cluster.
     cfg = StackConfig.from_env(
-        state_dir=tmp_path / "stack",
+        state_dir=world_traversable_dir / "stack",
         kafka_port=_free_port(),
         kafka_controller_port=_free_port(),
         postgres_port=_free_port(),
