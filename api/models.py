@@ -51,6 +51,7 @@ class ErrorBody(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "Request body is not decodable (e.g. not UTF-8)."},
     401: {"model": ErrorBody, "description": "Missing or unknown bearer token."},
     403: {"model": ErrorBody, "description": "The token's role may not call this endpoint."},
     413: {"model": ErrorBody, "description": "Request body over `http.body_limit`."},
