@@ -45,6 +45,13 @@ def local_stack() -> Endpoints:
     return ensure_up(StackConfig.from_env())
 
 
+@pytest.fixture(scope="session")
+def stack_config(local_stack: Endpoints) -> StackConfig:
+    """Config of the running local stack, for fault tests that stop/start/signal its services
+    (`metasrv.stack.stop_service`, `start_service`, `service_pid`)."""
+    return StackConfig.from_env()
+
+
 def _endpoint(request: pytest.FixtureRequest, env: str, field: str) -> str:
     given = os.environ.get(env)
     if given:

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from metasrv.cli import app
 from metasrv.errors import ServiceError
 from metasrv.stack import (
-    Endpoints,
     StackConfig,
     ensure_up,
     service_pid,
@@ -32,22 +31,19 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def local_cfg(local_stack: Endpoints) -> StackConfig:
-    return StackConfig.from_env()
-
-
-def test_status_reports_every_service_healthy(local_cfg: StackConfig) -> None:
-    result = CliRunner().invoke(app, ["stack", "status", "--state-dir", str(local_cfg.state_dir)])
+def test_status_reports_every_service_healthy(stack_config: StackConfig) -> None:
+    result = CliRunner().invoke(
+        app, ["stack", "status", "--state-dir", str(stack_config.state_dir)]
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     for name in ("kafka", "etcd", "postgres"):
         row = next(line for line in lines if line.startswith(name))
         assert row.rstrip().endswith("healthy") and "UNHEALTHY" not in row
-    assert f"KAFKA_BOOTSTRAP=127.0.0.1:{local_cfg.kafka_port}" in lines
-    assert f"ETCD_ENDPOINT=127.0.0.1:{local_cfg.etcd_port}" in lines
+    assert f"KAFKA_BOOTSTRAP=127.0.0.1:{stack_config.kafka_port}" in lines
+    assert f"ETCD_ENDPOINT=127.0.0.1:{stack_config.etcd_port}" in lines
     assert (
-        f"POSTGRES_URL=postgresql+psycopg://metasrv:metasrv@127.0.0.1:{local_cfg.postgres_port}"
+        f"POSTGRES_URL=postgresql+psycopg://metasrv:metasrv@127.0.0.1:{stack_config.postgres_port}"
         "/metasrv" in lines
     )
 
@@ -62,11 +58,11 @@ def test_status_exits_nonzero_when_a_service_is_unreachable(tmp_path: Path) -> N
 
 
 def test_second_ensure_up_reuses_processes_and_does_not_download_again(
-    local_cfg: StackConfig,
+    stack_config: StackConfig,
 ) -> None:
-    libs = local_cfg.state_dir / "kafka" / "libs"
-    marker = libs / f".installed-{local_cfg.kafka_version}"
-    install_log = local_cfg.state_dir / "kafka" / "install.log"
+    libs = stack_config.state_dir / "kafka" / "libs"
+    marker = libs / f".installed-{stack_config.kafka_version}"
+    install_log = stack_config.state_dir / "kafka" / "install.log"
     if not marker.exists():
         pytest.skip("kafka was not installed by this state dir (services reused from elsewhere)")
     before = (
@@ -74,9 +70,9 @@ def test_second_ensure_up_reuses_processes_and_does_not_download_again(
         install_log.stat().st_size,
         sorted(p.name for p in libs.iterdir()),
     )
-    pids = {name: service_pid(local_cfg, name) for name in ("kafka", "etcd", "postgres")}
+    pids = {name: service_pid(stack_config, name) for name in ("kafka", "etcd", "postgres")}
 
-    assert ensure_up(local_cfg).kafka_bootstrap == f"127.0.0.1:{local_cfg.kafka_port}"
+    assert ensure_up(stack_config).kafka_bootstrap == f"127.0.0.1:{stack_config.kafka_port}"
 
     after = (
         marker.stat().st_mtime_ns,
@@ -84,11 +80,11 @@ def test_second_ensure_up_reuses_processes_and_does_not_download_again(
         sorted(p.name for p in libs.iterdir()),
     )
     assert after == before
-    assert {name: service_pid(local_cfg, name) for name in pids} == pids
+    assert {name: service_pid(stack_config, name) for name in pids} == pids
 
 
 def test_up_from_another_state_dir_reuses_healthy_services(
-    local_cfg: StackConfig, tmp_path: Path
+    stack_config: StackConfig, tmp_path: Path
 ) -> None:
     other = StackConfig.from_env(state_dir=tmp_path / "other")
     got = [start_service(other, name) for name in ("kafka", "etcd", "postgres")]
@@ -150,15 +146,15 @@ def test_failed_start_names_the_service_and_its_log(tmp_path: Path) -> None:
     assert service_pid(cfg, "etcd") is None
 
 
-def test_up_prints_evalable_endpoint_lines_on_stdout(local_cfg: StackConfig) -> None:
-    result = CliRunner().invoke(app, ["stack", "up", "--state-dir", str(local_cfg.state_dir)])
+def test_up_prints_evalable_endpoint_lines_on_stdout(stack_config: StackConfig) -> None:
+    result = CliRunner().invoke(app, ["stack", "up", "--state-dir", str(stack_config.state_dir)])
     assert result.exit_code == 0, result.output
     pairs = dict(line.split("=", 1) for line in result.stdout.splitlines())
     assert pairs == {
-        "KAFKA_BOOTSTRAP": f"127.0.0.1:{local_cfg.kafka_port}",
-        "ETCD_ENDPOINT": f"127.0.0.1:{local_cfg.etcd_port}",
+        "KAFKA_BOOTSTRAP": f"127.0.0.1:{stack_config.kafka_port}",
+        "ETCD_ENDPOINT": f"127.0.0.1:{stack_config.etcd_port}",
         "POSTGRES_URL": (
-            f"postgresql+psycopg://metasrv:metasrv@127.0.0.1:{local_cfg.postgres_port}/metasrv"
+            f"postgresql+psycopg://metasrv:metasrv@127.0.0.1:{stack_config.postgres_port}/metasrv"
         ),
     }
 
@@ -175,7 +171,7 @@ def world_traversable_dir() -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_kafka_and_postgres_stop_and_start_on_spare_ports(
-    local_cfg: StackConfig, world_traversable_dir: Path
+    stack_config: StackConfig, world_traversable_dir: Path
 ) -> None:
     # Shares the downloaded jars (no second download) but runs its own broker and cluster.
     cfg = StackConfig.from_env(
@@ -184,8 +180,8 @@ def test_kafka_and_postgres_stop_and_start_on_spare_ports(
         kafka_controller_port=_free_port(),
         postgres_port=_free_port(),
     )
-    libs = local_cfg.state_dir / "kafka" / "libs"
-    if not (libs / f".installed-{local_cfg.kafka_version}").exists():
+    libs = stack_config.state_dir / "kafka" / "libs"
+    if not (libs / f".installed-{stack_config.kafka_version}").exists():
         pytest.skip("no local kafka jars to share")
     (cfg.state_dir / "kafka").mkdir(parents=True)
     (cfg.state_dir / "kafka" / "libs").symlink_to(libs)
