@@ -18,7 +18,8 @@ MAX_REGION_ID = (1 << 64) - 1
 
 RegionId = Annotated[StrictInt, Field(ge=0, le=MAX_REGION_ID, examples=[(1024 << 32) | 1])]
 """`table_id << 32 | region_number`."""
-NodeId = Annotated[StrictInt, Field(ge=0)]
+NodeId = Annotated[StrictInt, Field(ge=0, le=(1 << 63) - 1)]
+"""Datanode id; bounded so it always fits the 64-bit JSON the kv values use."""
 TopicName = Annotated[
     str, Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$", examples=["wal_0"])
 ]
