@@ -3,9 +3,10 @@
 One heartbeat carries a datanode's stats for up to thousands of regions, and the leader
 takes hundreds of heartbeats a second, so this module parses the body once with orjson
 and validates with hand-written type checks (no pydantic model per region), does one
-dict lookup per region for its route and one for its previous stat, and stores accepted
-stats with one dict update. The whole body is validated before anything is stored: a
-malformed heartbeat (422) changes nothing.
+dict lookup per region for its route and one for its previous stat, builds one tuple per
+accepted region (`metasrv.registry.StatRow`) and stores them with one dict update. The
+whole body is validated before anything is stored: a malformed heartbeat (422) changes
+nothing.
 
 Per-region rejections (the region is listed, nothing is stored for it, the rest of the
 heartbeat is accepted):
@@ -29,8 +30,7 @@ from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
-from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
+from metasrv.registry import FLUSHED, LATEST, MANIFEST, NODE, RegionRegistry, StatRow, StatSnapshot
 from metasrv.topology import Topology
 
 NEGATIVE_ID: Final = "negative_id"
@@ -48,62 +48,14 @@ _REGION_FIELDS: Final = (
     "manifest_version",
 )
 
-# RegionStat is a frozen dataclass: its generated __init__ sets each of its 8 fields with
-# object.__setattr__, which costs ~1.5 us, the largest single cost per region. Setting
-# the slots through their member descriptors builds the same immutable object in under
-# half the time. tests/metasrv/test_heartbeat.py checks the result equals the
-# constructor's, and this assert catches a field added to RegionStat.
-assert RegionStat.__slots__ == (
-    "region_id",
-    "node_id",
-    "topic",
-    "flushed_entry_id",
-    "topic_latest_entry_id",
-    "memtable_bytes",
-    "manifest_version",
-    "received_at",
-), "RegionStat changed: update heartbeat._make_stat"
-_new = object.__new__
-_slots = RegionStat.__dict__
-_set_region_id = _slots["region_id"].__set__
-_set_node_id = _slots["node_id"].__set__
-_set_topic = _slots["topic"].__set__
-_set_flushed = _slots["flushed_entry_id"].__set__
-_set_latest = _slots["topic_latest_entry_id"].__set__
-_set_memtable = _slots["memtable_bytes"].__set__
-_set_manifest = _slots["manifest_version"].__set__
-_set_received = _slots["received_at"].__set__
-
-
-def make_stat(
-    region_id: int,
-    node_id: int,
-    topic: str,
-    flushed_entry_id: int,
-    topic_latest_entry_id: int | None,
-    memtable_bytes: int,
-    manifest_version: int | None,
-    received_at: float,
-) -> RegionStat:
-    """`RegionStat(...)` without the frozen-dataclass `__init__` (same object, ~2x faster)."""
-    stat: RegionStat = _new(RegionStat)
-    _set_region_id(stat, region_id)
-    _set_node_id(stat, node_id)
-    _set_topic(stat, topic)
-    _set_flushed(stat, flushed_entry_id)
-    _set_latest(stat, topic_latest_entry_id)
-    _set_memtable(stat, memtable_bytes)
-    _set_manifest(stat, manifest_version)
-    _set_received(stat, received_at)
-    return stat
-
 
 def _invalid(message: str, loc: list[Any]) -> InvalidArgument:
     return InvalidArgument(message, details={"errors": [{"loc": ["body", *loc], "msg": message}]})
 
 
-def _explain_region(index: int, region: Any) -> InvalidArgument:
+def _explain_region(regions: list[Any], region: Any) -> InvalidArgument:
     """Slow path: say exactly what is wrong with one region entry."""
+    index = next(i for i, r in enumerate(regions) if r is region)
     loc: list[Any] = ["regions", index]
     if type(region) is not dict:
         return _invalid("each region must be a JSON object", loc)
@@ -197,17 +149,15 @@ class HeartbeatHandler:
             raise _invalid("topics must be a list", ["topics"])
 
         now = self._clock()
-        accepted: dict[int, RegionStat] = {}
+        accepted: dict[int, StatRow] = {}
         changed: list[int] = []
         rejected: list[dict[str, Any]] = []
         route_of = self._topology.routes.get
-        previous = self._registry.view().get
-        new = _new
-        cls = RegionStat
+        previous = self._registry.rows.get
 
-        # The hot loop: locals only, one type check per field, no allocation for a
-        # valid region but its RegionStat (the region dict itself came from orjson).
-        for index, region in enumerate(regions):
+        # The hot loop: locals only, one type check per field, one allocation per valid
+        # region (its row tuple; the region dict itself came from orjson).
+        for region in regions:
             try:
                 region_id = region["region_id"]
                 topic = region["topic"]
@@ -216,7 +166,7 @@ class HeartbeatHandler:
                 latest = region.get("topic_latest_entry_id")
                 manifest = region.get("manifest_version")
             except (KeyError, TypeError, AttributeError):
-                raise _explain_region(index, region) from None
+                raise _explain_region(regions, region) from None
             if (
                 type(region_id) is not int
                 or type(topic) is not str
@@ -226,7 +176,7 @@ class HeartbeatHandler:
                 or (latest is not None and type(latest) is not int)
                 or (manifest is not None and (type(manifest) is not int or manifest < 0))
             ):
-                raise _explain_region(index, region)
+                raise _explain_region(regions, region)
 
             if region_id < 0 or flushed < -1 or (latest is not None and latest < -1):
                 rejected.append({"region_id": region_id, "reason": NEGATIVE_ID})
@@ -240,47 +190,45 @@ class HeartbeatHandler:
                 rejected.append({"region_id": region_id, "reason": TOPIC_MISMATCH})
                 continue
             old = previous(region_id)
-            if old is not None and flushed < old.flushed_entry_id:
-                old_manifest = old.manifest_version
+            if old is not None and flushed < old[FLUSHED]:
+                old_manifest = old[MANIFEST]
                 if manifest is None or old_manifest is None or manifest >= old_manifest:
                     rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
                     continue
 
-            stat = new(cls)
-            _set_region_id(stat, region_id)
-            _set_node_id(stat, node_id)
-            # The route's topic string, not the parsed copy: a million stats share one.
-            _set_topic(stat, mapped_topic)
-            _set_flushed(stat, flushed)
-            _set_latest(stat, latest)
-            _set_memtable(stat, memtable)
-            _set_manifest(stat, manifest)
-            _set_received(stat, now)
-            accepted[region_id] = stat
-
-            prunable = flushed if latest is None or latest < flushed else latest
-            if old is None or old.node_id != node_id:
+            # The route's topic string, not the parsed copy: a million rows share one.
+            accepted[region_id] = (
+                node_id,
+                mapped_topic,
+                flushed,
+                latest,
+                memtable,
+                manifest,
+                now,
+            )
+            # Checkpoints hold the prunable id and node: a change in either (or a change
+            # of topic latest that may not move the prunable id; the writer skips those)
+            # makes the region dirty. Most heartbeats of an idle region change nothing.
+            if (
+                old is None
+                or old[FLUSHED] != flushed
+                or old[LATEST] != latest
+                or old[NODE] != node_id
+            ):
                 changed.append(region_id)
-            else:
-                old_latest = old.topic_latest_entry_id
-                old_flushed = old.flushed_entry_id
-                if prunable != (
-                    old_flushed if old_latest is None or old_latest < old_flushed else old_latest
-                ):
-                    changed.append(region_id)
 
         topics = [_check_topic_report(i, t) for i, t in enumerate(topic_reports)]
 
         # Everything validated: apply.
         registry = self._registry
-        registry.update_many(accepted)
+        registry.put_rows(accepted)
         registry.note_node(node_id, addr, now)
         for topic, latest_entry_id, record_size, record_num in topics:
             registry.report_topic(node_id, topic, latest_entry_id, record_size, record_num, now)
         if changed:
             self._checkpointer.mark(changed)
         mailbox = self._mailbox
-        mailbox.observe(node_id, accepted)
+        mailbox.observe(node_id, StatSnapshot(accepted))
 
         self._heartbeats.inc()
         if accepted:

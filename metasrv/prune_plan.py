@@ -20,9 +20,18 @@ is one of DESIGN §2's invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from metasrv.model import BlockingRegion, PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+from metasrv.registry import (
+    FLUSHED,
+    LATEST,
+    RECEIVED,
+    TOPIC,
+    StatRow,
+    StatSnapshot,
+    row_of,
+)
 
 NO_STAT = "no_stat"
 """The region has never reported to this leader (or reported on another topic)."""
@@ -45,8 +54,10 @@ def plan_topic(
     """Plan one topic from the regions mapped to it and their latest stats.
 
     `routes` must be every region mapped to `topic`; `stats` may hold any regions (only
-    mapped ones are read). `now` and each stat's `received_at` are `time.monotonic()`
-    values. Returns `prune_point=None` when the topic has no regions or is blocked.
+    mapped ones are read; a `RegionRegistry.snapshot()` is read without building a
+    `RegionStat` per region). `now` and each stat's `received_at` are
+    `time.monotonic()` values. Returns `prune_point=None` when the topic has no regions
+    or is blocked.
     """
     log_start = offsets.log_start_offset if offsets is not None else None
     high_watermark = offsets.high_watermark if offsets is not None else None
@@ -56,7 +67,7 @@ def plan_topic(
     # A needed entry is lost when log_start > prunable + 1, i.e. prunable < log_start - 1.
     loss_below = log_start - 1 if log_start is not None else None
 
-    get = stats.get
+    get = _row_getter(stats)
     lowest: int | None = None
     blocked: list[BlockingRegion] = []
     lost: list[int] = []
@@ -64,16 +75,16 @@ def plan_topic(
     for route in routes:
         count += 1
         region_id = route.region_id
-        stat = get(region_id)
-        if stat is None or stat.topic != topic:
+        row = get(region_id)
+        if row is None or row[TOPIC] != topic:
             blocked.append(BlockingRegion(region_id, NO_STAT))
             continue
-        if stat.received_at < fresh_after:
+        if row[RECEIVED] < fresh_after:
             blocked.append(BlockingRegion(region_id, STALE_STAT))
             continue
-        # Inlined RegionStat.prunable_entry_id (a property call per region costs ~20%).
-        prunable = stat.flushed_entry_id
-        latest = stat.topic_latest_entry_id
+        # RegionStat.prunable_entry_id, inlined: this loop runs once per region.
+        prunable = row[FLUSHED]
+        latest = row[LATEST]
         if latest is not None and latest > prunable:
             prunable = latest
         if loss_below is not None and prunable < loss_below:
@@ -101,6 +112,19 @@ def plan_topic(
     )
 
 
+def _row_getter(stats: Mapping[int, RegionStat]) -> Callable[[int], StatRow | None]:
+    """Region id -> stored row. A registry snapshot hands its rows over directly (no
+    `RegionStat` is built per region); any other mapping is converted per lookup."""
+    if isinstance(stats, StatSnapshot):
+        return stats.rows.get
+
+    def convert(region_id: int) -> StatRow | None:
+        stat = stats.get(region_id)
+        return None if stat is None else row_of(stat)
+
+    return convert
+
+
 def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | None) -> int:
     """Entries a purge to P would delete now; 0 when P is at or below what is gone already.
 
@@ -114,7 +138,7 @@ def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | N
 
 
 def plan_topics(
-    routes_by_topic: Mapping[str, Sequence[RegionRoute]],
+    routes_by_topic: Mapping[str, Collection[RegionRoute]],
     stats: Mapping[int, RegionStat],
     *,
     now: float,

@@ -1,18 +1,19 @@
 """The leader's in-memory region and topic stats (DESIGN §4: never one kv write per heartbeat).
 
-Heartbeats overwrite a region's `RegionStat` in one dict store, so ingest is O(1) per
-region and a snapshot is a dict copy. Topic stats keep the highest reported entry id and
-an average record size computed from the cumulative `record_size`/`record_num` counters'
-growth over a sliding window, per reporting datanode (each datanode counts on its own).
+Heartbeats overwrite a region's stored row in one dict store, so ingest is O(1) per
+region and a snapshot is a dict copy; `RegionStat` objects are built when read. Topic
+stats keep the highest reported entry id and an average record size computed from the
+growth of the cumulative `record_size`/`record_num` counters over a sliding window, per
+reporting datanode (each datanode counts on its own).
 Everything here is lost on purpose when leadership changes (`clear()`, invariant 3).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from typing import Any, Final
 
 from metasrv.model import RegionStat, TopicStat
 
@@ -21,6 +22,10 @@ DEFAULT_WINDOW = 300.0
 
 _MAX_SAMPLES = 512
 """Counter samples kept per (topic, datanode); bounds memory whatever the heartbeat rate."""
+
+_SAMPLE_EVERY = 1.0
+"""Seconds between counter samples of one (topic, datanode); reports in between only
+move the latest entry id (a datanode reports every topic it uses in every heartbeat)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +59,86 @@ class _TopicAccumulator:
     size_total: int = 0
     num_total: int = 0
     avg: float = 0.0
+    received_at: float = 0.0
     nodes: dict[int, _CounterWindow] = field(default_factory=dict)
+
+
+def _topic_stat(topic: str, acc: _TopicAccumulator) -> TopicStat:
+    return TopicStat(
+        topic=topic,
+        latest_entry_id=acc.latest_entry_id,
+        avg_record_size=acc.avg,
+        received_at=acc.received_at,
+    )
+
+
+StatRow = tuple[int, str, int, int | None, int, int | None, float]
+"""One region's stat as stored: (node_id, topic, flushed_entry_id, topic_latest_entry_id,
+memtable_bytes, manifest_version, received_at). A plain tuple of atomic values: the
+cheapest immutable object Python builds (a `RegionStat` costs ~20x more), and the
+garbage collector stops tracking it, so a million of them add nothing to GC pauses."""
+
+# Indexes into a `StatRow` (Final literals, so type checkers know each field's type).
+NODE: Final = 0
+TOPIC: Final = 1
+FLUSHED: Final = 2
+LATEST: Final = 3
+MEMTABLE: Final = 4
+MANIFEST: Final = 5
+RECEIVED: Final = 6
+
+
+def row_of(stat: RegionStat) -> StatRow:
+    """The stored form of a stat."""
+    return (
+        stat.node_id,
+        stat.topic,
+        stat.flushed_entry_id,
+        stat.topic_latest_entry_id,
+        stat.memtable_bytes,
+        stat.manifest_version,
+        stat.received_at,
+    )
+
+
+def stat_of(region_id: int, row: StatRow) -> RegionStat:
+    """The `RegionStat` a stored row stands for."""
+    return RegionStat(region_id, *row)
+
+
+class StatSnapshot(Mapping[int, RegionStat]):
+    """A read-only mapping region id -> `RegionStat` over stored rows.
+
+    `RegionStat` objects are built on access, so taking a snapshot costs one dict copy
+    and reading a topic's regions costs only those regions. `rows` gives the raw rows to
+    code that reads every region (the planner).
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: Mapping[int, StatRow]) -> None:
+        self._rows = rows
+
+    def __getitem__(self, region_id: int) -> RegionStat:
+        return stat_of(region_id, self._rows[region_id])
+
+    def get(self, region_id: int, default: Any = None) -> Any:
+        row = self._rows.get(region_id)
+        return default if row is None else stat_of(region_id, row)
+
+    def __contains__(self, region_id: object) -> bool:
+        return region_id in self._rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def rows(self) -> Mapping[int, StatRow]:
+        """Region id -> stored row (see `StatRow`)."""
+        return self._rows
 
 
 class RegionRegistry:
@@ -62,9 +146,8 @@ class RegionRegistry:
 
     def __init__(self, *, window: float = DEFAULT_WINDOW) -> None:
         self.window = window
-        self._stats: dict[int, RegionStat] = {}
+        self._rows: dict[int, StatRow] = {}
         self._topic_acc: dict[str, _TopicAccumulator] = {}
-        self._topic_stats: dict[str, TopicStat] = {}
         self._nodes: dict[int, DatanodeInfo] = {}
         self.generation = 0
         """Bumped by `clear()`; lets holders of a snapshot see that it predates a leader change."""
@@ -73,32 +156,38 @@ class RegionRegistry:
 
     def update(self, stats: Iterable[RegionStat]) -> None:
         """Store each stat as its region's latest (callers have validated ordering)."""
-        store = self._stats
+        rows = self._rows
         for stat in stats:
-            store[stat.region_id] = stat
+            rows[stat.region_id] = row_of(stat)
 
-    def update_many(self, batch: Mapping[int, RegionStat]) -> None:
-        """Store a heartbeat's accepted stats keyed by region id (one C-level dict update)."""
-        self._stats.update(batch)
+    def put_rows(self, batch: Mapping[int, StatRow]) -> None:
+        """Store a heartbeat's accepted rows (one C-level dict update; the hot path)."""
+        self._rows.update(batch)
+
+    @property
+    def rows(self) -> Mapping[int, StatRow]:
+        """The live rows (no copy): read them before the next `await`."""
+        return self._rows
 
     def get(self, region_id: int) -> RegionStat | None:
         """The region's latest stat, or None if it has not reported to this leader."""
-        return self._stats.get(region_id)
+        row = self._rows.get(region_id)
+        return None if row is None else stat_of(region_id, row)
 
     def discard(self, region_id: int) -> None:
         """Forget a region (deregistered)."""
-        self._stats.pop(region_id, None)
+        self._rows.pop(region_id, None)
 
-    def snapshot(self) -> dict[int, RegionStat]:
-        """A copy of every region's latest stat (stats are immutable; the copy is shallow)."""
-        return dict(self._stats)
+    def snapshot(self) -> StatSnapshot:
+        """Every region's latest stat as of now (a copy; later heartbeats do not show)."""
+        return StatSnapshot(dict(self._rows))
 
-    def view(self) -> Mapping[int, RegionStat]:
-        """A read-only live view (no copy); do not hold it across an `await`."""
-        return MappingProxyType(self._stats)
+    def view(self) -> StatSnapshot:
+        """Every region's latest stat, live (no copy); do not hold it across an `await`."""
+        return StatSnapshot(self._rows)
 
     def __len__(self) -> int:
-        return len(self._stats)
+        return len(self._rows)
 
     # --- topics ----------------------------------------------------------------------
 
@@ -110,23 +199,27 @@ class RegionRegistry:
         record_size: int,
         record_num: int,
         now: float,
-    ) -> TopicStat:
-        """Record one datanode's view of a topic; returns the topic's updated stat."""
+    ) -> None:
+        """Record one datanode's view of a topic (every heartbeat, for every topic it uses)."""
         acc = self._topic_acc.get(topic)
         if acc is None:
             acc = self._topic_acc[topic] = _TopicAccumulator()
         if latest_entry_id > acc.latest_entry_id:
             acc.latest_entry_id = latest_entry_id
+        acc.received_at = now
 
         win = acc.nodes.get(node_id)
         if win is None:
             win = acc.nodes[node_id] = _CounterWindow()
         samples = win.samples
         if samples:
-            _, last_size, last_num = samples[-1]
+            last_t, last_size, last_num = samples[-1]
+            restarted = record_size < last_size or record_num < last_num
+            if not restarted and now - last_t < _SAMPLE_EVERY:
+                return
             acc.size_total -= last_size
             acc.num_total -= last_num
-            if record_size < last_size or record_num < last_num:
+            if restarted:
                 # The datanode restarted and its counters began again: start a new window.
                 samples.clear()
         samples.append((now, record_size, record_num))
@@ -151,22 +244,14 @@ class RegionRegistry:
             # No growth in the window yet: the lifetime average is the best estimate.
             acc.avg = acc.size_total / acc.num_total
 
-        stat = TopicStat(
-            topic=topic,
-            latest_entry_id=acc.latest_entry_id,
-            avg_record_size=acc.avg,
-            received_at=now,
-        )
-        self._topic_stats[topic] = stat
-        return stat
-
     def topic_stat(self, topic: str) -> TopicStat | None:
         """The topic's latest stat, or None if no datanode reported it to this leader."""
-        return self._topic_stats.get(topic)
+        acc = self._topic_acc.get(topic)
+        return None if acc is None else _topic_stat(topic, acc)
 
     def topic_stats(self) -> dict[str, TopicStat]:
         """Every reported topic's stat."""
-        return dict(self._topic_stats)
+        return {topic: _topic_stat(topic, acc) for topic, acc in self._topic_acc.items()}
 
     # --- datanodes -------------------------------------------------------------------
 
@@ -182,8 +267,7 @@ class RegionRegistry:
 
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
-        self._stats = {}
+        self._rows = {}
         self._topic_acc = {}
-        self._topic_stats = {}
         self._nodes = {}
         self.generation += 1

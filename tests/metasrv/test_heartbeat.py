@@ -14,7 +14,7 @@ import pytest
 from metasrv import keys
 from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
-from metasrv.heartbeat import HeartbeatHandler, make_stat
+from metasrv.heartbeat import HeartbeatHandler
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import SqlKv
 from metasrv.locks import TopicLocks
@@ -100,17 +100,6 @@ async def hb(kafka_bootstrap: str) -> Any:
 
 def rejected(resp: dict[str, Any]) -> dict[int, str]:
     return {r["region_id"]: r["reason"] for r in resp["rejected"]}
-
-
-def test_make_stat_builds_the_same_object_as_the_constructor() -> None:
-    args = (1 << 40, 3, "t", 10, None, 5, 2, 1.5)
-    fast = make_stat(*args)
-    slow = RegionStat(*args)
-    assert fast == slow
-    assert hash(fast) == hash(slow)
-    assert fast.prunable_entry_id == 10
-    with pytest.raises(AttributeError):
-        fast.flushed_entry_id = 11  # type: ignore[misc]
 
 
 async def test_valid_heartbeat_is_stored(hb: Setup) -> None:

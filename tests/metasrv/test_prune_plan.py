@@ -13,6 +13,7 @@ from metasrv.prune_plan import (
     plan_topic,
     plan_topics,
 )
+from metasrv.registry import RegionRegistry
 
 TOPIC = "wal_0"
 NOW = 1000.0
@@ -242,6 +243,23 @@ def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs()
     assert plans["c"].prune_point is None and plans["c"].region_count == 0
 
 
+def test_registry_snapshot_is_planned_like_a_dict_of_stats() -> None:
+    stats = [stat(1, 60), stat(2, 20, latest=70), stat(3, 5, age=100.0), stat(4, 1, topic="x")]
+    registry = RegionRegistry()
+    registry.update(stats)
+    routes = [route(i) for i in range(1, 6)]
+    offsets = PartitionOffsets(3, 100)
+    assert plan(routes, stats, offsets=offsets) == plan_topic(
+        TOPIC,
+        routes,
+        registry.snapshot(),
+        now=NOW,
+        stat_ttl=TTL,
+        pruned_entry_id=None,
+        offsets=offsets,
+    )
+
+
 def test_plan_topics_defaults_to_mapped_topics() -> None:
     plans = plan_topics({"a": [route(1, "a")]}, {}, now=NOW, stat_ttl=TTL, pruned_entry_ids={})
     assert list(plans) == ["a"]
@@ -282,6 +300,18 @@ def test_properties(
     ]
     p = plan(routes, stats, pruned=pruned, offsets=offsets)
     by_id = {s.region_id: s for s in stats}
+    # The registry's snapshot (rows, read without building RegionStats) plans the same.
+    registry = RegionRegistry()
+    registry.update(stats)
+    assert p == plan_topic(
+        TOPIC,
+        routes,
+        registry.snapshot(),
+        now=NOW,
+        stat_ttl=TTL,
+        pruned_entry_id=pruned,
+        offsets=offsets,
+    )
 
     expected_blocked: set[int] = set()
     for i, (has, *_rest) in enumerate(cases):

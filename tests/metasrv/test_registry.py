@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
+from metasrv.registry import RegionRegistry, row_of
 
 
 def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -> RegionStat:
@@ -31,17 +31,24 @@ def test_update_keeps_latest_stat_per_region() -> None:
     assert len(reg) == 2
 
 
-def test_update_many_and_snapshot_is_a_copy() -> None:
+def test_put_rows_and_snapshot_is_a_copy() -> None:
     reg = RegionRegistry()
-    reg.update_many({1: stat(1, 5)})
+    reg.put_rows({1: row_of(stat(1, 5))})
     snap = reg.snapshot()
-    reg.update_many({1: stat(1, 8), 2: stat(2, 1)})
+    reg.put_rows({1: row_of(stat(1, 8)), 2: row_of(stat(2, 1))})
     assert snap == {1: stat(1, 5)}
     assert reg.snapshot() == {1: stat(1, 8), 2: stat(2, 1)}
     view = reg.view()
     assert view[2] == stat(2, 1)
+    assert view.get(3) is None and 3 not in view and 2 in view
+    assert sorted(view) == [1, 2] and len(view) == 2
+    assert view.rows[2] == (7, "t_0", 1, None, 10, 1, 1.0)
+    with pytest.raises(KeyError):
+        view[3]
     with pytest.raises(TypeError):
         view[3] = stat(3, 0)  # type: ignore[index]
+    reg.put_rows({3: row_of(stat(3, 0))})
+    assert view[3] == stat(3, 0)  # the view is live
 
 
 def test_discard_forgets_one_region() -> None:
