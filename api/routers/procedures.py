@@ -59,7 +59,7 @@ async def list_procedures(
     topic: Annotated[TopicName | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ProcedureList:
-    """Running ones from the kv backend, finished ones from SQL history."""
+    """Viewer token. Running ones from the kv backend, finished ones from SQL history."""
     views = await manager.list(state, topic=topic, limit=limit)
     return ProcedureList(procedures=[ProcedureOut.of(v) for v in views])
 
@@ -71,7 +71,7 @@ async def list_procedures(
     responses={404: {"description": "Unknown procedure id."}},
 )
 async def get_procedure(procedure_id: ProcedureId, manager: ManagerDep) -> ProcedureOut:
-    """The procedure as the kv record (running) or SQL history (finished) holds it."""
+    """Viewer token. As the kv record (running) or SQL history (finished) holds it."""
     return ProcedureOut.of(await manager.get(procedure_id))
 
 
@@ -85,6 +85,6 @@ async def get_procedure(procedure_id: ProcedureId, manager: ManagerDep) -> Proce
     },
 )
 async def cancel_procedure(procedure_id: ProcedureId, manager: LeaderManagerDep) -> ProcedureOut:
-    """Returns the procedure after a short wait: `cancelled`, or still running if it
-    had already recorded its deletion intent (a purge then runs to the end)."""
+    """Operator token. Returns the procedure after a short wait: `cancelled`, or still
+    running if it had already recorded its deletion intent (a purge then runs to the end)."""
     return ProcedureOut.of(await manager.cancel(procedure_id))

@@ -45,7 +45,8 @@ EventKind = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[a-z0-9
     },
 )
 async def purge(body: PurgeRequest, runtime: LeaderDep) -> JSONResponse:
-    """A topic that already has a purge running yields that procedure's id again."""
+    """Operator token. A topic that already has a purge running yields that procedure's
+    id again; an unknown topic fails the whole request (404) before anything is submitted."""
     topics = None if body.topics is None else list(dict.fromkeys(body.topics))
     if body.dry_run:
         plans = await queries.compute_plans(runtime, topics)
@@ -65,7 +66,7 @@ async def purge_history(
     topic: Annotated[TopicName | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> PurgeHistory:
-    """What each purge deleted, from which marker to which, and how long it took."""
+    """Viewer token. What each purge deleted, from which marker to which, how long it took."""
     rows = await History(runtime.history).purges(topic=topic, limit=limit)
     return PurgeHistory(purges=[PurgeRecordOut.of(r) for r in rows])
 
@@ -81,6 +82,6 @@ async def wal_events(
     kind: EventKind | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> WalEventList:
-    """Data loss detected by purges (invariant 7) and other notable WAL events."""
+    """Viewer token. Data loss detected by purges (invariant 7) and other WAL events."""
     rows = await History(runtime.history).events(topic=topic, kind=kind, limit=limit)
     return WalEventList(events=[WalEventOut.of(r) for r in rows])
