@@ -35,6 +35,16 @@ _REJECTED_CODES = {
     KafkaError._INVALID_ARG,
 }
 _NOT_FOUND_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+# After a broker restart the leader epoch moves on, but librdkafka's admin ListOffsets keeps
+# sending the cached epoch and fails with FENCED_LEADER_EPOCH until its metadata refreshes
+# (minutes; librdkafka issue #4620). On these errors the client is rebuilt, so the caller's
+# retry starts with fresh metadata.
+_STALE_METADATA_CODES = {
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+}
 
 
 def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
@@ -58,15 +68,23 @@ class KafkaAdmin:
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         self.bootstrap = servers
         self.request_timeout = request_timeout
-        self._client = AdminClient(
-            {
-                "bootstrap.servers": servers,
-                "socket.timeout.ms": int(request_timeout * 1000),
-                # Fail fast instead of librdkafka's default endless reconnect backoff logging.
-                "reconnect.backoff.max.ms": 2000,
-                "log_level": 3,
-            }
-        )
+        self._conf = {
+            "bootstrap.servers": servers,
+            "socket.timeout.ms": int(request_timeout * 1000),
+            # Fail fast instead of librdkafka's default endless reconnect backoff logging.
+            "reconnect.backoff.max.ms": 2000,
+            "log_level": 3,
+        }
+        self._client = AdminClient(self._conf)
+        # Replaced clients stay referenced while calls started on them may still finish.
+        self._retired: list[AdminClient] = []
+
+    def _refresh_if_stale(self, exc: KafkaException) -> None:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in _STALE_METADATA_CODES:
+            logger.warning("kafka metadata stale (%s); rebuilding the admin client", err.name())
+            self._retired = [*self._retired[-3:], self._client]
+            self._client = AdminClient(self._conf)
 
     def _wait(self, futures: Mapping[Any, Future[T]], what: str) -> dict[Any, T]:
         results: dict[Any, T] = {}
@@ -74,6 +92,7 @@ class KafkaAdmin:
             try:
                 results[key] = future.result(timeout=self.request_timeout + 5)
             except KafkaException as exc:
+                self._refresh_if_stale(exc)
                 raise translate_kafka_error(exc, f"{what} {key}") from exc
             except TimeoutError as exc:
                 raise KafkaUnavailable(f"{what} {key}: timed out") from exc
