@@ -449,9 +449,7 @@ class MetasrvClient:
 
     def cancel(self, procedure_id: str) -> ProcedureInfo:
         """`POST /v1/procedures/{id}/cancel`; returns the procedure after the request."""
-        return ProcedureInfo.from_json(
-            self._json("POST", f"/v1/procedures/{procedure_id}/cancel")
-        )
+        return ProcedureInfo.from_json(self._json("POST", f"/v1/procedures/{procedure_id}/cancel"))
 
     def wait(
         self,

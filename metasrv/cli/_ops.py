@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from metasrv import errors
@@ -145,6 +145,16 @@ def _jsonable(value: Any) -> Any:
 
 def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(_jsonable(value), indent=2) + "\n")
+
+
+def _emit(as_json: bool, data: Any, *human: RenderableType) -> None:
+    """`data` as JSON for scripts, or the human renderings (empty strings skipped)."""
+    if as_json:
+        _print_json(data)
+        return
+    for item in human:
+        if item != "":
+            _out.print(item)
 
 
 def _fmt(value: int | float | None) -> str:
@@ -294,26 +304,19 @@ def purge(
     with _client(url, token, config, write=True) as client:
         if dry_run:
             plans = client.purge_dry_run(topics)
-            if as_json:
-                _print_json(plans)
-            else:
-                _out.print(_plan_table(plans, "Purge plan (dry run: nothing submitted)"))
+            _emit(as_json, plans, _plan_table(plans, "Purge plan (dry run: nothing submitted)"))
             return
         ids = client.purge(topics)
         if not wait:
-            if as_json:
-                _print_json({"procedure_ids": ids})
-            else:
-                for pid in ids:
-                    _out.print(f"submitted {pid}")
-                if not ids:
-                    _out.print("nothing submitted")
+            lines = [f"submitted {pid}" for pid in ids] or ["nothing submitted"]
+            _emit(as_json, {"procedure_ids": ids}, *lines)
             return
         views = _follow(client, ids, timeout, quiet=as_json)
-    if as_json:
-        _print_json(views)
-    elif views:
-        _out.print(_procedure_table(views, "Purge procedures"))
+    _emit(
+        as_json,
+        views,
+        _procedure_table(views, "Purge procedures") if views else "nothing submitted",
+    )
     if any(v.state in FAILED_STATES for v in views):
         raise typer.Exit(int(Exit.PURGE_FAILED))
 
@@ -362,24 +365,21 @@ def status(
             reverse=True,
         )[:10]
         events = client.events(topic=topic, kind="wal_data_loss", limit=20)
-    if as_json:
-        _print_json(
-            {
-                "leader": leader,
-                "topics": plans,
-                "active_procedures": active,
-                "failed_procedures": failed,
-                "data_loss_events": events,
-            }
-        )
-        return
-    _out.print(f"leader: {leader.get('leader') or '-'}  (asked {client.base_url})")
-    _out.print(_plan_table(plans, "Topics"))
-    _out.print(_procedure_table(active, "Active procedures") if active else "no active procedures")
-    if failed:
-        _out.print(_procedure_table(failed, "Recently failed procedures"))
-    if events:
-        _out.print(_events_table(events, "WAL data-loss events"))
+    _emit(
+        as_json,
+        {
+            "leader": leader,
+            "topics": plans,
+            "active_procedures": active,
+            "failed_procedures": failed,
+            "data_loss_events": events,
+        },
+        f"leader: {leader.get('leader') or '-'}  (asked {client.base_url})",
+        _plan_table(plans, "Topics"),
+        _procedure_table(active, "Active procedures") if active else "no active procedures",
+        _procedure_table(failed, "Recently failed procedures") if failed else "",
+        _events_table(events, "WAL data-loss events") if events else "",
+    )
 
 
 def history(
@@ -393,10 +393,7 @@ def history(
     """Completed purges, newest first."""
     with _client(url, token, config, write=False) as client:
         records = client.history(topic=topic, limit=limit)
-    if as_json:
-        _print_json(records)
-    else:
-        _out.print(_history_table(records, "Purge history") if records else "no purges recorded")
+    _emit(as_json, records, _history_table(records, "Purge history") if records else "no purges")
 
 
 procedures_app = typer.Typer(help="Inspect and cancel procedures.", no_args_is_help=True)
@@ -413,10 +410,7 @@ def procedures_list(
     """Known procedures (running ones and recently finished ones)."""
     with _client(url, token, config, write=False) as client:
         procs = client.procedures(state=state)
-    if as_json:
-        _print_json(procs)
-    else:
-        _out.print(_procedure_table(procs, "Procedures"))
+    _emit(as_json, procs, _procedure_table(procs, "Procedures"))
 
 
 @procedures_app.command("show")
@@ -430,18 +424,13 @@ def procedures_show(
     """One procedure with its per-step timings."""
     with _client(url, token, config, write=False) as client:
         proc = client.procedure(procedure_id)
-    if as_json:
-        _print_json(proc)
-        return
-    _out.print(_procedure_table([proc], f"Procedure {proc.id}"))
-    if proc.outcome:
-        _out.print(f"outcome: {proc.outcome}")
     steps = Table(title="Step timings", title_justify="left")
     steps.add_column("step")
     steps.add_column("seconds", justify="right")
     for name, seconds in proc.timings.items():
         steps.add_row(name, f"{seconds:.3f}")
-    _out.print(steps)
+    outcome = f"outcome: {proc.outcome}" if proc.outcome else ""
+    _emit(as_json, proc, _procedure_table([proc], f"Procedure {proc.id}"), outcome, steps)
 
 
 @procedures_app.command("cancel")
@@ -455,10 +444,7 @@ def procedures_cancel(
     """Ask a procedure to stop at its next step boundary."""
     with _client(url, token, config, write=True) as client:
         proc = client.cancel(procedure_id)
-    if as_json:
-        _print_json(proc)
-    else:
-        _out.print(f"{proc.id}: {proc.state}")
+    _emit(as_json, proc, f"{proc.id}: {proc.state}")
 
 
 regions_app = typer.Typer(help="List, register and drop regions.", no_args_is_help=True)
@@ -475,9 +461,6 @@ def regions_list(
     """Registered regions with their topic and node."""
     with _client(url, token, config, write=False) as client:
         regions = client.regions(topic=topic)
-    if as_json:
-        _print_json([r.raw for r in regions])
-        return
     table = Table(title="Regions", title_justify="left")
     for col in ("region_id", "table", "number", "topic", "node"):
         table.add_column(col)
@@ -489,7 +472,7 @@ def regions_list(
             r.topic,
             _fmt(r.node_id),
         )
-    _out.print(table)
+    _emit(as_json, [r.raw for r in regions], table)
 
 
 @regions_app.command("add")
@@ -507,10 +490,7 @@ def regions_add(
     """Register a region."""
     with _client(url, token, config, write=True) as client:
         region = client.add_region(region_id, node, topic)
-    if as_json:
-        _print_json(region.raw)
-    else:
-        _out.print(f"region {region.region_id} registered on topic {region.topic}")
+    _emit(as_json, region.raw, f"region {region.region_id} registered on topic {region.topic}")
 
 
 @regions_app.command("drop")
@@ -539,4 +519,3 @@ def register(app: typer.Typer) -> None:
         app.command(name)(func)
     app.add_typer(procedures_app, name="procedures")
     app.add_typer(regions_app, name="regions")
-
