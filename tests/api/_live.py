@@ -1,7 +1,9 @@
 """A real metasrv for the operator-side tests: etcd kv, Kafka, SQLite history, uvicorn.
 
-`serve()` runs `create_app(settings)` under uvicorn in a thread on a free loopback port and
-waits until it leads and serves. `seed_world()` builds the state the operator tests read:
+`live_metasrv()` is the one entry point: its own kv prefix and topic prefix, the app under
+uvicorn in a thread on a free loopback port (waited for until it leads and serves), the
+world below seeded into it, and its etcd keys and Kafka topics removed afterwards.
+`seed_world()` builds the state the operator tests read:
 
 - topic 0: two regions, both reporting; purgeable up to the lower flushed id;
 - topic 1: one region that never reports: blocked by `no_stat`;
@@ -30,6 +32,7 @@ from api.routers import procedures as procedures_routes
 from api.routers import purge as purge_routes
 from metasrv.client import MetasrvClient, ProcedureInfo
 from metasrv.kafka import KafkaAdmin
+from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
 from metasrv.settings import Settings, load_settings
 from procedures import ProcedureManager
@@ -41,9 +44,37 @@ RECORDS_PER_TOPIC = 20
 RECORD_BYTES = 100
 
 
-def new_prefix() -> str:
-    """Unique per module: a valid Kafka topic prefix and kv key prefix."""
-    return f"t{uuid.uuid4().hex[:8]}"
+@dataclass(frozen=True)
+class LiveMetasrv:
+    """A served, seeded metasrv."""
+
+    url: str
+    """Base URL."""
+    prefix: str
+    """Its Kafka topic prefix (pool topics are `{prefix}_{n}`) and kv key prefix."""
+    world: World
+    """What was seeded."""
+
+
+@contextmanager
+def live_metasrv(kafka_bootstrap: str, etcd_endpoint: str, workdir: Path) -> Iterator[LiveMetasrv]:
+    """Serve and seed a metasrv of its own; remove its keys and topics at the end."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    settings = live_settings(prefix, kafka_bootstrap, etcd_endpoint, workdir)
+    try:
+        with serve(settings) as url:
+            yield LiveMetasrv(url, prefix, seed_world(url, prefix, kafka_bootstrap))
+    finally:
+        kv = EtcdKv(etcd_endpoint, settings.kv.key_prefix)
+        try:
+            kv.delete_prefix("")
+        finally:
+            kv.close()
+        admin = KafkaAdmin(kafka_bootstrap)
+        try:
+            admin.delete_topics(t for t in admin.list_topics() if t.startswith(prefix))
+        finally:
+            admin.close()
 
 
 def free_port() -> int:

@@ -20,11 +20,8 @@ from tests.api._live import (
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
     World,
-    live_settings,
-    new_prefix,
+    live_metasrv,
     purge_and_wait,
-    seed_world,
-    serve,
 )
 
 CHROMIUM = "/usr/bin/chromium"
@@ -53,12 +50,9 @@ pytestmark = [
 def served(
     kafka_bootstrap: str, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, World]]:
-    prefix = new_prefix()
-    settings = live_settings(
-        prefix, kafka_bootstrap, etcd_endpoint, tmp_path_factory.mktemp("dashboard")
-    )
-    with serve(settings) as url:
-        world = seed_world(url, prefix, kafka_bootstrap)
+    workdir = tmp_path_factory.mktemp("dashboard")
+    with live_metasrv(kafka_bootstrap, etcd_endpoint, workdir) as metasrv:
+        url, world = metasrv.url, metasrv.world
         views = purge_and_wait(url, [world.purgeable_topic, world.loss_topic])
         assert sorted(v.state for v in views) == ["failed", "succeeded"]
         yield url, world

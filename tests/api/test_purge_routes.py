@@ -19,11 +19,8 @@ from tests.api._live import (
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
     World,
-    live_settings,
-    new_prefix,
+    live_metasrv,
     purge_and_wait,
-    seed_world,
-    serve,
 )
 
 
@@ -51,12 +48,9 @@ class Live:
 def live(
     kafka_bootstrap: str, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Live]:
-    prefix = new_prefix()
-    settings = live_settings(
-        prefix, kafka_bootstrap, etcd_endpoint, tmp_path_factory.mktemp("purge-routes")
-    )
-    with serve(settings) as url:
-        state = Live(url, seed_world(url, prefix, kafka_bootstrap), kafka_bootstrap)
+    workdir = tmp_path_factory.mktemp("purge-routes")
+    with live_metasrv(kafka_bootstrap, etcd_endpoint, workdir) as metasrv:
+        state = Live(metasrv.url, metasrv.world, kafka_bootstrap)
         try:
             yield state
         finally:

@@ -17,10 +17,7 @@ from tests.api._live import (
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
     World,
-    live_settings,
-    new_prefix,
-    seed_world,
-    serve,
+    live_metasrv,
 )
 
 runner = CliRunner()
@@ -117,12 +114,9 @@ class LiveCli:
 def cli(
     kafka_bootstrap: str, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveCli]:
-    prefix = new_prefix()
-    settings = live_settings(
-        prefix, kafka_bootstrap, etcd_endpoint, tmp_path_factory.mktemp("cli-ops")
-    )
-    with serve(settings) as url:
-        yield LiveCli(url, seed_world(url, prefix, kafka_bootstrap))
+    workdir = tmp_path_factory.mktemp("cli-ops")
+    with live_metasrv(kafka_bootstrap, etcd_endpoint, workdir) as metasrv:
+        yield LiveCli(metasrv.url, metasrv.world)
 
 
 def test_operator_sees_why_purges_then_follows_and_reads_history(cli: LiveCli) -> None:
