@@ -165,3 +165,35 @@ def test_unreachable_server_is_unavailable() -> None:
         pytest.raises(errors.Unavailable, match="unreachable"),
     ):
         client.plan()
+
+
+def test_a_followers_421_is_followed_to_the_leader_once() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.url.host}:{request.url.port}")
+        if request.url.port == 4001:
+            body = {"error": {"code": "not_leader", "message": "m", "leader": "127.0.0.1:4002"}}
+            return httpx.Response(421, json=body)
+        return httpx.Response(202, json={"procedure_ids": ["p1"]})
+
+    with MetasrvClient(
+        "127.0.0.1:4001", token="t", transport=httpx.MockTransport(handler)
+    ) as client:
+        assert client.purge(["wal_0"]) == ["p1"]
+        assert client.base_url == "http://127.0.0.1:4002"
+    assert seen == ["127.0.0.1:4001", "127.0.0.1:4002"]
+
+
+def test_a_second_421_is_an_error_not_a_loop() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        leader = f"127.0.0.1:{(request.url.port or 0) + 1}"
+        body = {"error": {"code": "not_leader", "message": "m", "leader": leader}}
+        return httpx.Response(421, json=body)
+
+    with (
+        MetasrvClient("127.0.0.1:4001", transport=httpx.MockTransport(handler)) as client,
+        pytest.raises(errors.NotLeader) as caught,
+    ):
+        client.procedures()
+    assert caught.value.leader == "127.0.0.1:4003"
