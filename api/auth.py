@@ -103,18 +103,44 @@ class Authenticator:
             )
 
 
+def bearer_token(request: Request) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None without the header.
+
+    A header in any other form is as bad as a wrong token (401).
+    """
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+    return token
+
+
+def authorize(request: Request, access: Access) -> None:
+    """Admit the request to an endpoint of kind `access`, or raise 401/403.
+
+    A plain call (no dependency injection) so the heartbeat hot path can use it directly.
+    """
+    authenticator: Authenticator = request.app.state.auth
+    if authenticator.is_open(access):
+        return
+    authenticator.check(bearer_token(request), access)
+
+
 _bearer = HTTPBearer(auto_error=False, description="Per-role token from [auth] in the config.")
 
+# Declares the bearer scheme in OpenAPI; `authorize` does the actual parsing.
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+
+BEARER_SECURITY: list[dict[str, list[str]]] = [{"HTTPBearer": []}]
+"""OpenAPI `security` of a route that calls `authorize` itself."""
 
 
 def _require(access: Access) -> Any:
-    async def check(request: Request, credentials: Credentials) -> None:
-        authenticator: Authenticator = request.app.state.auth
-        if credentials is None and request.headers.get("authorization"):
-            # Present but not "Bearer <token>": as bad as a wrong token.
-            raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
-        authenticator.check(credentials.credentials if credentials else None, access)
+    async def check(request: Request, _documented: Credentials) -> None:
+        authorize(request, access)
 
     check.__name__ = f"require_{access.value}"
     return Depends(check)
