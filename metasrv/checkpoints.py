@@ -3,9 +3,13 @@
 Heartbeats only mark regions dirty (a set insert). A background task writes each dirty
 region's `__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` with
 one `batch_put` when `wal.checkpoint_batch` regions are dirty or every
-`wal.checkpoint_interval`, whichever comes first, and once more on shutdown. So the
-kv backend sees O(changed regions / batch) writes, never one per heartbeat. The
-checkpoint is what `replay-start` falls back to when the leader holds no live stat.
+`wal.checkpoint_interval`, whichever comes first, and once more on shutdown. Flushes
+are at least a tenth of the interval apart (`min_gap`), so a storm of changing stats
+coalesces (each region is written once per flush, however often it changed) instead of
+turning into a write stream as fast as heartbeats arrive. Only regions whose prunable
+entry id or node changed are marked, and unchanged checkpoints are skipped, so an idle
+fleet writes nothing. The checkpoint is what `replay-start` falls back to when the leader
+holds no live stat; a checkpoint that lags is safe (the region replays a little more).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ class Checkpointer:
         self._metrics = metrics
         self._interval = settings.wal.checkpoint_interval
         self._batch = settings.wal.checkpoint_batch
+        self.min_gap = min(self._interval / 10, 1.0) if self._interval > 0 else 0.1
+        """Least seconds between two flushes (except the final one on `stop`)."""
+        self._last_flush = float("-inf")
         self._may_write = may_write
         self._dirty: set[int] = set()
         self._wake = asyncio.Event()
@@ -130,6 +137,12 @@ class Checkpointer:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             if self._stopping:
                 return
+            wait = self._last_flush + self.min_gap - asyncio.get_running_loop().time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                if self._stopping:
+                    return
+            self._last_flush = asyncio.get_running_loop().time()
             try:
                 await self.flush()
             except MetasrvError as exc:

@@ -161,3 +161,29 @@ async def test_kv_failure_keeps_regions_dirty(
         cleanup = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
         cleanup.delete_prefix("")
         cleanup.close()
+
+
+async def test_full_batches_in_quick_succession_coalesce(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    # Interval 2s -> flushes at least 0.2s apart, however fast batches fill.
+    w = await make_world(
+        etcd_endpoint, kafka_bootstrap, unique_prefix, checkpoint_interval="2s", checkpoint_batch=2
+    )
+    try:
+        assert w.checkpointer.min_gap == pytest.approx(0.2)
+        await w.checkpointer.start()
+        w.report(1, 1)
+        w.report(2, 1)  # a full batch: written at once
+        await wait_for(lambda: w.written == 2)
+        for flushed in range(2, 40):  # 19 more full batches of the same two regions
+            w.report(1, flushed)
+            w.report(2, flushed)
+            await asyncio.sleep(0.005)
+        await wait_for(lambda: w.checkpoint(1) == 39 and w.checkpoint(2) == 39)
+        # ~0.2s of changes coalesced into one or two flushes, not 19.
+        assert w.checkpointer.flushes <= 3
+    finally:
+        await w.checkpointer.stop()
+        w.kv.delete_prefix("")
+        w.kv.close()
