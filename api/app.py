@@ -15,7 +15,17 @@ from fastapi import FastAPI
 from api.auth import Authenticator
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
-from api.routers import dashboard, health, heartbeat, leader, metrics, regions, topics
+from api.routers import (
+    dashboard,
+    health,
+    heartbeat,
+    leader,
+    metrics,
+    procedures,
+    purge,
+    regions,
+    topics,
+)
 from metasrv.runtime import Runtime
 from metasrv.settings import Settings
 
@@ -46,6 +56,7 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     app.state.auth = Authenticator(settings.auth)
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.http.body_limit)
-    for module in (heartbeat, regions, topics, health, leader, metrics, dashboard):
+    routers = (heartbeat, regions, topics, purge, procedures, health, leader, metrics, dashboard)
+    for module in routers:
         app.include_router(module.router)
     return app

@@ -90,7 +90,9 @@ class TopicLocks:
         try:
             await asyncio.wait_for(lock.acquire_write(), timeout)
         except TimeoutError as exc:
-            raise LockNotAcquired(f"write lock on topic {topic} not acquired in {timeout}s") from exc
+            raise LockNotAcquired(
+                f"write lock on topic {topic} not acquired in {timeout}s"
+            ) from exc
         try:
             yield
         finally:

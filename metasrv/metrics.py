@@ -20,7 +20,10 @@ class Metrics:
             "metasrv_wal_pruned_entry_id", "P of the last completed purge", ["topic"], registry=r
         )
         self.prune_point = Gauge(
-            "metasrv_wal_prune_point", "Current prune point P (-1 when blocked)", ["topic"], registry=r
+            "metasrv_wal_prune_point",
+            "Current prune point P (-1 when blocked)",
+            ["topic"],
+            registry=r,
         )
         self.purge_lag_entries = Gauge(
             "metasrv_wal_purge_lag_entries",
@@ -47,11 +50,12 @@ class Metrics:
             "metasrv_wal_high_watermark", "Kafka high watermark", ["topic"], registry=r
         )
         self.blocked_regions = Gauge(
-            "metasrv_wal_blocked_regions", "Regions blocking the topic's purge", ["topic"], registry=r
+            "metasrv_wal_blocked_regions",
+            "Regions blocking the topic's purge",
+            ["topic"],
+            registry=r,
         )
-        self.purges = Counter(
-            "metasrv_wal_purges", "Completed purges", ["topic"], registry=r
-        )
+        self.purges = Counter("metasrv_wal_purges", "Completed purges", ["topic"], registry=r)
         self.purge_errors = Counter(
             "metasrv_wal_purge_errors", "Purge step failures", ["topic", "kind"], registry=r
         )
@@ -61,9 +65,7 @@ class Metrics:
         self.flush_instructions = Counter(
             "metasrv_flush_instructions_sent", "flush_regions instructions issued", registry=r
         )
-        self.heartbeats = Counter(
-            "metasrv_heartbeats_received", "Heartbeats accepted", registry=r
-        )
+        self.heartbeats = Counter("metasrv_heartbeats_received", "Heartbeats accepted", registry=r)
         self.region_stats = Counter(
             "metasrv_region_stats_received", "Region stats accepted", registry=r
         )

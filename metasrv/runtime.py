@@ -30,7 +30,9 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
 from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings
+from metasrv.ticker import PurgeTicker
 from metasrv.topology import Topology
+from procedures import ProcedureManager
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +75,10 @@ class Runtime:
     """SQLAlchemy engine of `settings.history.url`."""
     heartbeats: HeartbeatHandler
     """The heartbeat hot path."""
-    procedures: Any | None = None
-    """The procedure manager (wired by procedures/; needs async start()/stop())."""
-    ticker: Any | None = None
-    """The auto-prune ticker (async start()/stop())."""
+    procedures: ProcedureManager
+    """Runs purge procedures on the leader; resumes unfinished ones on election."""
+    ticker: PurgeTicker
+    """The auto-prune ticker (idle when the interval and the size trigger are both off)."""
     serving: bool = False
     """True while this process leads AND has loaded the map: it may take heartbeats."""
     started_at: float = field(default_factory=time.time)
@@ -108,6 +110,19 @@ class Runtime:
                 leader_addr=election.leader_addr,
             )
             history = create_engine(history_url(settings.history.url))
+            procedures = ProcedureManager(
+                kv,
+                history,
+                election,
+                kafka,
+                registry,
+                topology,
+                mailbox,
+                locks,
+                metrics,
+                settings,
+            )
+            ticker = PurgeTicker.from_settings(procedures, settings.wal)
         except BaseException:
             kv.close()
             raise
@@ -124,6 +139,8 @@ class Runtime:
             metrics=metrics,
             history=history,
             heartbeats=heartbeats,
+            procedures=procedures,
+            ticker=ticker,
         )
 
     async def start(self) -> None:
@@ -131,9 +148,8 @@ class Runtime:
         the map is loaded before any later listener (the procedure manager) runs."""
         self.election.add_listener(self._on_leadership)
         await self.checkpointer.start()
-        for component in (self.procedures, self.ticker):
-            if component is not None:
-                await component.start()
+        await self.procedures.start()
+        await self.ticker.start()
         await self.election.start()
 
     async def close(self) -> None:
@@ -142,9 +158,8 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        for component in (self.ticker, self.procedures):
-            if component is not None:
-                await _quietly(component.stop(), "stopping " + type(component).__name__)
+        await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
+        await _quietly(self.procedures.stop(), "stopping the procedure manager")
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")
         await _quietly(self.election.stop(), "stopping election")
         self.serving = False

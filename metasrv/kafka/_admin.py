@@ -14,7 +14,9 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.cimpl import NewTopic
 
 from metasrv.errors import KafkaRejected, KafkaUnavailable, MetasrvError, NotFound
 from metasrv.model import PartitionOffsets
@@ -34,7 +36,11 @@ _REJECTED_CODES = {
     KafkaError.UNSUPPORTED_VERSION,
     KafkaError._INVALID_ARG,
 }
-_NOT_FOUND_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+_NOT_FOUND_CODES = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+}
 # After a broker restart the leader epoch moves on, but librdkafka's admin ListOffsets keeps
 # sending the cached epoch and fails with FENCED_LEADER_EPOCH until its metadata refreshes
 # (minutes; librdkafka issue #4620). On these errors the client is rebuilt, so the caller's
@@ -68,7 +74,7 @@ class KafkaAdmin:
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         self.bootstrap = servers
         self.request_timeout = request_timeout
-        self._conf = {
+        self._conf: dict[str, str | int | float | bool] = {
             "bootstrap.servers": servers,
             "socket.timeout.ms": int(request_timeout * 1000),
             # Fail fast instead of librdkafka's default endless reconnect backoff logging.
@@ -150,14 +156,18 @@ class KafkaAdmin:
         return created
 
     def offsets(self, topics: Iterable[str]) -> dict[str, PartitionOffsets]:
-        """Log start offset and high watermark of partition 0 of each topic, in two batched calls."""
+        """Log start and high watermark of partition 0 of each topic, in two batched calls."""
         names = sorted(set(topics))
         if not names:
             return {}
-        earliest = self._list_offsets(names, OffsetSpec.earliest())
-        latest = self._list_offsets(names, OffsetSpec.latest())
+        # OffsetSpec's factories carry no annotations in confluent-kafka's own stubs.
+        earliest_spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        latest_spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        earliest = self._list_offsets(names, earliest_spec)
+        latest = self._list_offsets(names, latest_spec)
         return {
-            t: PartitionOffsets(log_start_offset=earliest[t], high_watermark=latest[t]) for t in names
+            t: PartitionOffsets(log_start_offset=earliest[t], high_watermark=latest[t])
+            for t in names
         }
 
     def _list_offsets(self, topics: list[str], spec: OffsetSpec) -> dict[str, int]:
