@@ -55,7 +55,13 @@ def _latest(history_dir: str, params: ReconcileParams) -> pa.Table:
     stats = stats.append_column("seen_ms", stats["seen_at"].cast(pa.int64())).drop_columns(
         ["seen_at"]
     )
-    ordered = stats.sort_by([("region_id", "ascending"), ("seen_ms", "ascending")])
+    # Same order as the Spark job's max(struct(seen_ms, prunable, node, topic)).
+    ordered = stats.sort_by(
+        [
+            (name, "ascending")
+            for name in ("region_id", "seen_ms", "prunable_entry_id", "node_id", "topic")
+        ]
+    )
     latest = ordered.group_by("region_id", use_threads=False).aggregate(
         [
             ("seen_ms", "max"),

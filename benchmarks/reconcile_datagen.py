@@ -23,6 +23,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,8 +63,8 @@ class World:
     def history_dir(self) -> str:
         return str(self.root / "history")
 
-    def facts(self) -> dict[str, object]:
-        data: dict[str, object] = json.loads((self.root / "world.json").read_text())
+    def facts(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.root / "world.json").read_text())
         return data
 
 
@@ -88,7 +89,10 @@ def generate(out: Path, stat_rows: int, pool_size: int = 256, now: float | None 
     out.mkdir(parents=True, exist_ok=True)
 
     idx = _ids(regions)
-    mod = lambda k: pc.remainder(idx, k)  # noqa: E731
+
+    def mod(k: int) -> pa.Array:
+        return pc.remainder(idx, k)
+
     topic_idx = pc.if_else(pc.equal(mod(50), 1), 0, mod(pool_size))
     no_checkpoint = pa.nulls(regions, pa.int64())
     checkpoint = pc.if_else(pc.equal(mod(3), 0), no_checkpoint, pc.add(mod(977), 1000))
@@ -179,6 +183,8 @@ def generate(out: Path, stat_rows: int, pool_size: int = 256, now: float | None 
         "markers": {t: 500 for t in pool},
         "stale_after_s": STALE_AFTER_S,
         "history_window_s": ROUNDS * INTERVAL_S + 3600,
+        "regions": regions,
+        "stat_rows": written,
     }
     (out / "world.json").write_text(json.dumps(world))
     return World(out, now, regions, written, pool)

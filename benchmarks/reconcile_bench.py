@@ -1,0 +1,185 @@
+"""Reconcile benchmark: the Spark job on local[2] vs a single-process pyarrow baseline.
+
+    .venv/bin/python benchmarks/reconcile_bench.py            # 100k, 1M, 10M stat rows
+    .venv/bin/python benchmarks/reconcile_bench.py --sizes 100000 --kv-regions 0
+
+For each size (stat rows; regions = rows / 10, so 10M rows = 1M regions) it generates
+synthetic Parquet under `--data` (default /tmp/reconcile-bench, never the repo; reused
+when present), runs the Spark job and, where asked, the pyarrow baseline on the same
+inputs, and checks both report exactly the same findings (kind, severity, topic, region,
+evidence). `--kv-regions N` also times the driver's kv snapshot of N regions from a
+SQLite kv file (the staging step of a real run; etcd and PostgreSQL are shared services
+here, so the benchmark does not load them).
+
+"End to end" for a size = Spark session start (first size only) + kv snapshot staging
+(when measured at that size) + the Spark job (reading the map and history, every rule,
+writing the findings Parquet, counting) + reading the findings back on the driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.reconcile_baseline import baseline_findings
+from benchmarks.reconcile_datagen import World, generate
+from metasrv.model import PartitionOffsets
+from metasrv.reconcile import (
+    Finding,
+    JobInputs,
+    ReconcileParams,
+    build_session,
+    read_snapshot,
+    run_job,
+)
+
+
+def _inputs(world: World, map_path: str | None = None) -> tuple[JobInputs, ReconcileParams]:
+    facts = world.facts()
+    offsets = {t: PartitionOffsets(a, b) for t, (a, b) in facts["offsets"].items()}
+    inputs = JobInputs(
+        map_path=map_path or world.map_path,
+        history_dir=world.history_dir,
+        markers=facts["markers"],
+        kafka_topics=frozenset(facts["kafka_topics"]),
+        offsets=offsets,
+        pool=tuple(facts["pool"]),
+        prefix=str(facts["prefix"]),
+    )
+    params = ReconcileParams(
+        now=float(facts["now"]),
+        stale_after=float(facts["stale_after_s"]),
+        history_window=float(facts["history_window_s"]),
+    )
+    return inputs, params
+
+
+def _signature(findings: list[Finding]) -> set[tuple[Any, ...]]:
+    return {(f.key, f.severity.value, json.dumps(f.evidence, sort_keys=True)) for f in findings}
+
+
+def _world(root: Path, rows: int) -> World:
+    path = root / f"rows-{rows}"
+    if (path / "world.json").exists():
+        facts = json.loads((path / "world.json").read_text())
+        return World(path, facts["now"], facts["regions"], facts["stat_rows"], facts["pool"])
+    shutil.rmtree(path, ignore_errors=True)
+    return generate(path, rows)
+
+
+def _kv_snapshot(world: World, regions: int, work: Path) -> tuple[str, float, float]:
+    """Load `regions` routes into a SQLite kv, then time the snapshot staging."""
+    from metasrv.kv import SqlKv
+
+    db = work / f"kv-{regions}.db"
+    seeded = db.exists()
+    kv = SqlKv.open(f"sqlite:///{db}", create=True)
+    t0 = time.perf_counter()
+    if not seeded:
+        from metasrv import keys
+        from metasrv.topology import route_value
+
+        table = pq.read_table(world.map_path).slice(0, regions).to_pylist()
+        items = [
+            (
+                keys.topic_region(r["topic"], r["region_id"]),
+                route_value(r["node_id"], r["checkpoint_entry_id"]),
+            )
+            for r in table
+        ]
+        kv.batch_put(items)
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    snap = read_snapshot(kv, work / f"map-{regions}.parquet")
+    took = time.perf_counter() - t0
+    kv.close()
+    assert snap.regions == regions
+    return snap.map_path, took, load
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000,10000000")
+    parser.add_argument("--baseline-sizes", default="100000,1000000")
+    parser.add_argument("--kv-regions", type=int, default=1_000_000)
+    parser.add_argument("--data", type=Path, default=Path("/tmp/reconcile-bench"))
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--json", type=Path, help="Also write the results here.")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    baseline_sizes = {int(s) for s in args.baseline_sizes.split(",") if s}
+    args.data.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.perf_counter()
+    spark = build_session(args.master, driver_memory=args.driver_memory)
+    session_s = time.perf_counter() - t0
+    print(f"spark session ({args.master}, driver memory {args.driver_memory}): {session_s:.1f}s")
+    results: list[dict[str, Any]] = []
+    for rows in sizes:
+        t0 = time.perf_counter()
+        world = _world(args.data, rows)
+        gen_s = time.perf_counter() - t0
+        map_path: str | None = None
+        kv_s: float | None = None
+        if args.kv_regions and world.regions == args.kv_regions:
+            map_path, kv_s, load_s = _kv_snapshot(world, world.regions, args.data)
+            print(f"  kv snapshot of {world.regions} regions (SQLite): {kv_s:.1f}s", end="")
+            print(f" (loading them took {load_s:.1f}s)")
+        inputs, params = _inputs(world, map_path)
+        out = args.data / f"findings-{rows}"
+        t0 = time.perf_counter()
+        result = run_job(spark, inputs, params, str(out))
+        job_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        spark_found = [Finding.from_row(r) for r in pq.read_table(out).to_pylist()]
+        read_s = time.perf_counter() - t0
+        row: dict[str, Any] = {
+            "stat_rows": world.stat_rows,
+            "regions": world.regions,
+            "generate_s": round(gen_s, 1),
+            "kv_snapshot_s": None if kv_s is None else round(kv_s, 1),
+            "spark_job_s": round(job_s, 1),
+            "read_back_s": round(read_s, 2),
+            "end_to_end_s": round(
+                job_s + read_s + (kv_s or 0.0) + (session_s if not results else 0.0), 1
+            ),
+            "findings": len(spark_found),
+            "counts": result.counts,
+        }
+        if rows in baseline_sizes:
+            t0 = time.perf_counter()
+            base, _ = baseline_findings(inputs, params)
+            row["baseline_s"] = round(time.perf_counter() - t0, 1)
+            row["engines_agree"] = _signature(base) == _signature(spark_found)
+            if not row["engines_agree"]:
+                print("  MISMATCH between Spark and the baseline", file=sys.stderr)
+        results.append(row)
+        print(
+            f"{world.stat_rows:>10} rows {world.regions:>8} regions: spark job {job_s:6.1f}s"
+            f"  end-to-end {row['end_to_end_s']:6.1f}s"
+            + (
+                f"  pyarrow {row['baseline_s']:5.1f}s agree={row['engines_agree']}"
+                if "baseline_s" in row
+                else ""
+            )
+            + f"  findings {len(spark_found)}"
+        )
+    spark.stop()
+    if args.json:
+        args.json.write_text(json.dumps({"session_s": session_s, "sizes": results}, indent=2))
+    if any(r.get("engines_agree") is False for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
