@@ -149,7 +149,7 @@ class HeartbeatHandler:
             raise _invalid("topics must be a list", ["topics"])
 
         now = self._clock()
-        accepted: dict[int, StatRow] = {}
+        accepted: dict[str, dict[int, StatRow]] = {}  # by topic, as the registry stores them
         changed: list[int] = []
         rejected: list[dict[str, Any]] = []
         route_of = self._topology.routes.get
@@ -196,8 +196,11 @@ class HeartbeatHandler:
                     rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
                     continue
 
+            batch = accepted.get(mapped_topic)
+            if batch is None:
+                batch = accepted[mapped_topic] = {}
             # The route's topic string, not the parsed copy: a million rows share one.
-            accepted[region_id] = (
+            batch[region_id] = (
                 node_id,
                 mapped_topic,
                 flushed,
@@ -205,6 +208,7 @@ class HeartbeatHandler:
                 memtable,
                 manifest,
                 now,
+                flushed if latest is None or latest < flushed else latest,
             )
             # Checkpoints hold the prunable id and node: a change in either (or a change
             # of topic latest that may not move the prunable id; the writer skips those)
@@ -221,18 +225,20 @@ class HeartbeatHandler:
 
         # Everything validated: apply.
         registry = self._registry
-        registry.put_rows(accepted)
+        registry.put_topic_rows(accepted)
         registry.note_node(node_id, addr, now)
         for topic, latest_entry_id, record_size, record_num in topics:
             registry.report_topic(node_id, topic, latest_entry_id, record_size, record_num, now)
         if changed:
             self._checkpointer.mark(changed)
         mailbox = self._mailbox
-        mailbox.observe(node_id, StatSnapshot(accepted))
+        if mailbox.has_pending(node_id):
+            mailbox.observe(node_id, StatSnapshot(accepted))
 
         self._heartbeats.inc()
-        if accepted:
-            self._region_stats.inc(len(accepted))
+        count = sum(map(len, accepted.values()))
+        if count:
+            self._region_stats.inc(count)
         for item in rejected:
             self._rejected[item["reason"]].inc()
         return orjson.dumps(

@@ -128,6 +128,10 @@ class Mailbox:
         self._expire(queue)
         return [p.wire for p in queue.values()]
 
+    def has_pending(self, node_id: int) -> bool:
+        """True when `node_id` has instructions not yet applied (one dict lookup)."""
+        return bool(self._by_node.get(node_id))
+
     def observe(self, node_id: int, stats: Mapping[int, RegionStat]) -> list[str]:
         """Mark regions of `node_id`'s instructions flushed per `stats`; return applied ids.
 

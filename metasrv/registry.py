@@ -72,11 +72,13 @@ def _topic_stat(topic: str, acc: _TopicAccumulator) -> TopicStat:
     )
 
 
-StatRow = tuple[int, str, int, int | None, int, int | None, float]
+StatRow = tuple[int, str, int, int | None, int, int | None, float, int]
 """One region's stat as stored: (node_id, topic, flushed_entry_id, topic_latest_entry_id,
-memtable_bytes, manifest_version, received_at). A plain tuple of atomic values: the
-cheapest immutable object Python builds (a `RegionStat` costs ~20x more), and the
-garbage collector stops tracking it, so a million of them add nothing to GC pauses."""
+memtable_bytes, manifest_version, received_at, prunable_entry_id). A plain tuple of
+atomic values: the cheapest immutable object Python builds (a `RegionStat` costs ~20x
+more), and the garbage collector stops tracking it, so a million of them add nothing to
+GC pauses. The prunable entry id is stored precomputed so the planner can take a topic's
+minimum with C-level `min()`."""
 
 # Indexes into a `StatRow` (Final literals, so type checkers know each field's type).
 NODE: Final = 0
@@ -86,6 +88,14 @@ LATEST: Final = 3
 MEMTABLE: Final = 4
 MANIFEST: Final = 5
 RECEIVED: Final = 6
+PRUNABLE: Final = 7
+
+
+def prunable(flushed_entry_id: int, topic_latest_entry_id: int | None) -> int:
+    """`max(flushed_entry_id, topic_latest_entry_id or -1)` (DESIGN §1)."""
+    if topic_latest_entry_id is None or topic_latest_entry_id < flushed_entry_id:
+        return flushed_entry_id
+    return topic_latest_entry_id
 
 
 def row_of(stat: RegionStat) -> StatRow:
@@ -98,55 +108,79 @@ def row_of(stat: RegionStat) -> StatRow:
         stat.memtable_bytes,
         stat.manifest_version,
         stat.received_at,
+        prunable(stat.flushed_entry_id, stat.topic_latest_entry_id),
     )
 
 
 def stat_of(region_id: int, row: StatRow) -> RegionStat:
     """The `RegionStat` a stored row stands for."""
-    return RegionStat(region_id, *row)
+    return RegionStat(region_id, row[0], row[1], row[2], row[3], row[4], row[5], row[6])
 
 
 class StatSnapshot(Mapping[int, RegionStat]):
-    """A read-only mapping region id -> `RegionStat` over stored rows.
+    """A read-only mapping region id -> `RegionStat` over stored rows, grouped by topic.
 
-    `RegionStat` objects are built on access, so taking a snapshot costs one dict copy
-    and reading a topic's regions costs only those regions. `rows` gives the raw rows to
-    code that reads every region (the planner).
+    `RegionStat` objects are built on access, so taking a snapshot costs dict copies and
+    reading a topic's regions costs only those regions. `topic_rows` gives the planner
+    one topic's raw rows; the by-region index behind `get` is built on first use.
     """
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_by_topic", "_rows")
 
-    def __init__(self, rows: Mapping[int, StatRow]) -> None:
+    def __init__(
+        self,
+        by_topic: Mapping[str, Mapping[int, StatRow]],
+        rows: Mapping[int, StatRow] | None = None,
+    ) -> None:
+        self._by_topic = by_topic
         self._rows = rows
-
-    def __getitem__(self, region_id: int) -> RegionStat:
-        return stat_of(region_id, self._rows[region_id])
-
-    def get(self, region_id: int, default: Any = None) -> Any:
-        row = self._rows.get(region_id)
-        return default if row is None else stat_of(region_id, row)
-
-    def __contains__(self, region_id: object) -> bool:
-        return region_id in self._rows
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._rows)
-
-    def __len__(self) -> int:
-        return len(self._rows)
 
     @property
     def rows(self) -> Mapping[int, StatRow]:
         """Region id -> stored row (see `StatRow`)."""
+        if self._rows is None:
+            merged: dict[int, StatRow] = {}
+            for bucket in self._by_topic.values():
+                merged.update(bucket)
+            self._rows = merged
         return self._rows
+
+    def topic_rows(self, topic: str) -> Mapping[int, StatRow]:
+        """Region id -> row, for the rows whose stat names `topic` (empty when none)."""
+        return self._by_topic.get(topic, _EMPTY)
+
+    def __getitem__(self, region_id: int) -> RegionStat:
+        return stat_of(region_id, self.rows[region_id])
+
+    def get(self, region_id: int, default: Any = None) -> Any:
+        row = self.rows.get(region_id)
+        return default if row is None else stat_of(region_id, row)
+
+    def __contains__(self, region_id: object) -> bool:
+        return region_id in self.rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+_EMPTY: Mapping[int, StatRow] = {}
 
 
 class RegionRegistry:
-    """Latest stat of every region and topic this leader has heard about."""
+    """Latest stat of every region and topic this leader has heard about.
+
+    Rows are indexed twice, by region id and by topic (the same tuple objects): the
+    planner reads a topic's rows from one small dict instead of a million random
+    lookups. A row always sits in the bucket of the topic it names.
+    """
 
     def __init__(self, *, window: float = DEFAULT_WINDOW) -> None:
         self.window = window
         self._rows: dict[int, StatRow] = {}
+        self._by_topic: dict[str, dict[int, StatRow]] = {}
         self._topic_acc: dict[str, _TopicAccumulator] = {}
         self._nodes: dict[int, DatanodeInfo] = {}
         self.generation = 0
@@ -156,13 +190,45 @@ class RegionRegistry:
 
     def update(self, stats: Iterable[RegionStat]) -> None:
         """Store each stat as its region's latest (callers have validated ordering)."""
-        rows = self._rows
         for stat in stats:
-            rows[stat.region_id] = row_of(stat)
+            self._store(stat.region_id, row_of(stat))
 
     def put_rows(self, batch: Mapping[int, StatRow]) -> None:
-        """Store a heartbeat's accepted rows (one C-level dict update; the hot path)."""
-        self._rows.update(batch)
+        """Store rows keyed by region id (any topics)."""
+        for region_id, row in batch.items():
+            self._store(region_id, row)
+
+    def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
+        """Store a heartbeat's accepted rows grouped by topic: a few C-level dict updates.
+
+        The hot path. Each row must name its batch's topic, and a region must not have
+        a stored row naming another topic (the heartbeat guarantees both: it accepts a
+        region only on its mapped topic, and a region leaves its topic only through
+        `discard`).
+        """
+        rows = self._rows
+        by_topic = self._by_topic
+        for topic, batch in batches.items():
+            rows.update(batch)
+            bucket = by_topic.get(topic)
+            if bucket is None:
+                by_topic[topic] = dict(batch)
+            else:
+                bucket.update(batch)
+
+    def _store(self, region_id: int, row: StatRow) -> None:
+        old = self._rows.get(region_id)
+        if old is not None and old[TOPIC] != row[TOPIC]:
+            self._drop_from_bucket(region_id, old[TOPIC])
+        self._rows[region_id] = row
+        self._by_topic.setdefault(row[TOPIC], {})[region_id] = row
+
+    def _drop_from_bucket(self, region_id: int, topic: str) -> None:
+        bucket = self._by_topic.get(topic)
+        if bucket is not None:
+            bucket.pop(region_id, None)
+            if not bucket:
+                del self._by_topic[topic]
 
     @property
     def rows(self) -> Mapping[int, StatRow]:
@@ -176,15 +242,22 @@ class RegionRegistry:
 
     def discard(self, region_id: int) -> None:
         """Forget a region (deregistered)."""
-        self._rows.pop(region_id, None)
+        old = self._rows.pop(region_id, None)
+        if old is not None:
+            self._drop_from_bucket(region_id, old[TOPIC])
 
     def snapshot(self) -> StatSnapshot:
         """Every region's latest stat as of now (a copy; later heartbeats do not show)."""
-        return StatSnapshot(dict(self._rows))
+        return StatSnapshot({t: dict(b) for t, b in self._by_topic.items()})
+
+    def topic_snapshot(self, topic: str) -> StatSnapshot:
+        """The latest stats naming `topic`, as of now: a copy of one topic's rows only
+        (what a single-topic plan needs; far cheaper than `snapshot()` at scale)."""
+        return StatSnapshot({topic: dict(self._by_topic.get(topic, {}))})
 
     def view(self) -> StatSnapshot:
         """Every region's latest stat, live (no copy); do not hold it across an `await`."""
-        return StatSnapshot(self._rows)
+        return StatSnapshot(self._by_topic, self._rows)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -268,6 +341,7 @@ class RegionRegistry:
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
         self._rows = {}
+        self._by_topic = {}
         self._topic_acc = {}
         self._nodes = {}
         self.generation += 1

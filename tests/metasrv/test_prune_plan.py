@@ -10,6 +10,8 @@ from metasrv.prune_plan import (
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
+    _lowest_if_unblocked,
+    _scan,
     plan_topic,
     plan_topics,
 )
@@ -312,6 +314,16 @@ def test_properties(
         pruned_entry_id=pruned,
         offsets=offsets,
     )
+
+    # The C-level fast path and the region-by-region scan state the same rules.
+    rows = [registry.rows.get(r.region_id) for r in routes]
+    loss_below = offsets.log_start_offset - 1 if offsets is not None else None
+    fast = _lowest_if_unblocked(rows, TOPIC, NOW - TTL, loss_below)
+    lowest, scan_blocked, _ = _scan(routes, rows, TOPIC, NOW - TTL, loss_below)
+    if fast is not None:
+        assert (fast, scan_blocked) == (lowest, [])
+    else:
+        assert scan_blocked or not rows
 
     expected_blocked: set[int] = set()
     for i, (has, *_rest) in enumerate(cases):

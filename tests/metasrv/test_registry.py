@@ -42,7 +42,7 @@ def test_put_rows_and_snapshot_is_a_copy() -> None:
     assert view[2] == stat(2, 1)
     assert view.get(3) is None and 3 not in view and 2 in view
     assert sorted(view) == [1, 2] and len(view) == 2
-    assert view.rows[2] == (7, "t_0", 1, None, 10, 1, 1.0)
+    assert view.rows[2] == (7, "t_0", 1, None, 10, 1, 1.0, 1)
     with pytest.raises(KeyError):
         view[3]
     with pytest.raises(TypeError):
@@ -139,3 +139,40 @@ def test_nodes_remember_last_heartbeat() -> None:
     reg.note_node(3, None, now=2.0)
     info = reg.nodes()[3]
     assert (info.addr, info.last_seen) == (None, 2.0)
+
+
+def test_rows_are_grouped_by_the_topic_they_name() -> None:
+    reg = RegionRegistry()
+    reg.update([stat(1, 5, topic="a"), stat(2, 6, topic="a"), stat(3, 7, topic="b")])
+    snap = reg.snapshot()
+    assert set(snap.topic_rows("a")) == {1, 2}
+    assert set(snap.topic_rows("b")) == {3}
+    assert snap.topic_rows("c") == {}
+    # A region re-reported on another topic leaves its old topic's group.
+    reg.update([stat(2, 8, topic="b")])
+    view = reg.view()
+    assert set(view.topic_rows("a")) == {1}
+    assert set(view.topic_rows("b")) == {2, 3}
+    reg.discard(1)
+    assert view.topic_rows("a") == {}
+    assert sorted(view) == [2, 3]
+    assert set(snap.topic_rows("a")) == {1, 2}  # the snapshot did not change
+
+
+def test_topic_snapshot_copies_one_topic() -> None:
+    reg = RegionRegistry()
+    reg.update([stat(1, 5, topic="a"), stat(3, 7, topic="b")])
+    one = reg.topic_snapshot("a")
+    reg.update([stat(1, 9, topic="a")])
+    assert list(one) == [1]
+    assert one[1] == stat(1, 5, topic="a")
+    assert reg.topic_snapshot("zzz") == {}
+
+
+def test_put_topic_rows_is_what_put_rows_does_for_one_topic() -> None:
+    fast, slow = RegionRegistry(), RegionRegistry()
+    rows = {1: row_of(stat(1, 5)), 2: row_of(stat(2, 6))}
+    fast.put_topic_rows({"t_0": rows})
+    slow.put_rows(rows)
+    assert fast.snapshot() == slow.snapshot()
+    assert dict(fast.view().topic_rows("t_0")) == dict(slow.view().topic_rows("t_0"))

@@ -1,0 +1,538 @@
+"""Heartbeat ingest: region stats/s one `metasrv start` process sustains, and the latency.
+
+One daemon (uvicorn, one worker, SQLite kv by default) is started as a subprocess with
+its topic-region map pre-written to the kv backend; simulated datanodes in separate
+client processes (asyncio + httpx) each send heartbeats carrying `--regions` region
+stats. Reported: accepted region stats/s over the measured window (client count,
+cross-checked against the server's `metasrv_region_stats_received` counter), p50/p99
+heartbeat latency, the server's CPU use, the raw `orjson.loads` rate of the same payload
+(the parse ceiling) and the ratio to it, plus the in-process handler rate (no HTTP) and
+the memory of 1,000,000 tracked regions.
+
+Two load shapes:
+- open loop (default): every datanode sends `--rate` heartbeats/s at a fixed cadence
+  (random phase), i.e. an offered load of nodes * rate * regions stats/s: what a fleet
+  does, and the condition for the latency figures;
+- `--rate 0`: closed loop, each datanode sends its next heartbeat as soon as the last
+  one is answered: the saturation throughput (latency then only says how deep the queue is).
+
+    python benchmarks/heartbeat_ingest.py [--nodes 50] [--regions 1000] [--rate 4]
+        [--duration 20] [--clients 1] [--change 0.1] [--kv sqlite|etcd] [--json]
+
+Targets: >= 200,000 region stats/s sustained, p99 <= 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+TARGET_STATS_PER_S = 200_000
+TARGET_P99_MS = 50.0
+NUM_TOPICS = 64
+TOPIC_PREFIX = "bench_wal"
+METASRV = str(Path(sys.executable).with_name("metasrv"))
+
+
+def region_id(node: int, index: int) -> int:
+    # table id = node + 1024, region number = index: the DESIGN §1 layout.
+    return ((node + 1024) << 32) | index
+
+
+def topic_of(node: int, index: int, regions: int) -> str:
+    return f"{TOPIC_PREFIX}_{(node * regions + index) % NUM_TOPICS}"
+
+
+def heartbeat_body(node: int, regions: int) -> dict[str, Any]:
+    """A realistic heartbeat: some regions busy (memtable), some idle (topic latest)."""
+    items = []
+    for i in range(regions):
+        idle = i % 4 == 0
+        items.append(
+            {
+                "region_id": region_id(node, i),
+                "topic": topic_of(node, i, regions),
+                "flushed_entry_id": 1_000_000 + i * 37,
+                "topic_latest_entry_id": 2_000_000 + i if idle else None,
+                "memtable_bytes": 0 if idle else 4_194_304 + i,
+                "manifest_version": 17,
+            }
+        )
+    used = sorted({topic_of(node, i, regions) for i in range(regions)})
+    topics = [
+        {"topic": t, "latest_entry_id": 2_000_000, "record_size": 10_000_000, "record_num": 9_000}
+        for t in used
+    ]
+    return {
+        "node_id": node,
+        "addr": f"10.0.0.{node % 250}:4001",
+        "regions": items,
+        "topics": topics,
+    }
+
+
+# --- client process -----------------------------------------------------------------------
+
+
+async def run_clients(args: argparse.Namespace) -> None:
+    """One client process: datanodes [first, last) against `args.url`; prints JSON samples."""
+    first, last = (int(x) for x in args.node_range.split(":"))
+    start_at = args.start_at
+    end_at = start_at + args.duration
+    interval = 1.0 / args.rate if args.rate > 0 else 0.0
+    samples: list[tuple[float, float, int]] = []
+    errors: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=last - first, max_keepalive_connections=last - first)
+    headers = {"content-type": "application/json"}
+    if args.token:
+        headers["authorization"] = f"Bearer {args.token}"
+
+    async with httpx.AsyncClient(base_url=args.url, limits=limits, timeout=30) as client:
+
+        async def datanode(node: int) -> None:
+            body = heartbeat_body(node, args.regions)
+            regions = body["regions"]
+            rng = random.Random(node)
+            changing = max(1, int(len(regions) * args.change)) if args.change > 0 else 0
+            next_at = start_at + rng.random() * (interval or 0.01)
+            while True:
+                now = time.time()
+                if interval:
+                    if next_at > now:
+                        await asyncio.sleep(next_at - now)
+                    next_at += interval
+                if time.time() >= end_at:
+                    return
+                # Regions flush over time: advance a slice of them per heartbeat.
+                for _ in range(changing):
+                    regions[rng.randrange(len(regions))]["flushed_entry_id"] += 1
+                payload = orjson.dumps(body)
+                sent = time.time()
+                t0 = time.perf_counter()
+                try:
+                    resp = await client.post("/v1/heartbeat", content=payload, headers=headers)
+                except httpx.HTTPError as exc:
+                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    continue
+                latency = time.perf_counter() - t0
+                if resp.status_code != 200:
+                    key = f"http_{resp.status_code}"
+                    errors[key] = errors.get(key, 0) + 1
+                    continue
+                rejected = len(orjson.loads(resp.content)["rejected"])
+                samples.append((sent - start_at, latency, len(regions) - rejected))
+
+        await asyncio.gather(*(datanode(n) for n in range(first, last)))
+    cpu = time.process_time()
+    sys.stdout.write(json.dumps({"samples": samples, "errors": errors, "cpu_seconds": cpu}))
+
+
+# --- driver -------------------------------------------------------------------------------
+
+
+def prepare_kv(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Write the topic-region map the daemon will load; return the [kv] section."""
+    from metasrv import keys
+    from metasrv.kv import EtcdKv, KvBackend, SqlKv
+    from metasrv.topology import route_value
+
+    kv: KvBackend
+    if args.kv == "etcd":
+        prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+        section = {"backend": "etcd", "etcd_endpoints": [args.etcd], "key_prefix": prefix}
+        kv = EtcdKv(args.etcd, prefix)
+    else:
+        url = f"sqlite:///{workdir}/kv.db"
+        section = {"backend": "sql", "sql_url": url}
+        kv = SqlKv.open(url, create=True)
+    items = [
+        (keys.topic_region(topic_of(n, i, args.regions), region_id(n, i)), route_value(n, None))
+        for n in range(args.nodes)
+        for i in range(args.regions)
+    ]
+    kv.batch_put(items)
+    kv.close()
+    return section
+
+
+def cleanup_kv(section: dict[str, Any]) -> None:
+    if section["backend"] == "etcd":
+        from metasrv.kv import EtcdKv
+
+        kv = EtcdKv(section["etcd_endpoints"], section["key_prefix"])
+        kv.delete_prefix("")
+        kv.close()
+
+
+def toml_value(value: Any) -> str:
+    return json.dumps(value)
+
+
+def write_config(path: Path, port: int, kv: dict[str, Any], args: argparse.Namespace) -> None:
+    lines = [
+        "[wal]",
+        f"broker_endpoints = [{toml_value(args.kafka)}]",
+        f"num_topics = {NUM_TOPICS}",
+        f'topic_name_prefix = "{TOPIC_PREFIX}"',
+        "[http]",
+        f'addr = "127.0.0.1:{port}"',
+        "[kv]",
+        *(f"{k} = {toml_value(v)}" for k, v in kv.items()),
+        "[history]",
+        f'url = "sqlite:///{path.parent}/history.db"',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_counter(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def parse_ceiling(payload: bytes, seconds: float = 2.0) -> float:
+    """Region stats/s `orjson.loads` alone reaches on this payload (one core)."""
+    regions = len(orjson.loads(payload)["regions"])
+    count = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        orjson.loads(payload)
+        count += 1
+    return count * regions / (time.perf_counter() - start)
+
+
+def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
+    """Region stats/s of `HeartbeatHandler.handle` in process: parse + validate + store."""
+    from metasrv import keys
+    from metasrv.checkpoints import Checkpointer
+    from metasrv.heartbeat import HeartbeatHandler
+    from metasrv.kafka import KafkaAdmin
+    from metasrv.kv import SqlKv
+    from metasrv.locks import TopicLocks
+    from metasrv.mailbox import Mailbox
+    from metasrv.metrics import Metrics
+    from metasrv.registry import RegionRegistry
+    from metasrv.settings import load_settings
+    from metasrv.topology import Topology, route_value
+
+    async def run() -> float:
+        settings = load_settings(None, wal={"broker_endpoints": [args.kafka]})
+        kv = SqlKv.open("sqlite://", create=True)
+        kv.batch_put(
+            [
+                (
+                    keys.topic_region(topic_of(0, i, args.regions), region_id(0, i)),
+                    route_value(0, None),
+                )
+                for i in range(args.regions)
+            ]
+        )
+        registry, metrics = RegionRegistry(), Metrics()
+        topology = Topology(kv, KafkaAdmin(args.kafka), TopicLocks(), settings)
+        await topology.load()
+        handler = HeartbeatHandler(
+            registry,
+            topology,
+            Mailbox(registry),
+            Checkpointer(topology, registry, settings, metrics),
+            metrics,
+            leader_addr=lambda: "bench",
+        )
+        body = heartbeat_body(0, args.regions)
+        count = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            body["regions"][count % args.regions]["flushed_entry_id"] += 1
+            handler.handle(orjson.dumps(body))
+            count += 1
+        kv.close()
+        return count * args.regions / (time.perf_counter() - start)
+
+    return asyncio.run(run())
+
+
+def registry_memory(n: int = 1_000_000) -> dict[str, float]:
+    """Bytes per region held by the registry (stats) and the topology (routes)."""
+    from metasrv.model import RegionRoute
+    from metasrv.registry import RegionRegistry
+
+    topics = [f"{TOPIC_PREFIX}_{t}" for t in range(1024)]
+    gc.collect()
+    tracemalloc.start()
+    registry = RegionRegistry()
+    batch: dict[int, Any] = {}
+    now = time.monotonic()
+    for i in range(n):
+        # Values as orjson builds them: fresh int objects for large ids, one float per
+        # heartbeat, the route's shared topic string.
+        flushed = int(str(1_000_000 + i))
+        latest = None if i % 4 else int(str(2_000_000 + i))
+        batch[(1024 + i // 1000) << 32 | i % 1000] = (
+            1 + i % 50,
+            topics[i % 1024],
+            flushed,
+            latest,
+            int(str(4_194_304 + i)),
+            17,
+            now,
+            flushed if latest is None else latest,
+        )
+        if len(batch) == 1000:
+            registry.put_rows(batch)
+            batch = {}
+    registry.put_rows(batch)
+    stats_bytes = tracemalloc.get_traced_memory()[0]
+    routes: dict[int, RegionRoute] = {}
+    by_topic: dict[str, dict[int, RegionRoute]] = {}
+    for rid, row in registry.rows.items():
+        route = RegionRoute(region_id=rid, topic=row[1], node_id=row[0], checkpoint_entry_id=None)
+        routes[rid] = route
+        by_topic.setdefault(route.topic, {})[rid] = route
+    total = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return {
+        "registry_bytes_per_region": stats_bytes / n,
+        "topology_bytes_per_region": (total - stats_bytes) / n,
+        "regions": n,
+    }
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+def drive(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="metasrv-bench-"))
+    kv_section = prepare_kv(args, workdir)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    config = workdir / "metasrv.toml"
+    write_config(config, port, kv_section, args)
+    log = (workdir / "metasrv.log").open("wb")
+    server = subprocess.Popen(
+        [METASRV, "start", "-c", str(config), "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    clients: list[subprocess.Popen[bytes]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/leader", timeout=2).json().get("serving"):
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"metasrv did not start; see {workdir / 'metasrv.log'}")
+            time.sleep(0.2)
+
+        start_at = time.time() + 2.0  # let every client process connect first
+        total = args.warmup + args.duration
+        per = -(-args.nodes // args.clients)
+        for c in range(args.clients):
+            first, last = c * per, min(args.nodes, (c + 1) * per)
+            if first >= last:
+                continue
+            clients.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--client",
+                        "--url",
+                        url,
+                        "--node-range",
+                        f"{first}:{last}",
+                        "--regions",
+                        str(args.regions),
+                        "--rate",
+                        str(args.rate),
+                        "--change",
+                        str(args.change),
+                        "--duration",
+                        str(total),
+                        "--start-at",
+                        str(start_at),
+                    ],
+                    stdout=subprocess.PIPE,
+                )
+            )
+        time.sleep(max(0.0, start_at + args.warmup - time.time()))
+        cpu0, stats0, t0 = (
+            cpu_seconds(server.pid),
+            server_counter(url, "metasrv_region_stats_received_total"),
+            time.time(),
+        )
+        time.sleep(max(0.0, start_at + total - time.time()))
+        cpu1, stats1, t1 = (
+            cpu_seconds(server.pid),
+            server_counter(url, "metasrv_region_stats_received_total"),
+            time.time(),
+        )
+        results = [json.loads(p.communicate(timeout=120)[0]) for p in clients]
+        client_cpu = sum(r["cpu_seconds"] for r in results) / total
+    finally:
+        for p in clients:
+            if p.poll() is None:
+                p.kill()
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        cleanup_kv(kv_section)
+
+    window = [
+        s
+        for r in results
+        for s in r["samples"]
+        if args.warmup <= s[0] < args.warmup + args.duration
+    ]
+    errors: dict[str, int] = {}
+    for r in results:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    latencies = sorted(s[1] * 1000 for s in window)
+    accepted = sum(s[2] for s in window)
+    payload = orjson.dumps(heartbeat_body(0, args.regions))
+    ceiling = parse_ceiling(payload)
+    sustained = accepted / args.duration
+    server_rate = (stats1 - stats0) / (t1 - t0)
+    server_cpu = (cpu1 - cpu0) / (t1 - t0)
+    return {
+        "nodes": args.nodes,
+        "regions_per_heartbeat": args.regions,
+        "mode": "closed loop" if args.rate == 0 else f"open loop, {args.rate}/s per node",
+        "offered_stats_per_s": None if args.rate == 0 else args.nodes * args.rate * args.regions,
+        "kv": args.kv,
+        "payload_bytes": len(payload),
+        "heartbeats": len(window),
+        "stats_per_s": sustained,
+        "server_counted_stats_per_s": server_rate,
+        "server_cpu_cores": server_cpu,
+        "stats_per_server_cpu_second": server_rate / server_cpu if server_cpu else None,
+        "client_cpu_cores": client_cpu,
+        "p50_ms": statistics.median(latencies) if latencies else None,
+        "p99_ms": percentile(latencies, 0.99),
+        "max_ms": latencies[-1] if latencies else None,
+        "errors": errors,
+        "parse_ceiling_stats_per_s": ceiling,
+        "ratio_to_parse_ceiling": sustained / ceiling,
+        "loadavg_1m": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, default=50)
+    parser.add_argument("--regions", type=int, default=1000)
+    parser.add_argument(
+        "--rate", type=float, default=4.0, help="heartbeats/s per node; 0 = closed loop"
+    )
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--clients", type=int, default=1, help="client processes")
+    parser.add_argument(
+        "--change", type=float, default=0.1, help="fraction of regions advancing per heartbeat"
+    )
+    parser.add_argument("--kv", choices=("sqlite", "etcd"), default="sqlite")
+    parser.add_argument("--etcd", default=os.environ.get("METASRV_TEST_ETCD", "127.0.0.1:12379"))
+    parser.add_argument("--kafka", default=os.environ.get("METASRV_TEST_KAFKA", "127.0.0.1:19092"))
+    parser.add_argument("--skip-extras", action="store_true", help="no in-process rate / memory")
+    parser.add_argument("--json", action="store_true")
+    # Client-process mode (internal).
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--node-range", help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--token", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.client:
+        asyncio.run(run_clients(args))
+        return 0
+
+    report = drive(args)
+    if not args.skip_extras:
+        report["in_process_handler_stats_per_s"] = handler_rate(args)
+        report.update(registry_memory())
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    r = report
+    print(
+        f"heartbeat ingest: {r['nodes']} datanodes x {r['regions_per_heartbeat']} regions, "
+        f"{r['mode']}, kv={r['kv']}, payload {r['payload_bytes']:,} B"
+    )
+    if r["offered_stats_per_s"]:
+        print(f"  offered            {r['offered_stats_per_s']:>12,.0f} stats/s")
+    counted = r["server_counted_stats_per_s"]
+    print(
+        f"  sustained          {r['stats_per_s']:>12,.0f} stats/s "
+        f"(server counter {counted:,.0f}/s; target >= {TARGET_STATS_PER_S:,})"
+    )
+    print(
+        f"  latency            p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
+        f"max {r['max_ms']:.1f} ms (target p99 <= {TARGET_P99_MS:.0f} ms)"
+    )
+    print(
+        f"  CPU                server {r['server_cpu_cores']:.2f} cores "
+        f"({r['stats_per_server_cpu_second'] or 0:,.0f} stats per server CPU-second); "
+        f"clients {r['client_cpu_cores']:.2f} cores"
+    )
+    print(
+        f"  orjson.loads       {r['parse_ceiling_stats_per_s']:>12,.0f} stats/s "
+        f"(ceiling); sustained/ceiling = {r['ratio_to_parse_ceiling']:.2f}"
+    )
+    if "in_process_handler_stats_per_s" in r:
+        rate = r["in_process_handler_stats_per_s"]
+        print(f"  handler in-process {rate:>12,.0f} stats/s (parse+validate+store, no HTTP)")
+        reg, topo = r["registry_bytes_per_region"], r["topology_bytes_per_region"]
+        print(
+            f"  memory             {reg:.0f} B/region registry + {topo:.0f} B/region topology "
+            f"= {(reg + topo) * 1e6 / 2**20:.0f} MiB per 1,000,000 regions"
+        )
+    if r["errors"]:
+        print(f"  errors             {r['errors']}")
+    print(f"  load average       {r['loadavg_1m']:.2f} (2-core box shared with other work)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
