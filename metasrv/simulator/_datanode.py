@@ -22,8 +22,9 @@ from typing import Any
 import httpx
 
 from metasrv.client import MetasrvClient
-from metasrv.errors import InvalidArgument, MetasrvError
+from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
+from metasrv.model import PartitionOffsets
 from metasrv.simulator._region import RecoveryReport, SimRegion, VerifyReport
 from metasrv.simulator._wal import Tee, WalWriter
 
@@ -77,10 +78,13 @@ class SimDatanode:
         flush_threshold_bytes: int | None = 256 * 1024,
         replay_timeout: float = 60.0,
         tee: Tee | None = None,
+        advance_flushed_when_idle: bool = True,
     ) -> None:
         """`metasrv_url` None: no heartbeats (Kafka-only use); `restart` then needs `replay_start`.
 
         `tee` sees every record this datanode writes (benchmarks copy them to twin topics).
+        `advance_flushed_when_idle`: see `SimRegion` (False: DESIGN-literal regions that just
+        stop reporting `topic_latest_entry_id` when they write again).
         """
         self.node_id = node_id
         self.kafka_bootstrap = kafka_bootstrap
@@ -90,6 +94,7 @@ class SimDatanode:
         self.flush_threshold_bytes = flush_threshold_bytes
         self.replay_timeout = replay_timeout
         self.tee = tee
+        self.advance_flushed_when_idle = advance_flushed_when_idle
         self.client = MetasrvClient(metasrv_url, token=token, timeout=5.0) if metasrv_url else None
         self.regions: dict[int, SimRegion] = {}
         self.rejections: list[Rejection] = []
@@ -138,6 +143,7 @@ class SimDatanode:
             self._writer_or_open(),
             flush_threshold_bytes=threshold,
             on_flush_needed=self._request_flush,
+            advance_flushed_when_idle=self.advance_flushed_when_idle,
         )
         self.regions[region_id] = region
         return region
@@ -309,7 +315,14 @@ class SimDatanode:
         tokens = {r.region_id: r.idle_token() for r in regions}
         topics = sorted({r.topic for r in regions})
         # Read after the idle tokens were taken: see SimRegion.observe_latest.
-        offsets = self._admin.offsets(topics) if topics else {}
+        offsets: dict[str, PartitionOffsets] = {}
+        try:
+            offsets = self._admin.offsets(topics) if topics else {}
+        except KafkaUnavailable as exc:
+            # Still report: flushed ids stay true; idle regions keep their last observation.
+            logger.warning(
+                "datanode %s: no topic offsets for this heartbeat: %s", self.node_id, exc
+            )
         for region in regions:
             token = tokens[region.region_id]
             if token is not None and region.topic in offsets:

@@ -123,13 +123,17 @@ class SimRegion:
         *,
         flush_threshold_bytes: int | None = None,
         on_flush_needed: Callable[[SimRegion], None] | None = None,
+        advance_flushed_when_idle: bool = True,
     ) -> None:
         """Open (or create) the region stored in `root`.
 
         `flush_threshold_bytes`: memtable size above which the region asks for a flush
         (`on_flush_needed`, or an inline flush when None); None: flush only when told.
+        `advance_flushed_when_idle`: see `_start_write_locked`; False gives a datanode that
+        simply stops reporting `topic_latest_entry_id` when it writes again.
         """
         self.region_id = region_id
+        self.advance_flushed_when_idle = advance_flushed_when_idle
         self.topic = topic
         self.flush_threshold_bytes = flush_threshold_bytes
         self._store = RegionStore(root)
@@ -189,13 +193,13 @@ class SimRegion:
         """Write one row to the WAL; the future resolves to its entry id once acknowledged."""
         future: Future[int] = Future()
         with self._lock:
-            if self._killed:
-                raise RegionKilled(f"region {self.region_id} is down")
-            seq = self._next_seq
-            self._next_seq += 1
-            self._in_flight += 1
-            self._writes_started += 1
-            self._topic_latest = None
+            seq = self._start_write_locked(promote=False)
+        if seq is None:
+            # Leaving idleness: make the reported topic latest durable first (same lock order
+            # as flush: flush lock, then state lock).
+            with self._flush_lock, self._lock:
+                seq = self._start_write_locked(promote=True)
+                assert seq is not None
         value = json.dumps(
             {
                 "region_id": self.region_id,
@@ -216,6 +220,35 @@ class SimRegion:
                 self.failed_writes += 1
             raise
         return future
+
+    def _start_write_locked(self, *, promote: bool) -> int | None:
+        """Take a sequence number for a new write (caller holds `_lock`).
+
+        While idle, the region reported `topic_latest_entry_id` T (its prunable id). When it
+        writes again that report stops, and its prunable id would fall back to
+        `flushed_entry_id` < T: a stat going backwards, and, after a purge to T, a false
+        "log start above what the region needs". So before the first write after idleness
+        the region records flushed_entry_id = T in its manifest, which is true by DESIGN §1:
+        with nothing unflushed, every entry of the region <= T is in an SST. Returns None
+        when that manifest write is needed and `promote` is False.
+        """
+        if self._killed:
+            raise RegionKilled(f"region {self.region_id} is down")
+        latest = self._topic_latest
+        if self.advance_flushed_when_idle and latest is not None:
+            old = self._manifest
+            if latest > old.flushed_entry_id:
+                if not promote:
+                    return None
+                new = Manifest(old.region_id, old.topic, latest, old.manifest_version + 1, old.ssts)
+                self._store.commit_manifest(new)
+                self._manifest = new
+        seq = self._next_seq
+        self._next_seq += 1
+        self._in_flight += 1
+        self._writes_started += 1
+        self._topic_latest = None
+        return seq
 
     def _delivered(
         self, seq: int, value: bytes, future: Future[int], err: KafkaError | None, msg: Message

@@ -152,5 +152,9 @@ def test_idle_region_reports_topic_latest_entry_id(datanode: SimDatanode, kafka_
     assert stats[R2]["topic_latest_entry_id"] == max(more)
     assert stats[R3]["topic_latest_entry_id"] is None
 
-    write(idle, 1, "d")  # a write ends idleness at once
+    (first,) = write(idle, 1, "d")  # a write ends idleness at once ...
     assert idle.stat().topic_latest_entry_id is None
+    # ... after making what it reported durable: everything of it up to there is flushed.
+    assert idle.stat().flushed_entry_id == max(more) < first
+    manifest = SimRegion.stored_manifest(datanode.data_dir / f"region_{R2}")
+    assert manifest is not None and manifest.flushed_entry_id == max(more)
