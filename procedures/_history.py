@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy.exc as sa_exc
 from sqlalchemy import Engine, func, insert, select, update
@@ -135,11 +135,71 @@ def _view_of_row(row: Any) -> ProcedureView:
     return ProcedureView.of(record)
 
 
+def _procedure_values(record: ProcedureRecord) -> dict[str, Any]:
+    return {
+        "kind": record.kind,
+        "topic": record.topic,
+        "state": record.state.value,
+        "step": record.step,
+        "attempts": record.attempts,
+        "error": record.error,
+        "steps": _steps_json(record),
+        "submitted_at": to_datetime(record.submitted_at),
+        "finished_at": None if record.finished_at is None else to_datetime(record.finished_at),
+        "duration_s": None
+        if record.finished_at is None
+        else max(0.0, record.finished_at - record.submitted_at),
+    }
+
+
+def _chunks(items: list[str], size: int = 500) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class _BatchWriter(Generic[_T]):
+    """Writes everything submitted meanwhile in one transaction (many procedures end at once)."""
+
+    def __init__(self, call: Callable[[list[_T]], Awaitable[None]], window: float) -> None:
+        self._call = call
+        self._window = window
+        self._pending: list[tuple[_T, asyncio.Future[None]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def submit(self, item: _T) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append((item, future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await asyncio.sleep(self._window)
+            batch, self._pending = self._pending, []
+            try:
+                await self._call([item for item, _ in batch])
+            except Exception as exc:
+                for _, f in batch:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            for _, f in batch:
+                if not f.done():
+                    f.set_result(None)
+
+
 class History:
     """Reads and writes of the three history tables."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, batch_window: float = 0.005) -> None:
         self.engine = engine
+        self._procedures: _BatchWriter[ProcedureRecord] = _BatchWriter(
+            functools.partial(self._call, self._write_procedures), batch_window
+        )
+        self._purges: _BatchWriter[PurgeRecord] = _BatchWriter(
+            functools.partial(self._call, self._write_purges), batch_window
+        )
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         try:
@@ -151,36 +211,29 @@ class History:
     # -- procedures ---------------------------------------------------------------------
 
     async def record_procedure(self, record: ProcedureRecord) -> None:
-        """Insert or update the procedure's row (idempotent)."""
+        """Insert or update the procedure's row (idempotent); batched with concurrent calls."""
         if not record.state.terminal:
             raise ValueError("only terminal procedures go to the history")
-        values = {
-            "kind": record.kind,
-            "topic": record.topic,
-            "state": record.state.value,
-            "step": record.step,
-            "attempts": record.attempts,
-            "error": record.error,
-            "steps": _steps_json(record),
-            "submitted_at": to_datetime(record.submitted_at),
-            "finished_at": None if record.finished_at is None else to_datetime(record.finished_at),
-            "duration_s": None
-            if record.finished_at is None
-            else max(0.0, record.finished_at - record.submitted_at),
-        }
+        await self._procedures.submit(record)
 
-        def _write() -> None:
-            t = procedure_history_table
-            with self.engine.begin() as conn:
-                exists = conn.execute(
-                    select(t.c.procedure_id).where(t.c.procedure_id == record.id)
-                ).first()
-                if exists:
-                    conn.execute(update(t).where(t.c.procedure_id == record.id).values(**values))
-                else:
-                    conn.execute(insert(t).values(procedure_id=record.id, **values))
-
-        await self._call(_write)
+    def _write_procedures(self, records: list[ProcedureRecord]) -> None:
+        t = procedure_history_table
+        latest = {r.id: r for r in records}
+        with self.engine.begin() as conn:
+            existing: set[str] = set()
+            for chunk in _chunks(list(latest)):
+                q = select(t.c.procedure_id).where(t.c.procedure_id.in_(chunk))
+                existing.update(conn.execute(q).scalars())
+            for pid in existing:
+                values = _procedure_values(latest[pid])
+                conn.execute(update(t).where(t.c.procedure_id == pid).values(**values))
+            new = [
+                {"procedure_id": r.id, **_procedure_values(r)}
+                for pid, r in latest.items()
+                if pid not in existing
+            ]
+            if new:
+                conn.execute(insert(t), new)
 
     async def has_procedure(self, procedure_id: str) -> bool:
         """True when the procedure's row exists."""
@@ -228,31 +281,36 @@ class History:
     # -- purges -------------------------------------------------------------------------
 
     async def record_purge(self, purge: PurgeRecord) -> None:
-        """Insert the purge's row unless this procedure already wrote one."""
+        """Insert the purge's row unless this procedure already wrote one (batched)."""
+        await self._purges.submit(purge)
+
+    def _write_purges(self, purges: list[PurgeRecord]) -> None:
         t = purge_history_table
-
-        def _write() -> None:
-            with self.engine.begin() as conn:
-                q = select(t.c.id).where(t.c.procedure_id == purge.procedure_id)
-                if conn.execute(q).first() is not None:
-                    return
-                conn.execute(
-                    insert(t).values(
-                        procedure_id=purge.procedure_id,
-                        topic=purge.topic,
-                        prune_point=purge.prune_point,
-                        previous_pruned_entry_id=purge.previous_pruned_entry_id,
-                        previous_log_start=purge.previous_log_start,
-                        low_watermark=purge.low_watermark,
-                        entries_deleted=purge.entries_deleted,
-                        bytes_estimated=purge.bytes_estimated,
-                        logical_delete=purge.logical_delete,
-                        duration_s=purge.duration_s,
-                        finished_at=to_datetime(purge.finished_at),
-                    )
-                )
-
-        await self._call(_write)
+        by_id = {p.procedure_id: p for p in purges}
+        with self.engine.begin() as conn:
+            existing: set[str] = set()
+            for chunk in _chunks(list(by_id)):
+                q = select(t.c.procedure_id).where(t.c.procedure_id.in_(chunk))
+                existing.update(conn.execute(q).scalars())
+            rows = [
+                {
+                    "procedure_id": p.procedure_id,
+                    "topic": p.topic,
+                    "prune_point": p.prune_point,
+                    "previous_pruned_entry_id": p.previous_pruned_entry_id,
+                    "previous_log_start": p.previous_log_start,
+                    "low_watermark": p.low_watermark,
+                    "entries_deleted": p.entries_deleted,
+                    "bytes_estimated": p.bytes_estimated,
+                    "logical_delete": p.logical_delete,
+                    "duration_s": p.duration_s,
+                    "finished_at": to_datetime(p.finished_at),
+                }
+                for pid, p in by_id.items()
+                if pid not in existing
+            ]
+            if rows:
+                conn.execute(insert(t), rows)
 
     async def purges(self, *, topic: str | None = None, limit: int = 100) -> list[PurgeRecord]:
         """Completed purges, newest first."""

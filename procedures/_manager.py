@@ -44,6 +44,7 @@ from metasrv.locks import TopicLocks
 from metasrv.metrics import Metrics
 from metasrv.settings import Settings
 from procedures._batcher import KafkaBatcher
+from procedures._group_commit import GroupCommitter
 from procedures._history import History
 from procedures._procedure import (
     Finish,
@@ -67,6 +68,7 @@ CANCEL_WAIT = 5.0
 """How long `cancel()` waits for the procedure to stop before returning its view."""
 _RESTARTS_AFTER_CONFLICT = 3
 _SUBMIT_CONCURRENCY = 64
+_POLL_INTERVAL = 0.2
 
 
 def backoff_delay(attempt: int, base: float, *, rng: random.Random | None = None) -> float:
@@ -98,6 +100,7 @@ class ProcedureManager:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=kv_threads, thread_name_prefix="procedure-kv"
         )
+        committer = GroupCommitter(kv, self._executor)
         self.services = Services(
             kv=kv,
             history=history if isinstance(history, History) else History(history),
@@ -111,8 +114,11 @@ class ProcedureManager:
             metrics=metrics,
             settings=settings,
             executor=self._executor,
+            committer=committer,
         )
-        self.store = ProcedureStore(kv, election.fence, executor=self._executor)
+        self.store = ProcedureStore(
+            kv, election.fence, executor=self._executor, committer=committer
+        )
         self._kinds: dict[str, type[Procedure[Any]]] = {WalPurge.kind: WalPurge}
         self._settings = settings.procedure
         self._leading = False
@@ -166,14 +172,17 @@ class ProcedureManager:
         """Election listener: resume everything unfinished when we lead, stop when we don't."""
         async with self._leadership_lock:
             if is_leader and not self._leading and not self._stopped:
+                found = await self.store.scan()
+                # Leading from here on, with every unfinished procedure already spawned,
+                # so no caller sees us lead while a resumed procedure looks orphaned.
                 self._leading = True
                 self.services.metrics.is_leader.set(1)
                 resumed = 0
-                for stored in await self.store.scan():
+                for stored in found:
                     record = stored.record
                     self._latest[record.id] = record
                     if not record.state.terminal:
-                        self._spawn(record.id)
+                        self._spawn(record.id, stored)
                         resumed += 1
                 if resumed:
                     logger.info("resumed unfinished procedures", extra={"count": resumed})
@@ -251,19 +260,21 @@ class ProcedureManager:
         if not created.created:
             return created.procedure_id
         self._latest[record.id] = record
-        self._spawn(record.id)
+        self._spawn(record.id, Stored(record, created.revision))
         logger.info(
             "procedure submitted",
             extra={"procedure_id": record.id, "kind": record.kind, "topic": record.topic},
         )
         return record.id
 
-    def _spawn(self, procedure_id: str) -> None:
+    def _spawn(self, procedure_id: str, stored: Stored | None = None) -> None:
         if procedure_id in self._tasks or not self._leading:
             return
         self._cancel.setdefault(procedure_id, asyncio.Event())
         self._done.setdefault(procedure_id, asyncio.Event())
-        task = asyncio.create_task(self._run(procedure_id), name=f"procedure-{procedure_id}")
+        task = asyncio.create_task(
+            self._run(procedure_id, stored), name=f"procedure-{procedure_id}"
+        )
         self._tasks[procedure_id] = task
         task.add_done_callback(functools.partial(self._forget_task, procedure_id))
 
@@ -331,12 +342,28 @@ class ProcedureManager:
         return None
 
     async def wait(self, procedure_id: str, timeout: float | None = None) -> ProcedureView:
-        """Wait until the procedure is terminal (or `timeout`); return its view."""
+        """Wait until the procedure is terminal (or `timeout`); return its view.
+
+        Procedures this manager runs are awaited directly; others (run by another
+        leader, or not resumed yet) are polled.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
         done = self._done.get(procedure_id)
         if done is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), timeout)
-        return await self.get(procedure_id)
+            return await self.get(procedure_id)
+        while True:
+            view = await self.get(procedure_id)
+            if view.state.terminal or (deadline is not None and time.monotonic() >= deadline):
+                return view
+            done = self._done.get(procedure_id)
+            if done is not None:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), remaining)
+                return await self.get(procedure_id)
+            await asyncio.sleep(_POLL_INTERVAL)
 
     # -- cancel -------------------------------------------------------------------------
 
@@ -357,13 +384,15 @@ class ProcedureManager:
 
     # -- running ------------------------------------------------------------------------
 
-    async def _run(self, procedure_id: str) -> None:
+    async def _run(self, procedure_id: str, stored: Stored | None) -> None:
         cancel = self._cancel[procedure_id]
         conflicts = 0
         failures = 0
         while True:
             try:
-                await self._run_once(procedure_id, cancel)
+                # The record just created or scanned saves a read; restarts re-read it.
+                known, stored = stored, None
+                await self._run_once(procedure_id, cancel, known)
                 return
             except RecordConflict as exc:
                 # Usually an ambiguous commit (the write landed but its answer was lost):
@@ -398,8 +427,11 @@ class ProcedureManager:
                 )
                 await asyncio.sleep(delay)
 
-    async def _run_once(self, procedure_id: str, cancel: asyncio.Event) -> None:
-        stored = await self.store.load(procedure_id)
+    async def _run_once(
+        self, procedure_id: str, cancel: asyncio.Event, stored: Stored | None
+    ) -> None:
+        if stored is None:
+            stored = await self.store.load(procedure_id)
         if stored is None:
             logger.error("procedure record vanished", extra={"procedure_id": procedure_id})
             return

@@ -53,14 +53,22 @@ async def read_marker(services: Services, topic: str) -> tuple[int | None, KeyVa
     return decode_marker(kv), kv
 
 
-async def plan_one(services: Services, topic: str) -> PlanInputs:
-    """Plan `topic` now: call only while holding the topic's write lock (invariant 4)."""
+async def plan_one(
+    services: Services, topic: str, *, marker: tuple[int | None] | None = None
+) -> PlanInputs:
+    """Plan `topic` now: call only while holding the topic's write lock (invariant 4).
+
+    `marker` passes a `pruned_entry_id` the caller has just read, saving a kv read.
+    """
+    if marker is None:
+        pruned, _ = await read_marker(services, topic)
+    else:
+        (pruned,) = marker
+    offsets = await services.batcher.offsets(topic)
     routes = tuple(services.topology.regions_of(topic))
     stats = services.registry.snapshot()
     # Stats carry monotonic receive times; `now` must be the same clock.
     now = time.monotonic()
-    pruned, _ = await read_marker(services, topic)
-    offsets = await services.batcher.offsets(topic)
     plan = plan_topic(
         topic,
         routes,
@@ -99,17 +107,24 @@ async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict
     )
 
 
-async def advance_marker(services: Services, topic: str, target: int) -> int | None:
+_UNREAD = KeyValue("", b"", -1)
+
+
+async def advance_marker(
+    services: Services, topic: str, target: int, *, current: KeyValue | None = _UNREAD
+) -> int | None:
     """Set the topic's `pruned_entry_id` to `target` unless it is already >= target.
 
     Compare-and-swap on the key's revision plus the election fence (invariant 5): the
     marker never moves backwards, and a deposed leader cannot move it at all. Returns
-    the marker's previous value.
+    the marker's previous value. `current` may pass the key as just read (a stale one
+    only costs a retry).
     """
     loop = asyncio.get_running_loop()
     key = keys.topic_name(topic)
     for _ in range(_MARKER_CAS_TRIES):
-        current = await loop.run_in_executor(services.executor, services.kv.get, key)
+        if current is _UNREAD:
+            current = await loop.run_in_executor(services.executor, services.kv.get, key)
         previous = decode_marker(current)
         if previous is not None and previous >= target:
             return previous
@@ -119,9 +134,7 @@ async def advance_marker(services: Services, topic: str, target: int) -> int | N
             Compare(key, revision=current.mod_revision if current is not None else 0),
             *services.election.fence(),
         ]
-        result = await loop.run_in_executor(
-            services.executor, services.kv.txn, compares, [Put(key, orjson.dumps(value))]
-        )
+        result = await services.committer.txn(compares, [Put(key, orjson.dumps(value))])
         if result.succeeded:
             return previous
         again = await loop.run_in_executor(services.executor, services.kv.get, key)
@@ -130,5 +143,6 @@ async def advance_marker(services: Services, topic: str, target: int) -> int | N
         )
         if same:
             raise LeadershipLost(f"not leader any more; marker of {topic} not advanced")
-        # Someone else wrote the key (e.g. topology metadata); read it again and retry.
+        # The key changed since it was read (another writer, or a stale read): retry.
+        current = again
     raise Conflict(f"marker of {topic} kept changing; not advanced", retryable=True)

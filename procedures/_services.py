@@ -19,6 +19,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute, RegionStat, TopicStat
 from metasrv.settings import Settings
 from procedures._batcher import KafkaBatcher
+from procedures._group_commit import GroupCommitter
 from procedures._history import History
 
 
@@ -103,3 +104,5 @@ class Services:
     """Configuration."""
     executor: concurrent.futures.Executor
     """Thread pool for blocking kv calls."""
+    committer: GroupCommitter
+    """Merges concurrent kv transactions (see procedures/_group_commit.py)."""

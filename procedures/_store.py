@@ -27,7 +27,8 @@ import orjson
 
 from metasrv import keys
 from metasrv.errors import Conflict, KvUnavailable, LeadershipLost, MetasrvError
-from metasrv.kv import Compare, Delete, KvBackend, Put, TxnOp
+from metasrv.kv import Compare, Delete, KvBackend, Put, TxnOp, TxnResult
+from procedures._group_commit import GroupCommitter
 from procedures._procedure import ProcedureRecord
 
 logger = logging.getLogger(__name__)
@@ -79,10 +80,17 @@ class ProcedureStore:
         fence: Callable[[], Sequence[Compare]],
         *,
         executor: Executor | None = None,
+        committer: GroupCommitter | None = None,
     ) -> None:
         self._kv = kv
         self._fence = fence
         self._executor = executor
+        self._committer = committer
+
+    async def _txn(self, compares: Sequence[Compare], ops: Sequence[TxnOp]) -> TxnResult:
+        if self._committer is not None:
+            return await self._committer.txn(compares, ops)
+        return await self._call(self._kv.txn, compares, ops)
 
     async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         loop = asyncio.get_running_loop()
@@ -138,7 +146,7 @@ class ProcedureStore:
         compares += list(self._fence())
         ops: list[TxnOp] = [Put(key, record.to_json())]
         ops += [Put(lock, holder_value) for lock in record.kv_locks]
-        result = await self._call(self._kv.txn, compares, ops)
+        result = await self._txn(compares, ops)
         if result.succeeded:
             return Created(True, record.id, result.revision)
         for lock in record.kv_locks:
@@ -157,15 +165,24 @@ class ProcedureStore:
         """
         key = state_key(record.id)
         compares = [Compare(key, revision=revision), *self._fence()]
-        ops: list[TxnOp] = [Put(key, record.to_json())]
+        put: list[TxnOp] = [Put(key, record.to_json())]
         if record.state.terminal and record.kv_locks:
+            # Drop the locks only while they still name us; normally they do, so try that
+            # in the same transaction and fall back to the record alone if not.
             mine = orjson.dumps({"procedure_id": record.id})
-            for lock in record.kv_locks:
-                current = await self._call(self._kv.get, lock)
-                if current is not None and current.value == mine:
-                    compares.append(Compare(lock, value=mine))
-                    ops.append(Delete(lock))
-        result = await self._call(self._kv.txn, compares, ops)
+            guarded = [*compares, *(Compare(lock, value=mine) for lock in record.kv_locks)]
+            unlock = [Delete(lock) for lock in record.kv_locks]
+            result = await self._txn(guarded, [*put, *unlock])
+            if result.succeeded:
+                return result.revision
+            current = await self._call(self._kv.get, key)
+            if current is None or current.mod_revision != revision:
+                await self._explain_failure(key, revision, record.id)
+            logger.warning(
+                "procedure lock no longer ours; finishing without releasing it",
+                extra={"procedure_id": record.id, "locks": list(record.kv_locks)},
+            )
+        result = await self._txn(compares, put)
         if result.succeeded:
             return result.revision
         await self._explain_failure(key, revision, record.id)
@@ -174,9 +191,7 @@ class ProcedureStore:
     async def delete(self, procedure_id: str, revision: int) -> bool:
         """Remove a (finished) record if unchanged since `revision`; False if it changed."""
         key = state_key(procedure_id)
-        result = await self._call(
-            self._kv.txn, [Compare(key, revision=revision), *self._fence()], [Delete(key)]
-        )
+        result = await self._txn([Compare(key, revision=revision), *self._fence()], [Delete(key)])
         if result.succeeded:
             return True
         current = await self._call(self._kv.get, key)

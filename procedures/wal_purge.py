@@ -42,6 +42,7 @@ import orjson
 
 from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
+from metasrv.kv import KeyValue
 from metasrv.model import RegionRoute, RegionStat, TopicPlan
 from procedures._history import PurgeRecord, WalEvent
 from procedures._planning import PlanInputs, advance_marker, plan_one, read_marker
@@ -317,14 +318,14 @@ class WalPurge(Procedure[PurgeData]):
         target = self.data.target
         assert target is not None
 
-        marker, _ = await read_marker(services, topic)
+        marker, marker_kv = await read_marker(services, topic)
         if marker is not None and marker >= target:
             # Resumed after the marker moved: only the history and metrics remain.
-            return await self._finish(ctx, target)
+            return await self._finish(ctx, target, marker_kv)
 
         offsets = await services.batcher.offsets(topic)
         if wal.logical_delete or offsets.log_start_offset < target:
-            target = await self._revalidate(ctx, target)
+            target = await self._revalidate(ctx, target, marker)
             if target is None:
                 return Finish(
                     ProcedureState.SKIPPED,
@@ -348,11 +349,11 @@ class WalPurge(Procedure[PurgeData]):
             self.data = replace(self.data, low_watermark=low)
         elif not wal.logical_delete:
             self.data = replace(self.data, low_watermark=offsets.log_start_offset)
-        return await self._finish(ctx, target)
+        return await self._finish(ctx, target, marker_kv)
 
-    async def _revalidate(self, ctx: StepContext, target: int) -> int | None:
+    async def _revalidate(self, ctx: StepContext, target: int, marker: int | None) -> int | None:
         """Check `target` against a fresh plan; return the (possibly lowered) target."""
-        inputs = await plan_one(ctx.services, self.data.topic)
+        inputs = await plan_one(ctx.services, self.data.topic, marker=(marker,))
         plan = inputs.plan
         if plan.data_loss:
             await self._report_data_loss(ctx, inputs)
@@ -382,11 +383,13 @@ class WalPurge(Procedure[PurgeData]):
         await ctx.checkpoint()
         return lowered
 
-    async def _finish(self, ctx: StepContext, target: int) -> StepResult:
+    async def _finish(
+        self, ctx: StepContext, target: int, marker_kv: KeyValue | None
+    ) -> StepResult:
         services: Services = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
-        await advance_marker(services, topic, target)
+        await advance_marker(services, topic, target, current=marker_kv)
         if not wal.logical_delete and self.data.low_watermark is None:
             offsets = await services.batcher.offsets(topic)
             self.data = replace(self.data, low_watermark=offsets.log_start_offset)

@@ -170,3 +170,27 @@ async def test_history_on_postgresql(pg_history: History) -> None:
     await pg_history.record_event(WalEvent("wal_0", "wal_data_loss", 2, {"log_start": 30}, now))
     [event] = await pg_history.events(topic="wal_0", kind="wal_data_loss")
     assert (event.region_id, event.details) == (2, {"log_start": 30})
+
+
+async def test_group_commit_merges_and_isolates_failures(kv: KvBackend) -> None:
+    import asyncio
+
+    from metasrv.kv import Put
+    from procedures._group_commit import GroupCommitter
+
+    committer = GroupCommitter(kv, None, window=0.01)
+    kv.put("taken", b"x")
+    good = [committer.txn([Compare(f"k{i}", revision=0)], [Put(f"k{i}", b"v")]) for i in range(8)]
+    bad = committer.txn([Compare("taken", revision=0)], [Put("taken", b"y")])
+    # Same key twice: never merged into one transaction, and the second CAS loses.
+    first = committer.txn([Compare("dup", revision=0)], [Put("dup", b"1")])
+    second = committer.txn([Compare("dup", revision=0)], [Put("dup", b"2")])
+
+    results = await asyncio.gather(*good, bad, first, second)
+
+    assert [r.succeeded for r in results] == [True] * 8 + [False, True, False]
+    assert committer.batches >= 1
+    assert all(kv.get(f"k{i}") is not None for i in range(8))
+    taken, dup = kv.get("taken"), kv.get("dup")
+    assert taken is not None and taken.value == b"x"
+    assert dup is not None and dup.value == b"1"
