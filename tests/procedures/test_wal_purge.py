@@ -24,6 +24,26 @@ async def purge(h: Harness, topic: str, timeout: float = 30.0) -> ProcedureState
     return view.state
 
 
+async def flushing_world(
+    factory: HarnessFactory, wait: str, flushed: int
+) -> tuple[Harness, str]:
+    """One region on topic 0, 100 records of 100 B, far enough behind to be asked to flush."""
+    h = await factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": wait})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=flushed)
+    return h, topic
+
+
+async def submit_until_flushing(h: Harness, topic: str) -> str:
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    while (await h.manager.get(pid)).step != "flush":
+        await asyncio.sleep(0.02)
+    return pid
+
+
 async def test_purge_deletes_below_min_prunable_and_moves_marker(leader: Harness) -> None:
     h = leader
     topic = h.topic(0)
@@ -203,12 +223,7 @@ async def test_flush_candidates_get_instructions_and_p_follows_their_flush(
 
 
 async def test_flush_timeout_purges_to_what_is_safe(harness_factory: HarnessFactory) -> None:
-    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "1s"})
-    topic = h.topic(0)
-    await h.register(1, topic)
-    h.produce(topic, 100)
-    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
-    h.report(1, topic, flushed=20)  # never flushes
+    h, topic = await flushing_world(harness_factory, "1s", flushed=20)  # never flushes
 
     assert await purge(h, topic) is ProcedureState.SUCCEEDED
     assert h.offsets(topic).log_start_offset == 20
@@ -217,16 +232,9 @@ async def test_flush_timeout_purges_to_what_is_safe(harness_factory: HarnessFact
 async def test_registration_waits_for_running_purge_and_is_not_harmed(
     harness_factory: HarnessFactory,
 ) -> None:
-    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "3s"})
-    topic = h.topic(0)
-    await h.register(1, topic)
-    h.produce(topic, 100)
-    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
-    h.report(1, topic, flushed=60)
+    h, topic = await flushing_world(harness_factory, "3s", flushed=60)
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
-    while (await h.manager.get(pid)).step != "flush":
-        await asyncio.sleep(0.02)
+    pid = await submit_until_flushing(h, topic)
     assert h.locks.is_write_locked(topic)
 
     registering = asyncio.create_task(h.register(2, topic))
@@ -307,16 +315,9 @@ async def test_one_purge_per_topic_and_unknown_topic(leader: Harness) -> None:
 
 
 async def test_cancel_stops_a_waiting_purge(harness_factory: HarnessFactory) -> None:
-    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "60s"})
-    topic = h.topic(0)
-    await h.register(1, topic)
-    h.produce(topic, 100)
-    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
-    h.report(1, topic, flushed=10)
+    h, topic = await flushing_world(harness_factory, "60s", flushed=10)
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
-    while (await h.manager.get(pid)).step != "flush":
-        await asyncio.sleep(0.02)
+    pid = await submit_until_flushing(h, topic)
     view = await h.manager.cancel(pid)
 
     assert view.state is ProcedureState.CANCELLED
