@@ -176,6 +176,8 @@ class PurgeTicker:
     async def tick(self, *, size_only: bool = False, wait: bool = True) -> TickResult:
         """Plan every topic; submit purges where wanted; optionally wait for them."""
         services = self.manager.services
+        if not getattr(services.topology, "loaded", True):
+            return TickResult(planned=0, submitted=(), topics=())
         pruned = await services.topology.pruned_entry_ids()
         plans = await plan_all(services, pruned)
         self._export(plans)

@@ -28,6 +28,7 @@ would leave idle regions replaying from a deleted offset.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import inspect
@@ -60,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 KIND = "wal_purge"
 DATA_LOSS_EVENT = "wal_data_loss"
+MAP_LOAD_WAIT = 30.0
+"""Seconds a resumed purge waits for the topic-region map to be loaded."""
 FLUSH_POLL_INTERVAL = 0.2
 """Seconds between registry checks while waiting for flushed regions to report."""
 
@@ -194,6 +197,13 @@ class WalPurge(Procedure[PurgeData]):
     @asynccontextmanager
     async def hold(self, ctx: StepContext) -> AsyncIterator[None]:
         services: Services = ctx.services
+        # A new leader resumes procedures while its election listeners still load the
+        # topic-region map; planning from a half-loaded map would be planning blind.
+        deadline = time.monotonic() + MAP_LOAD_WAIT
+        while not getattr(services.topology, "loaded", True):
+            if time.monotonic() > deadline:
+                raise Unavailable("topic-region map not loaded yet")
+            await asyncio.sleep(0.05)
         # Held from the first step to the end of the run, retries included; a resumed run
         # takes it again before its first step.
         async with services.locks.write(self.data.topic):

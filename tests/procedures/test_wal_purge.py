@@ -369,3 +369,25 @@ async def test_followers_refuse_to_submit(harness_factory: HarnessFactory) -> No
         await follower.manager.submit_purge(None, reason="test")
     assert info.value.leader == h.name
 
+
+
+async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 30)
+    async with h.locks.read(topic):  # leave the purge pending in kv
+        [pid] = await h.manager.submit_purge([topic], reason="test")
+        await h.manager.on_leadership(False)  # as if this leader died here
+    # A new term whose map loader runs after the manager resumed the purge.
+    h.topology.unload()
+    await h.manager.on_leadership(True)
+    h.report(1, topic, flushed=20)
+    await asyncio.sleep(0.5)
+    assert not (await h.manager.get(pid)).state.terminal
+    assert h.offsets(topic).log_start_offset == 0
+
+    await h.topology.load()
+    view = await h.manager.wait(pid, 30)
+    assert view.state is ProcedureState.SUCCEEDED, view
+    assert h.offsets(topic).log_start_offset == 20
