@@ -11,9 +11,11 @@ evidence). `--kv-regions N` also times the driver's kv snapshot of N regions fro
 SQLite kv file (the staging step of a real run; etcd and PostgreSQL are shared services
 here, so the benchmark does not load them).
 
-"End to end" for a size = Spark session start (first size only) + kv snapshot staging
-(when measured at that size) + the Spark job (reading the map and history, every rule,
-writing the findings Parquet, counting) + reading the findings back on the driver.
+Each size runs in a fresh process, as an operator's `metasrv reconcile` would: "end to
+end" = Spark session start + kv snapshot staging (when measured at that size) + the
+Spark job cold (read map and history, every rule, write the findings Parquet, count) +
+reading the findings back on the driver. The job then runs again in the same session
+("warm") to show how the work itself grows with size, without JVM start-up and JIT.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,8 +33,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.reconcile_baseline import baseline_findings
-from benchmarks.reconcile_datagen import World, generate
+from benchmarks._reconcile_baseline import baseline_findings
+from benchmarks._reconcile_datagen import World, generate
 from metasrv.model import PartitionOffsets
 from metasrv.reconcile import (
     Finding,
@@ -106,6 +109,68 @@ def _kv_snapshot(world: World, regions: int, work: Path) -> tuple[str, float, fl
     return snap.map_path, took, load
 
 
+def measure(args: argparse.Namespace, rows: int) -> dict[str, Any]:
+    """One size in this (fresh) process: cold end to end, then the job again warm."""
+    t0 = time.perf_counter()
+    world = _world(args.data, rows)
+    gen_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spark = build_session(args.master, driver_memory=args.driver_memory)
+    session_s = time.perf_counter() - t0
+    map_path: str | None = None
+    kv_s = load_s = None
+    if args.kv_regions and world.regions == args.kv_regions:
+        map_path, kv_s, load_s = _kv_snapshot(world, world.regions, args.data)
+    inputs, params = _inputs(world, map_path)
+    out = args.data / f"findings-{rows}"
+    t0 = time.perf_counter()
+    result = run_job(spark, inputs, params, str(out))
+    job_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spark_found = [Finding.from_row(r) for r in pq.read_table(out).to_pylist()]
+    read_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    warm = run_job(spark, inputs, params, str(out))
+    warm_s = time.perf_counter() - t0
+    spark.stop()
+    row: dict[str, Any] = {
+        "stat_rows": world.stat_rows,
+        "regions": world.regions,
+        "generate_s": round(gen_s, 1),
+        "session_s": round(session_s, 1),
+        "kv_snapshot_s": None if kv_s is None else round(kv_s, 1),
+        "kv_load_s": None if load_s is None else round(load_s, 1),
+        "spark_job_cold_s": round(job_s, 1),
+        "spark_job_warm_s": round(warm_s, 1),
+        "read_back_s": round(read_s, 2),
+        "end_to_end_s": round(session_s + (kv_s or 0.0) + job_s + read_s, 1),
+        "findings": len(spark_found),
+        "counts": result.counts,
+        "phases_cold_s": result.timings,
+        "phases_warm_s": warm.timings,
+    }
+    if rows in args.baseline_set:
+        t0 = time.perf_counter()
+        base, _ = baseline_findings(inputs, params)
+        row["baseline_s"] = round(time.perf_counter() - t0, 1)
+        row["engines_agree"] = _signature(base) == _signature(spark_found)
+    return row
+
+
+def _line(row: dict[str, Any]) -> str:
+    base = (
+        f"  pyarrow {row['baseline_s']:5.1f}s agree={row['engines_agree']}"
+        if "baseline_s" in row
+        else ""
+    )
+    kv = f"  kv snapshot {row['kv_snapshot_s']}s" if row["kv_snapshot_s"] is not None else ""
+    return (
+        f"{row['stat_rows']:>10} rows {row['regions']:>8} regions: session {row['session_s']:5.1f}s"
+        f"{kv}  job cold {row['spark_job_cold_s']:5.1f}s warm {row['spark_job_warm_s']:5.1f}s"
+        f"  end-to-end {row['end_to_end_s']:5.1f}s{base}  findings {row['findings']}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000,10000000")
@@ -115,69 +180,33 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="6g")
     parser.add_argument("--json", type=Path, help="Also write the results here.")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    baseline_sizes = {int(s) for s in args.baseline_sizes.split(",") if s}
+    args.baseline_set = {int(s) for s in args.baseline_sizes.split(",") if s}
     args.data.mkdir(parents=True, exist_ok=True)
-
-    t0 = time.perf_counter()
-    spark = build_session(args.master, driver_memory=args.driver_memory)
-    session_s = time.perf_counter() - t0
-    print(f"spark session ({args.master}, driver memory {args.driver_memory}): {session_s:.1f}s")
+    if args.one is not None:
+        print("RESULT " + json.dumps(measure(args, args.one)))
+        return
     results: list[dict[str, Any]] = []
-    for rows in sizes:
-        t0 = time.perf_counter()
-        world = _world(args.data, rows)
-        gen_s = time.perf_counter() - t0
-        map_path: str | None = None
-        kv_s: float | None = None
-        if args.kv_regions and world.regions == args.kv_regions:
-            map_path, kv_s, load_s = _kv_snapshot(world, world.regions, args.data)
-            print(f"  kv snapshot of {world.regions} regions (SQLite): {kv_s:.1f}s", end="")
-            print(f" (loading them took {load_s:.1f}s)")
-        inputs, params = _inputs(world, map_path)
-        out = args.data / f"findings-{rows}"
-        t0 = time.perf_counter()
-        result = run_job(spark, inputs, params, str(out))
-        job_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        spark_found = [Finding.from_row(r) for r in pq.read_table(out).to_pylist()]
-        read_s = time.perf_counter() - t0
-        row: dict[str, Any] = {
-            "stat_rows": world.stat_rows,
-            "regions": world.regions,
-            "generate_s": round(gen_s, 1),
-            "kv_snapshot_s": None if kv_s is None else round(kv_s, 1),
-            "spark_job_s": round(job_s, 1),
-            "read_back_s": round(read_s, 2),
-            "end_to_end_s": round(
-                job_s + read_s + (kv_s or 0.0) + (session_s if not results else 0.0), 1
-            ),
-            "findings": len(spark_found),
-            "counts": result.counts,
-        }
-        if rows in baseline_sizes:
-            t0 = time.perf_counter()
-            base, _ = baseline_findings(inputs, params)
-            row["baseline_s"] = round(time.perf_counter() - t0, 1)
-            row["engines_agree"] = _signature(base) == _signature(spark_found)
-            if not row["engines_agree"]:
-                print("  MISMATCH between Spark and the baseline", file=sys.stderr)
+    for rows in [int(s) for s in args.sizes.split(",") if s]:
+        # A fresh interpreter and JVM per size: the cold numbers are what an operator sees.
+        argv = [sys.executable, __file__, "--one", str(rows)]
+        for flag in ("baseline_sizes", "kv_regions", "data", "master", "driver_memory"):
+            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+        if done.returncode != 0 or not lines:
+            print(done.stdout + done.stderr, file=sys.stderr)
+            sys.exit(1)
+        row = json.loads(lines[-1].removeprefix("RESULT "))
         results.append(row)
-        print(
-            f"{world.stat_rows:>10} rows {world.regions:>8} regions: spark job {job_s:6.1f}s"
-            f"  end-to-end {row['end_to_end_s']:6.1f}s"
-            + (
-                f"  pyarrow {row['baseline_s']:5.1f}s agree={row['engines_agree']}"
-                if "baseline_s" in row
-                else ""
-            )
-            + f"  findings {len(spark_found)}"
-        )
-    spark.stop()
+        print(_line(row), flush=True)
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+    print(f"load average at the end: {' '.join(load)} (2 cores)")
     if args.json:
-        args.json.write_text(json.dumps({"session_s": session_s, "sizes": results}, indent=2))
+        args.json.write_text(json.dumps({"load_average": load, "sizes": results}, indent=2))
     if any(r.get("engines_agree") is False for r in results):
+        print("MISMATCH between Spark and the baseline", file=sys.stderr)
         sys.exit(1)
 
 

@@ -37,10 +37,17 @@ class _RichProgress:
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
         self._task: TaskID | None = None
+        self._name = ""
 
     def stage(self, name: str, total: int | None = None) -> None:
         self._finish()
+        self._name = name
         self._task = self._progress.add_task(name, total=total)
+
+    def detail(self, text: str) -> None:
+        if self._task is not None:
+            label = f"{self._name} ({text})" if text else self._name
+            self._progress.update(self._task, description=label)
 
     def advance(self, n: int) -> None:
         if self._task is not None:

@@ -8,6 +8,7 @@ pool) travel as driver-side values and are broadcast. The rules are defined in `
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,8 @@ class JobResult:
     """Regions with at least one stat in the window."""
     notes: list[str] = field(default_factory=list)
     """Checks skipped or limited, and why."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase: coverage, aggregate (history + join + per-topic), write, count."""
 
 
 def _is_local_missing(path: str) -> bool:
@@ -336,7 +339,17 @@ def run_job(
 ) -> JobResult:
     """Compute every finding, write them as Parquet to `findings_path`, count them."""
     col = F.col
+    timings: dict[str, float] = {}
+    mark = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        timings[name] = round(now - mark, 3)
+        mark = now
+
     coverage = read_coverage(spark, inputs.history_dir, params)
+    lap("coverage")
     mapped = spark.read.schema(_SPARK_MAP).parquet(inputs.map_path)
     latest = latest_stats(read_stats(spark, inputs.history_dir, params))
     joined = mapped.join(latest, "region_id", "full_outer").persist()
@@ -354,6 +367,7 @@ def run_job(
             )
             .collect()
         )
+        lap("aggregate")
         facts: dict[str, TopicFacts] = {}
         mapped_pairs = regions_reporting = 0
         for row in per_topic:
@@ -388,11 +402,13 @@ def run_job(
             .write.mode("overwrite")
             .parquet(findings_path)
         )
+        lap("write")
     finally:
         joined.unpersist()
     counts: dict[str, dict[str, int]] = {}
     for row in spark.read.parquet(findings_path).groupBy("kind", "severity").count().collect():
         counts.setdefault(row["kind"], {})[row["severity"]] = int(row["count"])
+    lap("count")
     return JobResult(
         findings_path=findings_path,
         counts=counts,
@@ -401,6 +417,7 @@ def run_job(
         mapped_topics=len(facts),
         regions_reporting=regions_reporting,
         notes=notes,
+        timings=timings,
     )
 
 

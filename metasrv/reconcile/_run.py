@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,6 +66,10 @@ class Progress(Protocol):
         """`n` more units of the current stage are done."""
         ...
 
+    def detail(self, text: str) -> None:
+        """What the current stage is doing right now ("" clears it)."""
+        ...
+
 
 class NullProgress:
     """Reports nothing."""
@@ -74,6 +79,39 @@ class NullProgress:
 
     def advance(self, n: int) -> None:
         """Ignore."""
+
+    def detail(self, text: str) -> None:
+        """Ignore."""
+
+
+@contextmanager
+def _watch_spark(spark: SparkSession, progress: Progress) -> Iterator[None]:
+    """Report the running Spark stages' task counts every half second."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        while not stop.wait(0.5):
+            try:
+                ids = tracker.getActiveStageIds()
+                done = total = 0
+                for sid in ids:
+                    info = tracker.getStageInfo(sid)
+                    if info is not None:
+                        done += info.numCompletedTasks
+                        total += info.numTasks
+            except Exception:  # the JVM is going away; progress is best effort
+                return
+            progress.detail(f"{len(ids)} stage(s) running, {done}/{total} tasks" if ids else "")
+
+    watcher = threading.Thread(target=loop, name="spark-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=2.0)
+        progress.detail("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,18 +326,18 @@ def run_reconcile(
                 pool=tuple(pool),
                 prefix=settings.wal.topic_name_prefix,
             )
-            result = run_job(spark, inputs, params, str(run_dir / "findings"))
+            with _watch_spark(spark, progress):
+                result = run_job(spark, inputs, params, str(run_dir / "findings"))
         total = sum(n for by_sev in result.counts.values() for n in by_sev.values())
         plan: ApplyPlan | None = None
         results: list[ActionResult] = []
         apply_error: str | None = None
         if options.apply:
-            with timer.stage("apply", "Applying safe repairs"):
-                fixable = _fixable(result.findings_path, options.drop_stale_after is not None)
-                plan = plan_actions(
-                    fixable, kafka_topics=kafka_topics, drop_stale_after=options.drop_stale_after
-                )
-                progress.stage("Applying safe repairs", len(plan.actions))
+            fixable = _fixable(result.findings_path, options.drop_stale_after is not None)
+            plan = plan_actions(
+                fixable, kafka_topics=kafka_topics, drop_stale_after=options.drop_stale_after
+            )
+            with timer.stage("apply", "Applying safe repairs", len(plan.actions)):
                 if api is None:
                     from metasrv.client import MetasrvClient
 
@@ -349,6 +387,7 @@ def run_reconcile(
             "notes": result.notes,
             "findings_path": result.findings_path,
             "timings_s": timer.timings,
+            "spark_phases_s": result.timings,
         }
         if plan is not None:
             summary["apply"] = _plan_summary(plan, results)

@@ -1,6 +1,6 @@
 """Synthetic inputs for the reconcile benchmark: a region map, stat history, Kafka facts.
 
-    python benchmarks/reconcile_datagen.py --stat-rows 10000000 --out /tmp/reconcile-bench/10m
+    python benchmarks/_reconcile_datagen.py --stat-rows 10000000 --out /tmp/reconcile-bench/10m
 
 Writes, under `--out` (keep it out of the repo, e.g. /tmp):
 
