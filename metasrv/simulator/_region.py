@@ -329,7 +329,9 @@ class SimRegion:
     def idle_token(self) -> int | None:
         """A token if nothing of the region is unflushed now, else None (see `observe_latest`)."""
         with self._lock:
-            if self._memtable or self._flushing or self._in_flight:
+            # A killed region's memtable was lost, not flushed: it is never idle (a
+            # heartbeat racing the crash must not report the topic's latest id for it).
+            if self._killed or self._memtable or self._flushing or self._in_flight:
                 return None
             return self._writes_started
 
@@ -340,7 +342,7 @@ class SimRegion:
         so the region needs nothing at or below `latest_entry_id`.
         """
         with self._lock:
-            if self._writes_started != token or self._memtable or self._flushing:
+            if self._killed or self._writes_started != token or self._memtable or self._flushing:
                 return
             if self._topic_latest is None or latest_entry_id > self._topic_latest:
                 self._topic_latest = latest_entry_id
