@@ -26,7 +26,8 @@ from metasrv.errors import MetasrvError
 from metasrv.model import TopicPlan
 from metasrv.settings import WalSettings
 from procedures import ProcedureManager
-from procedures._planning import plan_all
+from procedures._planning import PlanInputs, plan_all
+from procedures.wal_purge import flush_candidates, marker_safe_point
 
 logger = logging.getLogger(__name__)
 
@@ -138,16 +139,25 @@ class PurgeTicker:
 
     # -- one round ----------------------------------------------------------------------
 
-    def _wanted(self, plan: TopicPlan, *, size_only: bool) -> bool:
+    def _wanted(self, inputs: PlanInputs, *, size_only: bool) -> bool:
+        plan = inputs.plan
         if plan.data_loss:
             key = (plan.topic, plan.log_start_offset, tuple(sorted(plan.data_loss)))
             if key in self._reported_loss:
                 return False
             self._reported_loss.add(key)
             return True
-        p = plan.prune_point
-        if p is None or (plan.pruned_entry_id is not None and p <= plan.pruned_entry_id):
+        p = marker_safe_point(inputs)
+        if p is None:
             return False
+        if p < 0 or (plan.pruned_entry_id is not None and p <= plan.pruned_entry_id):
+            # Nothing to cut now, unless a region far behind is to be asked to flush.
+            services = self.manager.services
+            return not size_only and bool(
+                flush_candidates(
+                    services, plan.topic, inputs.routes, inputs.stats, plan.high_watermark
+                )
+            )
         if not size_only:
             return True
         stat = self.manager.services.registry.topic_stat(plan.topic)
@@ -179,9 +189,10 @@ class PurgeTicker:
         if not getattr(services.topology, "loaded", True):
             return TickResult(planned=0, submitted=(), topics=())
         pruned = await services.topology.pruned_entry_ids()
-        plans = await plan_all(services, pruned)
+        planned = await plan_all(services, pruned)
+        plans = {t: inputs.plan for t, inputs in planned.items()}
         self._export(plans)
-        topics = [t for t, plan in plans.items() if self._wanted(plan, size_only=size_only)]
+        topics = [t for t, i in planned.items() if self._wanted(i, size_only=size_only)]
         reason = "size_trigger" if size_only else "ticker"
         gate = asyncio.Semaphore(self.parallelism)
 

@@ -81,7 +81,9 @@ async def plan_one(
     return PlanInputs(plan, routes, stats)
 
 
-async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict[str, TopicPlan]:
+async def plan_all(
+    services: Services, pruned: Mapping[str, int | None]
+) -> dict[str, PlanInputs]:
     """Plan every topic that has regions, with batched offsets (the ticker's view; no locks).
 
     Topics whose offsets Kafka could not give (e.g. deleted) are left out and logged.
@@ -96,7 +98,7 @@ async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict
     if missing:
         logger.warning("no Kafka offsets for some topics; not planned", extra={"topics": missing})
         topics = [t for t in topics if t in offsets]
-    return plan_topics(
+    plans = plan_topics(
         routes,
         stats,
         now=now,
@@ -105,6 +107,7 @@ async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict
         offsets=offsets,
         topics=topics,
     )
+    return {t: PlanInputs(plan, tuple(routes[t]), stats) for t, plan in plans.items()}
 
 
 _UNREAD = KeyValue("", b"", -1)

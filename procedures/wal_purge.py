@@ -139,6 +139,31 @@ def _describe_blocked(plan: TopicPlan) -> str:
     return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")
 
 
+def marker_safe_point(inputs: PlanInputs) -> int | None:
+    """The plan's P, lowered so the marker never claims an entry some region still needs.
+
+    The marker says "entries <= P are needed by no region" (replay starts at
+    max(flushed_entry_id, pruned_entry_id) + 1). The planner clamps P into [0, high
+    watermark] for DeleteRecords' sake, which can overstate that: a region that flushed
+    nothing (prunable -1) gets P = 0, and a P at the high watermark names an entry not
+    written yet, which its writer will need. Here P is at most the lowest prunable id and
+    at most the latest written entry (high watermark - 1); -1 means nothing to purge.
+    None when the plan is blocked.
+    """
+    plan = inputs.plan
+    if plan.prune_point is None:
+        return None
+    target = plan.prune_point
+    for route in inputs.routes:
+        stat = inputs.stats.get(route.region_id)
+        if stat is None:  # the planner blocks on this; never guess
+            return None
+        target = min(target, stat.prunable_entry_id)
+    if plan.high_watermark is not None:
+        target = min(target, plan.high_watermark - 1)
+    return max(target, -1)
+
+
 def flush_candidates(
     services: Services,
     topic: str,
@@ -235,8 +260,8 @@ class WalPurge(Procedure[PurgeData]):
             extra={**self._log_extra(ctx, "plan"), "regions": list(plan.data_loss)},
         )
 
-    async def _checked_plan(self, ctx: StepContext) -> tuple[PlanInputs, StepResult | None]:
-        """Plan now; return a terminal result when the topic must not be purged."""
+    async def _plan(self, ctx: StepContext) -> PlanInputs:
+        """Plan now; WAL data loss is reported and fails the procedure (invariant 7)."""
         inputs = await plan_one(ctx.services, self.data.topic)
         plan = inputs.plan
         if plan.data_loss:
@@ -249,32 +274,43 @@ class WalPurge(Procedure[PurgeData]):
                     "log_start_offset": plan.log_start_offset,
                 },
             )
-        if plan.prune_point is None:
-            return inputs, Finish(ProcedureState.SKIPPED, _describe_blocked(plan))
-        if plan.pruned_entry_id is not None and plan.prune_point <= plan.pruned_entry_id:
-            return inputs, Finish(
-                ProcedureState.SKIPPED,
-                f"up to date: prune point {plan.prune_point} <= pruned_entry_id "
-                f"{plan.pruned_entry_id}",
-            )
+        return inputs
+
+    def _adopt(self, inputs: PlanInputs) -> tuple[int | None, str | None, str | None]:
+        """(target, blocked reason, nothing-to-do reason) of a plan; records the target."""
+        plan = inputs.plan
+        target = marker_safe_point(inputs)
+        if target is None:
+            return None, _describe_blocked(plan), None
         self.data = replace(
             self.data,
-            prune_point=plan.prune_point,
+            prune_point=target,
             previous_pruned_entry_id=plan.pruned_entry_id,
             log_start_offset=plan.log_start_offset,
             high_watermark=plan.high_watermark,
         )
-        return inputs, None
+        if target < 0:
+            return target, None, "nothing to purge: a region has no entry flushed yet"
+        if plan.pruned_entry_id is not None and target <= plan.pruned_entry_id:
+            return target, None, (
+                f"up to date: prune point {target} <= pruned_entry_id {plan.pruned_entry_id}"
+            )
+        return target, None, None
 
     # -- steps --------------------------------------------------------------------------
 
     async def step_prepare(self, ctx: StepContext) -> StepResult:
-        inputs, done = await self._checked_plan(ctx)
-        if done is not None:
-            return done
+        inputs = await self._plan(ctx)
+        _, blocked, idle = self._adopt(inputs)
+        if blocked is not None:
+            return Finish(ProcedureState.SKIPPED, blocked)
         candidates = flush_candidates(
             ctx.services, self.data.topic, inputs.routes, inputs.stats, inputs.plan.high_watermark
         )
+        # An up-to-date topic may still have regions far behind that flush only when asked;
+        # skipping before asking them would pin the prune point forever.
+        if idle is not None and not candidates:
+            return Finish(ProcedureState.SKIPPED, idle)
         self.data = replace(self.data, flush=candidates)
         return Next(PurgeStep.FLUSH if candidates else PurgeStep.PURGE)
 
@@ -311,9 +347,9 @@ class WalPurge(Procedure[PurgeData]):
                 break
             await ctx.sleep(min(FLUSH_POLL_INTERVAL, max(0.0, deadline - time.time())))
         self.data = replace(self.data, flushed_regions=tuple(sorted(flushed)))
-        _, done = await self._checked_plan(ctx)
-        if done is not None:
-            return done
+        _, blocked, idle = self._adopt(await self._plan(ctx))
+        if blocked is not None or idle is not None:
+            return Finish(ProcedureState.SKIPPED, blocked or idle or "")
         return Next(PurgeStep.PURGE)
 
     async def step_purge(self, ctx: StepContext) -> StepResult:
@@ -371,7 +407,8 @@ class WalPurge(Procedure[PurgeData]):
                 f"topic {self.data.topic}: data loss detected before deleting; nothing deleted",
                 details={"regions": list(plan.data_loss)},
             )
-        if plan.prune_point is None:
+        fresh = marker_safe_point(inputs)
+        if fresh is None:
             # After a leader change the registry is empty: wait for every region to report
             # again rather than trust a target computed from a map that may have changed.
             raise Unavailable(
@@ -379,14 +416,14 @@ class WalPurge(Procedure[PurgeData]):
                 f"{_describe_blocked(plan)}; waiting for regions to report",
                 details={"blocked_by": [b.region_id for b in plan.blocked_by]},
             )
-        if plan.prune_point >= target:
+        if fresh >= target:
             return target
-        lowered = plan.prune_point
+        lowered = fresh
         logger.warning(
             "prune point dropped since the intent; lowering the target",
             extra={**self._log_extra(ctx, "purge"), "old": target, "new": lowered},
         )
-        if plan.pruned_entry_id is not None and lowered <= plan.pruned_entry_id:
+        if lowered < 0 or (plan.pruned_entry_id is not None and lowered <= plan.pruned_entry_id):
             self.data = replace(self.data, target=None, prune_point=lowered)
             return None
         self.data = replace(self.data, target=lowered, prune_point=lowered)

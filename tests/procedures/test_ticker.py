@@ -9,6 +9,7 @@ import time
 from metasrv.ticker import PurgeTicker
 from procedures import ProcedureState
 from tests.procedures._harness import Harness
+from tests.procedures.conftest import HarnessFactory
 
 
 async def wait_for(cond: object, timeout: float = 20.0) -> None:
@@ -112,3 +113,22 @@ async def test_data_loss_is_reported_once_per_loss(leader: Harness) -> None:
     [view] = await h.manager.list()
     assert view.state is ProcedureState.FAILED and view.error_code == "wal_data_loss"
     assert len(await h.manager.services.history.events(topic=topic)) == 1
+
+
+async def test_up_to_date_topic_with_a_lagging_region_gets_a_purge(
+    harness_factory: HarnessFactory,
+) -> None:
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "1s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 50, size=100)
+    h.report_topic(topic, 49, record_size=50 * 100, record_num=50)
+    h.report(1, topic, flushed=3)
+    ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+    first = await ticker.tick()  # P = 3 > no marker: purges to 3 (after asking to flush)
+    assert first.topics == (topic,) and h.marker(topic) == 3
+
+    second = await ticker.tick()  # P = 3 = marker, yet 46 entries x 100 B to replay
+    assert second.topics == (topic,)
+    [view] = [v for v in await h.manager.list() if v.id == second.submitted[0]]
+    assert view.state is ProcedureState.SKIPPED and view.data["flush"], view

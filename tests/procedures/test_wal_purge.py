@@ -124,18 +124,74 @@ async def test_idle_region_does_not_pin_topic(leader: Harness) -> None:
     assert h.marker(topic) == 50
 
 
-async def test_prune_point_never_above_high_watermark(leader: Harness) -> None:
+async def test_prune_point_never_above_latest_entry(leader: Harness) -> None:
     h = leader
     topic = h.topic(0)
     await h.register(1, topic)
+    await h.register(2, topic)
     h.produce(topic, 10)
     h.report(1, topic, flushed=500)  # claims more than Kafka holds
+    h.report(2, topic, flushed=-1, latest=9, memtable=0)  # idle at the latest entry
 
     assert await purge(h, topic) is ProcedureState.SUCCEEDED
     offsets = h.offsets(topic)
-    assert offsets.high_watermark == 10
-    assert offsets.log_start_offset == 10
-    assert h.marker(topic) == 10
+    # P <= high watermark (invariant 6), and the marker names no entry not yet written:
+    # the next entry (offset 10) may be region 2's, and it must replay it.
+    assert (offsets.high_watermark, offsets.log_start_offset, h.marker(topic)) == (10, 9, 9)
+    # Region 2 writes entry 10 (first making its idle point durable, as datanodes do).
+    h.produce(topic, 1)
+    h.report(2, topic, flushed=9)
+    assert await purge(h, topic) is ProcedureState.SKIPPED  # P = 9 = marker
+    replay_start = max(9, h.marker(topic) or -1) + 1
+    assert replay_start == 10 and h.readable(topic, replay_start)
+
+
+async def test_region_that_flushed_nothing_keeps_entry_zero(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    for region in (1, 2):
+        await h.register(region, topic)
+    h.produce(topic, 10)
+    h.report(1, topic, flushed=-1)  # holds entries 0 and 1, flushed nothing
+    h.report(2, topic, flushed=9)
+
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    view = await h.manager.wait(pid, 30)
+
+    assert view.state is ProcedureState.SKIPPED
+    assert view.outcome is not None and view.outcome.startswith("nothing to purge")
+    # No marker: region 1 replays from max(-1, None) + 1 = 0.
+    assert h.marker(topic) is None
+    assert h.readable(topic, 0)
+
+
+async def test_up_to_date_topic_still_asks_a_lagging_region_to_flush(
+    harness_factory: HarnessFactory,
+) -> None:
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "20s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    await h.register(2, topic)
+    h.produce(topic, 10, size=100)
+    h.report_topic(topic, 9, record_size=10 * 100, record_num=10)
+    h.report(1, topic, flushed=3)
+    h.report(2, topic, flushed=9)
+    assert await purge(h, topic) is ProcedureState.SUCCEEDED  # P = 3, nothing to flush
+    assert h.mailbox.pending(1) == []
+
+    h.produce(topic, 90, size=100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(2, topic, flushed=99)
+    h.report(1, topic, flushed=3)  # still 3: P = 3 = marker, but 96 entries to replay
+    [pid] = await h.manager.submit_purge([topic], reason="test")
+    deadline = time.monotonic() + 10
+    while not h.mailbox.pending(1):
+        assert time.monotonic() < deadline, "the lagging region was never asked to flush"
+        await asyncio.sleep(0.05)
+    h.report(1, topic, flushed=80)
+    view = await h.manager.wait(pid, 30)
+    assert view.state is ProcedureState.SUCCEEDED, view
+    assert h.marker(topic) == 80
 
 
 async def test_up_to_date_topic_is_skipped(leader: Harness) -> None:
