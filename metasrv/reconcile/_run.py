@@ -43,7 +43,7 @@ from metasrv.reconcile._apply import (
 from metasrv.reconcile._findings import Finding, FindingKind
 from metasrv.reconcile._rules import ReconcileParams, pool_topics
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
-from metasrv.reconcile._store import RunRecord, save_run
+from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
 
 if TYPE_CHECKING:
@@ -452,9 +452,9 @@ def _save(
             keep_runs=cfg.keep_runs,
         )
     except sa_exc.SQLAlchemyError as exc:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise Unavailable(
-            f"could not save the run to the history database {make_url(url)!r}: {detail} "
+            f"could not save the run to the history database {make_url(url)!r}: "
+            f"{sql_error_detail(exc)} "
             "(has `metasrv db upgrade` been run?)"
         ) from exc
     finally:

@@ -26,6 +26,7 @@ from metasrv import keys
 from metasrv.errors import KvUnavailable, MetasrvError
 from metasrv.kv._protocol import KeyValue
 from metasrv.reconcile._findings import MAP_SCHEMA
+from metasrv.reconcile._store import sql_error_detail
 from metasrv.sql_schema import kv_revision_table, kv_table
 
 if TYPE_CHECKING:
@@ -226,6 +227,5 @@ def _sql_snapshot(
                     rows(conn, keys.TOPIC_REGION_PREFIX), map_path, on_rows
                 )
     except sa_exc.SQLAlchemyError as exc:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise KvUnavailable(f"kv database {kv!r} unreachable: {detail}") from exc
+        raise KvUnavailable(f"kv database {kv!r} unreachable: {sql_error_detail(exc)}") from exc
     return revision, markers, bad_markers, count, topics, bad

@@ -20,6 +20,12 @@ logger = logging.getLogger(__name__)
 _INSERT_CHUNK = 5000
 
 
+def sql_error_detail(exc: BaseException) -> str:
+    """The first line of a database error, as the driver said it (no SQL, no traceback)."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One reconcile run's row in `reconcile_runs`."""
@@ -144,9 +150,8 @@ def latest_run(
     try:
         return _latest_run(engine, kind, severity, limit, offset)
     except sa_exc.SQLAlchemyError as exc:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise Unavailable(
-            f"cannot read reconcile runs from the history database: {detail} "
+            f"cannot read reconcile runs from the history database: {sql_error_detail(exc)} "
             "(has `metasrv db upgrade` been run?)"
         ) from exc
 
