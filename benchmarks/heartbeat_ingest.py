@@ -292,16 +292,17 @@ def registry_memory(n: int = 1_000_000) -> dict[str, float]:
     gc.collect()
     tracemalloc.start()
     registry = RegionRegistry()
-    batch: dict[int, Any] = {}
     now = time.monotonic()
+    rows: dict[str, dict[int, Any]] = {}
     for i in range(n):
         # Values as orjson builds them: fresh int objects for large ids, one float per
         # heartbeat, the route's shared topic string.
+        topic = topics[i % 1024]
         flushed = int(str(1_000_000 + i))
         latest = None if i % 4 else int(str(2_000_000 + i))
-        batch[(1024 + i // 1000) << 32 | i % 1000] = (
+        rows.setdefault(topic, {})[(1024 + i // 1000) << 32 | i % 1000] = (
             1 + i % 50,
-            topics[i % 1024],
+            topic,
             flushed,
             latest,
             int(str(4_194_304 + i)),
@@ -309,10 +310,10 @@ def registry_memory(n: int = 1_000_000) -> dict[str, float]:
             now,
             flushed if latest is None else latest,
         )
-        if len(batch) == 1000:
-            registry.put_rows(batch)
-            batch = {}
-    registry.put_rows(batch)
+        if i % 1000 == 999:
+            registry.put_topic_rows(rows)
+            rows = {}
+    registry.put_topic_rows(rows)
     stats_bytes = tracemalloc.get_traced_memory()[0]
     routes: dict[int, RegionRoute] = {}
     by_topic: dict[str, dict[int, RegionRoute]] = {}

@@ -36,7 +36,7 @@ def build(
     now = time.monotonic()
     by_topic: dict[str, list[RegionRoute]] = {t: [] for t in names}
     registry = RegionRegistry()
-    batch: dict[int, StatRow] = {}
+    rows: dict[str, dict[int, StatRow]] = {t: {} for t in names}
     for i in range(regions):
         topic = names[i % topics]
         region_id = (1024 + i // 1000) << 32 | (i % 1000)
@@ -46,7 +46,7 @@ def build(
         age = 100.0 if i % 199_999 == 0 else 1.0  # and a few are stale
         latest = 50_000 + i % 7 if i % 3 == 0 else None
         flushed = 10_000 + i % 10_000
-        batch[region_id] = (
+        rows[topic][region_id] = (
             i % 50,
             topic,
             flushed,
@@ -56,10 +56,7 @@ def build(
             now - age,
             prunable(flushed, latest),
         )
-        if len(batch) >= 10_000:
-            registry.put_rows(batch)
-            batch = {}
-    registry.put_rows(batch)
+    registry.put_topic_rows(rows)
     offsets = {t: PartitionOffsets(log_start_offset=5_000, high_watermark=60_000) for t in names}
     return by_topic, registry, offsets, now
 

@@ -30,7 +30,16 @@ from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
-from metasrv.registry import FLUSHED, LATEST, MANIFEST, NODE, RegionRegistry, StatRow, StatSnapshot
+from metasrv.registry import (
+    FLUSHED,
+    LATEST,
+    MANIFEST,
+    NODE,
+    TOPIC,
+    RegionRegistry,
+    StatRow,
+    StatSnapshot,
+)
 from metasrv.topology import Topology
 
 NEGATIVE_ID: Final = "negative_id"
@@ -153,7 +162,7 @@ class HeartbeatHandler:
         changed: list[int] = []
         rejected: list[dict[str, Any]] = []
         route_of = self._topology.routes.get
-        previous = self._registry.rows.get
+        buckets = self._registry.buckets.get
 
         # The hot loop: locals only, one type check per field, one allocation per valid
         # region (its row tuple; the region dict itself came from orjson).
@@ -181,15 +190,25 @@ class HeartbeatHandler:
             if region_id < 0 or flushed < -1 or (latest is not None and latest < -1):
                 rejected.append({"region_id": region_id, "reason": NEGATIVE_ID})
                 continue
-            route = route_of(region_id)
-            if route is None:
-                rejected.append({"region_id": region_id, "reason": UNKNOWN_REGION})
-                continue
-            mapped_topic = route.topic
+            # The previous row is looked up in the bucket of the topic the datanode
+            # names. Rows are only stored for mapped regions under their mapped topic and
+            # dropped when a region leaves the map (Topology removal listeners) or
+            # leadership changes, so a row found there proves the region is mapped to
+            # this topic: the steady state skips the route lookup, and the bucket is a
+            # small dict that stays in cache.
+            bucket = buckets(topic)
+            old = bucket.get(region_id) if bucket is not None else None
+            if old is not None:
+                mapped_topic = old[TOPIC]
+            else:
+                route = route_of(region_id)
+                if route is None:
+                    rejected.append({"region_id": region_id, "reason": UNKNOWN_REGION})
+                    continue
+                mapped_topic = route.topic
             if mapped_topic != topic:
                 rejected.append({"region_id": region_id, "reason": TOPIC_MISMATCH})
                 continue
-            old = previous(region_id)
             if old is not None and flushed < old[FLUSHED]:
                 old_manifest = old[MANIFEST]
                 if manifest is None or old_manifest is None or manifest >= old_manifest:

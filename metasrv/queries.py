@@ -71,10 +71,8 @@ class TopicView:
 
 
 def _live_stat(rt: Runtime, route: RegionRoute) -> RegionStat | None:
-    stat = rt.registry.get(route.region_id)
-    # A stat reported on another topic is not this route's (the heartbeat rejects such
-    # reports; the check guards a re-registration on another topic).
-    return stat if stat is not None and stat.topic == route.topic else None
+    # Only a stat naming the route's topic is this route's.
+    return rt.registry.get(route.region_id, route.topic)
 
 
 def _replay_start(route: RegionRoute, stat: RegionStat | None, pruned: int | None) -> int:

@@ -11,7 +11,7 @@ Everything here is lost on purpose when leadership changes (`clear()`, invariant
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -172,14 +172,22 @@ _EMPTY: Mapping[int, StatRow] = {}
 class RegionRegistry:
     """Latest stat of every region and topic this leader has heard about.
 
-    Rows are indexed twice, by region id and by topic (the same tuple objects): the
-    planner reads a topic's rows from one small dict instead of a million random
-    lookups. A row always sits in the bucket of the topic it names.
+    Rows are stored by topic (`{topic: {region_id: row}}`), a row always in the bucket
+    of the topic it names: a heartbeat finds a region's previous row in its topic's
+    small dict (cache-friendly, unlike one dict of a million regions), and the planner
+    reads a topic's rows in one pass. Lookups by region id alone ask `topic_of` (the
+    topology's route) which bucket to look in.
     """
 
-    def __init__(self, *, window: float = DEFAULT_WINDOW) -> None:
+    def __init__(
+        self,
+        *,
+        window: float = DEFAULT_WINDOW,
+        topic_of: Callable[[int], str | None] | None = None,
+    ) -> None:
         self.window = window
-        self._rows: dict[int, StatRow] = {}
+        self.topic_of = topic_of
+        """Region id -> its mapped topic (the topology's); None: search every bucket."""
         self._by_topic: dict[str, dict[int, StatRow]] = {}
         self._topic_acc: dict[str, _TopicAccumulator] = {}
         self._nodes: dict[int, DatanodeInfo] = {}
@@ -194,57 +202,84 @@ class RegionRegistry:
             self._store(stat.region_id, row_of(stat))
 
     def put_rows(self, batch: Mapping[int, StatRow]) -> None:
-        """Store rows keyed by region id (any topics)."""
+        """Store rows keyed by region id (any topics). Not the hot path."""
         for region_id, row in batch.items():
             self._store(region_id, row)
 
     def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
-        """Store a heartbeat's accepted rows grouped by topic: a few C-level dict updates.
+        """Store a heartbeat's accepted rows grouped by topic: one C-level update each.
 
         The hot path. Each row must name its batch's topic, and a region must not have
         a stored row naming another topic (the heartbeat guarantees both: it accepts a
         region only on its mapped topic, and a region leaves its topic only through
         `discard`).
         """
-        rows = self._rows
         by_topic = self._by_topic
         for topic, batch in batches.items():
-            rows.update(batch)
             bucket = by_topic.get(topic)
             if bucket is None:
                 by_topic[topic] = dict(batch)
             else:
                 bucket.update(batch)
 
-    def _store(self, region_id: int, row: StatRow) -> None:
-        old = self._rows.get(region_id)
-        if old is not None and old[TOPIC] != row[TOPIC]:
-            self._drop_from_bucket(region_id, old[TOPIC])
-        self._rows[region_id] = row
-        self._by_topic.setdefault(row[TOPIC], {})[region_id] = row
+    @property
+    def buckets(self) -> Mapping[str, Mapping[int, StatRow]]:
+        """The live rows by topic (no copy): read them before the next `await`."""
+        return self._by_topic
 
-    def _drop_from_bucket(self, region_id: int, topic: str) -> None:
+    def _store(self, region_id: int, row: StatRow) -> None:
+        topic = row[TOPIC]
+        where = self._locate(region_id)
+        if where is not None and where != topic:
+            self._drop(region_id, where)
+        self._by_topic.setdefault(topic, {})[region_id] = row
+
+    def _locate(self, region_id: int) -> str | None:
+        """The topic whose bucket holds the region's row, if any."""
+        if self.topic_of is not None:
+            topic = self.topic_of(region_id)
+            if topic is not None and region_id in self._by_topic.get(topic, _EMPTY):
+                return topic
+        for topic, bucket in self._by_topic.items():
+            if region_id in bucket:
+                return topic
+        return None
+
+    def _drop(self, region_id: int, topic: str) -> None:
         bucket = self._by_topic.get(topic)
         if bucket is not None:
             bucket.pop(region_id, None)
             if not bucket:
                 del self._by_topic[topic]
 
-    @property
-    def rows(self) -> Mapping[int, StatRow]:
-        """The live rows (no copy): read them before the next `await`."""
-        return self._rows
+    def get(self, region_id: int, topic: str | None = None) -> RegionStat | None:
+        """The region's latest stat, or None if it has not reported to this leader.
 
-    def get(self, region_id: int) -> RegionStat | None:
-        """The region's latest stat, or None if it has not reported to this leader."""
-        row = self._rows.get(region_id)
+        With `topic`, only a stat naming that topic counts (and the lookup is direct).
+        """
+        if topic is None:
+            topic = self._locate(region_id)
+            if topic is None:
+                return None
+        row = self._by_topic.get(topic, _EMPTY).get(region_id)
         return None if row is None else stat_of(region_id, row)
 
-    def discard(self, region_id: int) -> None:
-        """Forget a region (deregistered)."""
-        old = self._rows.pop(region_id, None)
-        if old is not None:
-            self._drop_from_bucket(region_id, old[TOPIC])
+    def discard(self, region_id: int, topic: str | None = None) -> None:
+        """Forget a region (removed from the map); `topic` is where its row should be."""
+        if topic is not None:
+            self._drop(region_id, topic)
+        where = self._locate(region_id)  # a row elsewhere should not exist; drop it too
+        if where is not None:
+            self._drop(region_id, where)
+
+    @property
+    def rows(self) -> Mapping[int, StatRow]:
+        """Every row by region id: a merged copy built per call (tools and tests, not
+        the hot path)."""
+        merged: dict[int, StatRow] = {}
+        for bucket in self._by_topic.values():
+            merged.update(bucket)
+        return merged
 
     def snapshot(self) -> StatSnapshot:
         """Every region's latest stat as of now (a copy; later heartbeats do not show)."""
@@ -253,14 +288,18 @@ class RegionRegistry:
     def topic_snapshot(self, topic: str) -> StatSnapshot:
         """The latest stats naming `topic`, as of now: a copy of one topic's rows only
         (what a single-topic plan needs; far cheaper than `snapshot()` at scale)."""
-        return StatSnapshot({topic: dict(self._by_topic.get(topic, {}))})
+        return StatSnapshot({topic: dict(self._by_topic.get(topic, _EMPTY))})
 
     def view(self) -> StatSnapshot:
-        """Every region's latest stat, live (no copy); do not hold it across an `await`."""
-        return StatSnapshot(self._by_topic, self._rows)
+        """Every region's latest stat, live for the rows of each topic; do not hold it
+        across an `await` (its by-region index, if used, is built once on first use)."""
+        return StatSnapshot(self._by_topic)
+
+    def __contains__(self, region_id: object) -> bool:
+        return isinstance(region_id, int) and self._locate(region_id) is not None
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return sum(map(len, self._by_topic.values()))
 
     # --- topics ----------------------------------------------------------------------
 
@@ -340,7 +379,6 @@ class RegionRegistry:
 
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
-        self._rows = {}
         self._by_topic = {}
         self._topic_acc = {}
         self._nodes = {}

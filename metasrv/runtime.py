@@ -101,6 +101,13 @@ class Runtime:
             checkpointer = Checkpointer(
                 topology, registry, settings, metrics, may_write=lambda: election.is_leader
             )
+            registry.topic_of = lambda region_id: (
+                None if (route := topology.route(region_id)) is None else route.topic
+            )
+            topology.removal_listeners.append(
+                lambda route: registry.discard(route.region_id, route.topic)
+            )
+            topology.removal_listeners.append(lambda route: checkpointer.discard(route.region_id))
             heartbeats = HeartbeatHandler(
                 registry,
                 topology,
@@ -176,11 +183,8 @@ class Runtime:
         return await self.topology.register(region_id, node_id, topic)
 
     async def deregister_region(self, region_id: int) -> RegionRoute:
-        """Unmap a region and forget its stat and pending checkpoint."""
-        route = await self.topology.deregister(region_id)
-        self.registry.discard(region_id)
-        self.checkpointer.discard(region_id)
-        return route
+        """Unmap a region; its stat and pending checkpoint go with it (removal listeners)."""
+        return await self.topology.deregister(region_id)
 
     # --- leadership --------------------------------------------------------------------
 

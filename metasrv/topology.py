@@ -114,6 +114,10 @@ class Topology:
         self._mutate = asyncio.Lock()
         self.loaded = False
         """True once `load()` has read the map since the last `unload()`."""
+        self.removal_listeners: list[Callable[[RegionRoute], None]] = []
+        """Called (synchronously, right after the map changed) with each removed route;
+        the registry and the checkpointer forget the region there, so no state of an
+        unmapped region survives its removal whoever removes it."""
 
     # --- loading ---------------------------------------------------------------------
 
@@ -292,6 +296,8 @@ class Topology:
             if not result.succeeded:
                 raise LeadershipLost("lost leadership while deregistering a region")
             self._remove(route)
+            for listener in self.removal_listeners:
+                listener(route)
         logger.info("region deregistered", extra={"region_id": region_id, "topic": route.topic})
         return route
 

@@ -46,6 +46,9 @@ class Setup:
         self.topology = Topology(kv, self.kafka, TopicLocks(), self.settings)
         self.mailbox = Mailbox(self.registry, metrics=self.metrics)
         self.checkpointer = Checkpointer(self.topology, self.registry, self.settings, self.metrics)
+        self.topology.removal_listeners.append(
+            lambda r: self.registry.discard(r.region_id, r.topic)
+        )
         self.clock = Clock()
         self.handler = HeartbeatHandler(
             self.registry,
@@ -290,6 +293,16 @@ async def test_rejected_region_does_not_apply_an_instruction(hb: Setup) -> None:
     iid = hb.mailbox.send_flush(1, [1], ttl=30)
     hb.beat([region(1, 12, topic="t_1")])  # topic_mismatch: not stored, not observed
     assert hb.mailbox.state(iid) == "pending"
+
+
+async def test_removed_region_is_unknown_again_although_it_had_a_stat(hb: Setup) -> None:
+    # Steady-state heartbeats take the mapped topic from the stored row; removing the
+    # region from the map must drop that row, or its reports would still be accepted.
+    assert hb.beat([region(1, 10)])["rejected"] == []
+    await hb.topology.deregister(1)
+    assert hb.registry.get(1) is None
+    assert rejected(hb.beat([region(1, 11)])) == {1: "unknown_region"}
+    assert hb.registry.get(1) is None
 
 
 async def test_big_heartbeat_round_trip(kafka_bootstrap: str) -> None:

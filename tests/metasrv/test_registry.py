@@ -48,7 +48,8 @@ def test_put_rows_and_snapshot_is_a_copy() -> None:
     with pytest.raises(TypeError):
         view[3] = stat(3, 0)  # type: ignore[index]
     reg.put_rows({3: row_of(stat(3, 0))})
-    assert view[3] == stat(3, 0)  # the view is live
+    assert 3 in view.topic_rows("t_0")  # a view's topic rows are live
+    assert reg.view()[3] == stat(3, 0)
 
 
 def test_discard_forgets_one_region() -> None:
@@ -155,7 +156,7 @@ def test_rows_are_grouped_by_the_topic_they_name() -> None:
     assert set(view.topic_rows("b")) == {2, 3}
     reg.discard(1)
     assert view.topic_rows("a") == {}
-    assert sorted(view) == [2, 3]
+    assert sorted(reg.view()) == [2, 3]
     assert set(snap.topic_rows("a")) == {1, 2}  # the snapshot did not change
 
 
@@ -176,3 +177,15 @@ def test_put_topic_rows_is_what_put_rows_does_for_one_topic() -> None:
     slow.put_rows(rows)
     assert fast.snapshot() == slow.snapshot()
     assert dict(fast.view().topic_rows("t_0")) == dict(slow.view().topic_rows("t_0"))
+
+
+def test_lookups_by_region_use_topic_of_when_given() -> None:
+    routes = {1: "a", 2: "b"}
+    reg = RegionRegistry(topic_of=routes.get)
+    reg.update([stat(1, 5, topic="a"), stat(2, 6, topic="b")])
+    assert reg.get(1) == stat(1, 5, topic="a")
+    assert reg.get(1, "a") == stat(1, 5, topic="a")
+    assert reg.get(1, "b") is None  # a stat naming another topic is not that topic's
+    assert 2 in reg and 3 not in reg
+    reg.discard(2, "b")
+    assert reg.get(2) is None and len(reg) == 1

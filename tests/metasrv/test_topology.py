@@ -115,8 +115,11 @@ async def test_register_rejects_bad_arguments(
 
 async def test_deregister(world: World) -> None:
     route = await world.topology.register(5, 1)
+    seen: list[int] = []
+    world.topology.removal_listeners.append(lambda r: seen.append(r.region_id))
     removed = await world.topology.deregister(5)
     assert removed == route
+    assert seen == [5]
     assert world.topology.route(5) is None
     assert world.kv.get(keys.topic_region(route.topic, 5)) is None
     with pytest.raises(NotFound):
