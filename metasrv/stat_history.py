@@ -180,7 +180,13 @@ class StatHistoryWriter:
         (read now when omitted). Also prunes hour partitions older than the retention.
         """
         mono = time.monotonic() if mono_now is None else mono_now
-        changed = [s for rid, s in snapshot.items() if self._written.get(rid) != s.received_at]
+        previous, written = self._written, {}
+        changed: list[RegionStat] = []
+        # One pass: a registry snapshot builds each RegionStat on access.
+        for rid, s in snapshot.items():
+            written[rid] = s.received_at
+            if previous.get(rid) != s.received_at:
+                changed.append(s)
         rejected = list(self._rejected.values())
         self._rejected.clear()
         hour = hour_partition(now)
@@ -196,14 +202,14 @@ class StatHistoryWriter:
         marker = pa.Table.from_pydict(
             {
                 "ts": [int(now * 1000)],
-                "regions": [len(snapshot)],
+                "regions": [len(written)],
                 "written": [len(changed) + len(rejected)],
             },
             schema=SNAPSHOTS_SCHEMA,
         )
         _write_atomic(marker, self.directory / SNAPSHOTS_DIR / f"{PARTITION}={hour}" / name)
-        # Forget regions gone from the registry so the map does not grow without bound.
-        self._written = {rid: s.received_at for rid, s in snapshot.items()}
+        # Regions gone from the registry are forgotten, so the map does not grow unbounded.
+        self._written = written
         self.prune(now)
         return len(changed) + len(rejected)
 
