@@ -106,14 +106,6 @@ def crash_and_verify(datanode: SimDatanode) -> dict[int, int]:
     return {v.region_id: v.missing for v in datanode.verify()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "metasrv bug: with a region at flushed_entry_id -1 the planner clamps P from -1 to 0 "
-        "and the purge stores pruned_entry_id 0, so replay-start = max(-1, 0) + 1 = 1 and the "
-        "restarted region never replays entry 0 (an acknowledged row is lost)"
-    ),
-)
 def test_purges_never_cost_a_restarting_region_a_row(
     served: Served, operator: MetasrvClient, datanode: SimDatanode, kafka_admin: KafkaAdmin
 ) -> None:
@@ -142,13 +134,6 @@ def test_purges_never_cost_a_restarting_region_a_row(
     assert crash_and_verify(datanode) == {A: 0, B: 0, C: 0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "metasrv bug: prepare skips the purge as 'up to date' (P <= pruned_entry_id) before "
-        "choosing flush candidates, so a region that only flushes when asked pins P forever"
-    ),
-)
 def test_a_slow_region_is_asked_to_flush_once_its_replay_grows(
     served: Served, operator: MetasrvClient, datanode: SimDatanode
 ) -> None:
