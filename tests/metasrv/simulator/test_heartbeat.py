@@ -4,60 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from metasrv.client import MetasrvClient
-from metasrv.simulator import MetasrvProcess, SimDatanode, free_port, migrate, render_config
+from metasrv.simulator import MetasrvProcess, SimDatanode, free_port
+from tests.metasrv.simulator._metasrv import DATANODE, OPERATOR, VIEWER, settings, start_metasrv
 
-OPERATOR, DATANODE, VIEWER = "op-token", "dn-token", "viewer-token"
 A, B, C = (9 << 32) | 1, (9 << 32) | 2, (9 << 32) | 3
-
-
-def settings(
-    prefix: str, kafka: str, port: int, kv: dict[str, Any], history: str
-) -> dict[str, dict[str, Any]]:
-    return {
-        "wal": {
-            "broker_endpoints": [kafka],
-            "num_topics": 2,
-            "topic_name_prefix": prefix,
-            "auto_prune_interval": "0s",  # purges only when a test asks
-            "region_stat_ttl": "30s",
-        },
-        "http": {"addr": f"127.0.0.1:{port}"},
-        "kv": kv,
-        "history": {"url": history},
-        "auth": {
-            "datanode_tokens": [DATANODE],
-            "operator_tokens": [OPERATOR],
-            "viewer_tokens": [VIEWER],
-        },
-        "election": {"lease_secs": 2, "node_name": f"test-{port}"},
-    }
-
-
-def start_metasrv(tmp: Path, name: str, sections: dict[str, dict[str, Any]]) -> MetasrvProcess:
-    config = tmp / f"{name}.toml"
-    config.write_text(render_config(sections))
-    migrate(config, tmp / f"{name}-migrate.log")
-    return MetasrvProcess(config, tmp / f"{name}.log", f"http://{sections['http']['addr']}")
-
-
-@pytest.fixture
-def metasrv(kafka_bootstrap: str, unique_prefix: str, tmp_path: Path) -> Iterator[MetasrvProcess]:
-    """A leader on the SQL kv backend (SQLite) with the ticker off."""
-    port = free_port()
-    kv = {"backend": "sql", "sql_url": f"sqlite:///{tmp_path / 'kv.db'}"}
-    proc = start_metasrv(
-        tmp_path,
-        "metasrv",
-        settings(unique_prefix, kafka_bootstrap, port, kv, f"sqlite:///{tmp_path / 'h.db'}"),
-    )
-    proc.start()
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture
