@@ -1,0 +1,133 @@
+"""Fixtures of the fault suite: its own Kafka and etcd, a PostgreSQL history schema, one
+multi-process cluster per module, the budget (bounded or long) and the summary line.
+
+Bounded by default (part of `make test`); `--run-slow` or `METASRV_FAULTS_LONG=1` runs
+the long version (docs/faults.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import make_url
+
+import migrations
+from metasrv.kv._sql import normalize_url
+from tests.faults._budget import FaultBudget
+from tests.faults._cluster import FaultCluster
+from tests.faults._services import FaultServices, fault_stack_config
+from tests.faults._summary import FaultSummary
+
+_HERE = Path(__file__).resolve().parent
+SUMMARY = FaultSummary()
+KEEP_RUNS = 12
+
+
+def run_dir(state_dir: Path, name: str) -> Path:
+    """`<state dir>/runs/<name>`: daemon logs and datanode data, kept for the last
+    `KEEP_RUNS` clusters (outside pytest's basetemp, which concurrent sessions rotate)."""
+    runs = state_dir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    old = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+    for path in old[: max(0, len(old) - KEEP_RUNS + 1)]:
+        shutil.rmtree(path, ignore_errors=True)
+    path = runs / name
+    path.mkdir()
+    return path
+
+
+def _in_suite(item: pytest.Item) -> bool:
+    return _HERE in Path(str(item.path)).resolve().parents
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    budget = FaultBudget.choose(run_slow=bool(config.getoption("--run-slow")))
+    for item in items:
+        if _in_suite(item):
+            item.add_marker(pytest.mark.timeout(budget.test_timeout))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SUMMARY.ran:
+        terminalreporter.write_line(SUMMARY.line())
+
+
+@pytest.fixture(scope="session")
+def budget(pytestconfig: pytest.Config) -> FaultBudget:
+    """Bounded or long run."""
+    return FaultBudget.choose(run_slow=bool(pytestconfig.getoption("--run-slow")))
+
+
+@pytest.fixture(scope="session")
+def summary() -> FaultSummary:
+    """The session's counters."""
+    SUMMARY.ran = True
+    return SUMMARY
+
+
+@pytest.fixture(scope="session")
+def fault_services() -> Iterator[FaultServices]:
+    """The suite's own Kafka and etcd, started for the session and stopped after it."""
+    services = FaultServices(fault_stack_config())
+    services.up()
+    try:
+        yield services
+    finally:
+        services.down()
+
+
+@pytest.fixture(scope="session")
+def fault_history_url(postgres_url: str) -> Iterator[str]:
+    """A migrated PostgreSQL schema for the daemons' SQL history (dropped at the end)."""
+    base = normalize_url(postgres_url)
+    schema = f"faults_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, poolclass=pool.NullPool)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+        rendered = url.render_as_string(hide_password=False)
+        migrations.upgrade(rendered)
+        yield rendered
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def module_cluster(
+    fault_services: FaultServices,
+    fault_history_url: str,
+    summary: FaultSummary,
+) -> Iterator[FaultCluster]:
+    """Three daemons and three datanodes under load, shared by one module's tests."""
+    name = f"f{uuid.uuid4().hex[:8]}"
+    cluster = FaultCluster(
+        name=name,
+        kafka=fault_services.kafka,
+        etcd=fault_services.etcd,
+        history_url=fault_history_url,
+        workdir=run_dir(fault_services.cfg.state_dir, name),
+        summary=summary,
+    )
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        fault_services.up()
+        cluster.close()
+
+
+@pytest.fixture
+def cluster(module_cluster: FaultCluster, fault_services: FaultServices) -> FaultCluster:
+    """The module's cluster, healed (services up, every daemon running, a serving leader)."""
+    fault_services.up()
+    module_cluster.heal()
+    module_cluster.workload.check()
+    return module_cluster
