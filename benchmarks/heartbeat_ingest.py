@@ -90,6 +90,34 @@ def heartbeat_body(node: int, regions: int) -> dict[str, Any]:
 # --- client process -----------------------------------------------------------------------
 
 
+class RawHttp:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams: the lighter load generator
+    (`--client-impl raw`), so more of the box's CPU is left to the server."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        parsed = httpx.URL(url)
+        self._host = parsed.host
+        self._port = parsed.port or 80
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._head = f"POST /v1/heartbeat HTTP/1.1\r\nhost: {self._host}\r\n{extra}"
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, payload: bytes) -> tuple[int, bytes]:
+        if self._conn is None:
+            self._conn = await asyncio.open_connection(self._host, self._port)
+        reader, writer = self._conn
+        writer.write(f"{self._head}content-length: {len(payload)}\r\n\r\n".encode())
+        writer.write(payload)
+        await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await reader.readexactly(length)
+
+
 async def run_clients(args: argparse.Namespace) -> None:
     """One client process: datanodes [first, last) against `args.url`; prints JSON samples."""
     first, last = (int(x) for x in args.node_range.split(":"))
@@ -105,7 +133,14 @@ async def run_clients(args: argparse.Namespace) -> None:
 
     async with httpx.AsyncClient(base_url=args.url, limits=limits, timeout=30) as client:
 
+        async def send(raw: RawHttp | None, payload: bytes) -> tuple[int, bytes]:
+            if raw is not None:
+                return await raw.post(payload)
+            resp = await client.post("/v1/heartbeat", content=payload, headers=headers)
+            return resp.status_code, resp.content
+
         async def datanode(node: int) -> None:
+            raw = RawHttp(args.url, headers) if args.client_impl == "raw" else None
             body = heartbeat_body(node, args.regions)
             regions = body["regions"]
             rng = random.Random(node)
@@ -126,16 +161,16 @@ async def run_clients(args: argparse.Namespace) -> None:
                 sent = time.time()
                 t0 = time.perf_counter()
                 try:
-                    resp = await client.post("/v1/heartbeat", content=payload, headers=headers)
-                except httpx.HTTPError as exc:
+                    status, content = await send(raw, payload)
+                except (httpx.HTTPError, OSError, asyncio.IncompleteReadError) as exc:
                     errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    raw = RawHttp(args.url, headers) if raw is not None else None
                     continue
                 latency = time.perf_counter() - t0
-                if resp.status_code != 200:
-                    key = f"http_{resp.status_code}"
-                    errors[key] = errors.get(key, 0) + 1
+                if status != 200:
+                    errors[f"http_{status}"] = errors.get(f"http_{status}", 0) + 1
                     continue
-                rejected = len(orjson.loads(resp.content)["rejected"])
+                rejected = len(orjson.loads(content)["rejected"])
                 samples.append((sent - start_at, latency, len(regions) - rejected))
 
         await asyncio.gather(*(datanode(n) for n in range(first, last)))
@@ -390,6 +425,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                         str(total),
                         "--start-at",
                         str(start_at),
+                        "--client-impl",
+                        args.client_impl,
                     ],
                     stdout=subprocess.PIPE,
                 )
@@ -439,7 +476,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "nodes": args.nodes,
         "regions_per_heartbeat": args.regions,
-        "mode": "closed loop" if args.rate == 0 else f"open loop, {args.rate}/s per node",
+        "mode": ("closed loop" if args.rate == 0 else f"open loop, {args.rate}/s per node")
+        + f", {args.client_impl} client x{args.clients}",
         "offered_stats_per_s": None if args.rate == 0 else args.nodes * args.rate * args.regions,
         "kv": args.kv,
         "payload_bytes": len(payload),
@@ -473,6 +511,12 @@ def main(argv: list[str] | None = None) -> int:
         "--change", type=float, default=0.1, help="fraction of regions advancing per heartbeat"
     )
     parser.add_argument("--kv", choices=("sqlite", "etcd"), default="sqlite")
+    parser.add_argument(
+        "--client-impl",
+        choices=("httpx", "raw"),
+        default="httpx",
+        help="load generator: httpx.AsyncClient, or a minimal asyncio HTTP/1.1 client",
+    )
     parser.add_argument("--etcd", default=os.environ.get("METASRV_TEST_ETCD", "127.0.0.1:12379"))
     parser.add_argument("--kafka", default=os.environ.get("METASRV_TEST_KAFKA", "127.0.0.1:19092"))
     parser.add_argument("--skip-extras", action="store_true", help="no in-process rate / memory")

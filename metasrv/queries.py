@@ -25,7 +25,7 @@ from metasrv.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 _PLAN_IN_THREAD = 20_000
-"""Above this many stats the plan runs in a worker thread so the loop keeps serving."""
+"""Above this many regions the plan runs in a worker thread so the loop keeps serving."""
 
 _READY_TIMEOUT = 5.0
 
@@ -178,7 +178,12 @@ async def compute_plans(
     # From here to the plan there is no await: map and stats are one instant's view.
     wanted = set(names)
     routes = {t: list(r) for t, r in topology.routes_by_topic().items() if t in wanted}
-    stats: Mapping[int, RegionStat] = rt.registry.snapshot()
+    registry = rt.registry
+    # One topic: copy only its rows (a full snapshot copies every region's).
+    stats: Mapping[int, RegionStat] = (
+        registry.topic_snapshot(names[0]) if len(names) == 1 else registry.snapshot()
+    )
+    regions = sum(len(r) for r in routes.values())
     now = time.monotonic()
     ttl = rt.settings.wal.region_stat_ttl
 
@@ -193,7 +198,7 @@ async def compute_plans(
             topics=names,
         )
 
-    if len(stats) > _PLAN_IN_THREAD:
+    if regions > _PLAN_IN_THREAD:
         return await asyncio.to_thread(plan)
     return plan()
 

@@ -10,6 +10,7 @@ serves heartbeats or writes (`serving`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -205,6 +206,7 @@ class Runtime:
             self.metrics.is_leader.set(1 if leader else 0)
             if not leader:
                 self.topology.unload()
+                gc.unfreeze()  # the old term's objects may be collected again
                 logger.info("lost leadership")
                 return
             delay = 0.25
@@ -216,6 +218,10 @@ class Runtime:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _LOAD_RETRY_MAX)
                     continue
+                # The map's objects live as long as this term: move them (and everything
+                # else alive now) out of the collector's reach, so full collections do not
+                # walk a million routes while heartbeats wait.
+                gc.freeze()
                 self.serving = self.election.is_leader
                 logger.info("serving as leader", extra={"regions": regions})
                 return
