@@ -309,6 +309,11 @@ def run_demo(options: DemoOptions, console: Console) -> int:
     run_id = secrets.token_hex(3)
     run_dir = options.run_dir or Path(tempfile.mkdtemp(prefix=f"metasrv-demo-{run_id}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Logs (the simulator's, librdkafka's) go to a file; the console shows the story.
+    handler = logging.FileHandler(run_dir / "demo.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)
     tokens = {role: secrets.token_urlsafe(16) for role in ("datanode", "operator", "viewer")}
     findings = _Findings()
     console.print(
@@ -400,6 +405,8 @@ def run_demo(options: DemoOptions, console: Console) -> int:
                         raise MetasrvError(f"metasrv exited:\n{metasrv.tail()}")
 
                 workload.run(seconds, tick=tick)
+            if not console.is_terminal:
+                console.line()  # off a terminal the live table leaves no line break behind
 
         console.rule(
             f"[bold]5/{total}[/bold] Writing; the ticker purges every {PRUNE_INTERVAL:.0f}s"
@@ -548,7 +555,6 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run the WAL purge end to end on local Kafka/etcd/PostgreSQL with simulated datanodes."""
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         options = DemoOptions(
             nodes=nodes,
             regions_per_node=regions_per_node,

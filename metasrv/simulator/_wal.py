@@ -22,11 +22,14 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from metasrv.errors import KafkaUnavailable, WalDataLoss
+from metasrv.errors import KafkaUnavailable, NotFound, WalDataLoss
 from metasrv.kafka import translate_kafka_error
 from metasrv.simulator._storage import WalRow
 
 logger = logging.getLogger(__name__)
+# librdkafka's own log lines (connection refused, ...) go here rather than to stderr, so an
+# embedding program (the demo) decides whether to show them.
+client_logger = logging.getLogger("metasrv.simulator.librdkafka")
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 Tee = Callable[[str, bytes, bytes], None]
@@ -79,6 +82,7 @@ class WalWriter:
                 "message.timeout.ms": int(message_timeout * 1000),
                 "reconnect.backoff.max.ms": 2000,
                 "log_level": 3,
+                "logger": client_logger,
             }
         )
         self._tee = tee
@@ -170,24 +174,20 @@ def read_region_entries(
             "enable.partition.eof": True,
             "isolation.level": "read_uncommitted",
             "log_level": 3,
+            "logger": client_logger,
         }
     )
     key = region_key(region_id)
     rows: list[WalRow] = []
     read = 0
     try:
-        try:
-            _low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, 0), timeout=min(timeout, 10.0), cached=False
-            )
-        except KafkaException as exc:
-            raise translate_kafka_error(exc, f"watermarks of {topic}") from exc
+        deadline = time.monotonic() + timeout
+        high = _high_watermark(consumer, topic, deadline)
         # No check against `low` here on purpose: the consumer's auto.offset.reset=error is
         # the guard a real datanode has, and the one tested.
         if start_entry_id == high:
             return rows, 0
         consumer.assign([TopicPartition(topic, 0, start_entry_id)])
-        deadline = time.monotonic() + timeout
         next_offset = start_entry_id
         while next_offset < high:
             if time.monotonic() > deadline:
@@ -233,6 +233,23 @@ def read_region_entries(
         return rows, read
     finally:
         consumer.close()
+
+
+def _high_watermark(consumer: _Consumer, topic: str, deadline: float) -> int:
+    """Partition 0's high watermark; transient errors (a broker restarting, metadata not yet
+    loaded) are retried until `deadline`, as a datanode waits for its WAL to come back."""
+    while True:
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=5.0, cached=False
+            )
+            return int(high)
+        except KafkaException as exc:
+            error = translate_kafka_error(exc, f"watermarks of {topic}")
+            if not isinstance(error, KafkaUnavailable | NotFound) or time.monotonic() > deadline:
+                raise error from exc
+            logger.warning("replay of %s waits for Kafka: %s", topic, error.message)
+            time.sleep(0.5)
 
 
 def _seq_of(value: bytes) -> int:
