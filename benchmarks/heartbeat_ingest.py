@@ -313,7 +313,8 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
             handler.handle(orjson.dumps(body))
             count += 1
         kv.close()
-        return count * args.regions / (time.perf_counter() - start)
+        rate: float = count * args.regions / (time.perf_counter() - start)
+        return rate
 
     return asyncio.run(run())
 
