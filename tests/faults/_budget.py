@@ -50,7 +50,7 @@ class FaultBudget:
             etcd_pause=5.0,
             settle=3.0,
             rounds=1,
-            examples=2,
-            steps=6,
+            examples=3,
+            steps=8,
             test_timeout=280.0,
         )

@@ -357,21 +357,26 @@ class FaultCluster:
             self.monitor.sample()
         except MetasrvError as exc:
             raise AssertionError(f"final invariant sample failed: {exc}") from exc
-        for node_id, datanode in workload.datanodes.items():
-            reports = self._restart(datanode, timeout, result)
-            result.replayed += sum(r.replayed for r in reports)
-            for v in datanode.verify():
-                result.acknowledged += v.acknowledged
-                result.missing += v.missing
-                self.summary.verified_rows(self.name, v.region_id, v.acknowledged)
-                if v.missing:
-                    self.summary.lost_rows(
-                        self.name, v.region_id, list(v.missing_entry_ids), v.missing
-                    )
-            logger.info("datanode %s recovered and verified", node_id)
+        for datanode in workload.datanodes.values():
+            self.recover_node(datanode, result, timeout=timeout)
         result.violations = self.monitor.take_violations()
         workload.start()
         return result
+
+    def recover_node(
+        self, datanode: SimDatanode, result: RecoveryResult, *, timeout: float = 120.0
+    ) -> None:
+        """Crash one datanode, restart it from the leader's replay-start, verify its rows
+        (into `result` and the session summary). Writes to it resume by themselves."""
+        reports = self._restart(datanode, timeout, result)
+        result.replayed += sum(r.replayed for r in reports)
+        for v in datanode.verify():
+            result.acknowledged += v.acknowledged
+            result.missing += v.missing
+            self.summary.verified_rows(self.name, v.region_id, v.acknowledged)
+            if v.missing:
+                self.summary.lost_rows(self.name, v.region_id, list(v.missing_entry_ids), v.missing)
+        logger.info("datanode %s recovered and verified", datanode.node_id)
 
     def _restart(self, datanode: SimDatanode, timeout: float, result: RecoveryResult) -> list[Any]:
         deadline = time.monotonic() + timeout
