@@ -32,9 +32,9 @@ from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.registry import (
     FLUSHED,
-    LATEST,
     MANIFEST,
     NODE,
+    PRUNABLE,
     TOPIC,
     RegionRegistry,
     StatRow,
@@ -199,25 +199,26 @@ class HeartbeatHandler:
             bucket = buckets(topic)
             old = bucket.get(region_id) if bucket is not None else None
             if old is not None:
-                mapped_topic = old[TOPIC]
+                mapped_topic = old[TOPIC]  # equals `topic`: the bucket is keyed by it
+                if flushed < old[FLUSHED]:
+                    old_manifest = old[MANIFEST]
+                    if manifest is None or old_manifest is None or manifest >= old_manifest:
+                        rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
+                        continue
             else:
                 route = route_of(region_id)
                 if route is None:
                     rejected.append({"region_id": region_id, "reason": UNKNOWN_REGION})
                     continue
                 mapped_topic = route.topic
-            if mapped_topic != topic:
-                rejected.append({"region_id": region_id, "reason": TOPIC_MISMATCH})
-                continue
-            if old is not None and flushed < old[FLUSHED]:
-                old_manifest = old[MANIFEST]
-                if manifest is None or old_manifest is None or manifest >= old_manifest:
-                    rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
+                if mapped_topic != topic:
+                    rejected.append({"region_id": region_id, "reason": TOPIC_MISMATCH})
                     continue
 
             batch = accepted.get(mapped_topic)
             if batch is None:
                 batch = accepted[mapped_topic] = {}
+            prunable = flushed if latest is None or latest < flushed else latest
             # The route's topic string, not the parsed copy: a million rows share one.
             batch[region_id] = (
                 node_id,
@@ -227,17 +228,11 @@ class HeartbeatHandler:
                 memtable,
                 manifest,
                 now,
-                flushed if latest is None or latest < flushed else latest,
+                prunable,
             )
-            # Checkpoints hold the prunable id and node: a change in either (or a change
-            # of topic latest that may not move the prunable id; the writer skips those)
-            # makes the region dirty. Most heartbeats of an idle region change nothing.
-            if (
-                old is None
-                or old[FLUSHED] != flushed
-                or old[LATEST] != latest
-                or old[NODE] != node_id
-            ):
+            # Checkpoints hold the prunable id and node: a change in either makes the
+            # region dirty. Most heartbeats of an idle region change nothing.
+            if old is None or old[PRUNABLE] != prunable or old[NODE] != node_id:
                 changed.append(region_id)
 
         topics = [_check_topic_report(i, t) for i, t in enumerate(topic_reports)]
