@@ -29,6 +29,7 @@ import argparse
 import json
 import logging
 import secrets
+import shutil
 import sys
 import tempfile
 import threading
@@ -321,7 +322,8 @@ def _human(n: float | None) -> str:
     return str(n)
 
 
-def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+def run(args: argparse.Namespace, console: Console) -> tuple[dict[str, Any], Path]:
+    """Run the benchmark; return the results and the run directory (config, logs, data)."""
     endpoints = ensure_up()
     bootstrap = args.kafka or endpoints.kafka_bootstrap
     run_id = secrets.token_hex(3)
@@ -414,7 +416,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     since = args.duration / 2
     policies = {name: s.summary(since) for name, s in sampler.series.items()}
     ours = policies[PURGE]
-    return {
+    result = {
         "benchmark": "wal_retention",
         "run_id": run_id,
         "duration_s": args.duration,
@@ -436,8 +438,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             and ours["needed_entries_lost"] == 0
             and sum(r.missing for r in recoveries) == 0
         ),
-        "run_dir": str(run_dir),
     }
+    return result, run_dir
 
 
 def print_report(result: dict[str, Any], console: Console) -> None:
@@ -495,12 +497,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    result = run(args, console)
+    result, run_dir = run(args, console)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print_report(result, console)
     console.print(f"results: {args.out}")
-    return 0 if result["pass"] else 1
+    if not result["pass"]:
+        console.print(f"config, logs and datanode data kept in {run_dir}")
+        return 1
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

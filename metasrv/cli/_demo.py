@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -493,11 +494,15 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         viewer.close()
         metasrv.stop()
         _delete_topics(endpoints.kafka_bootstrap, f"demo_{run_id}_", options.keep_running)
+    logging.getLogger().removeHandler(handler)
+    handler.close()
     if findings.ok:
         console.print(
             "[bold green]demo passed[/bold green]: every acknowledged row recovered, "
             "no needed WAL entry lost"
         )
+        if options.run_dir is None:
+            shutil.rmtree(run_dir, ignore_errors=True)
         return 0
     console.print()
     console.print(f"[bold red]demo FAILED[/bold red]: {_failure_text(findings)}")

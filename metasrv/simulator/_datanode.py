@@ -227,7 +227,7 @@ class SimDatanode:
             self._writer = None
         self._stop_threads()
         self.regions = {}
-        logger.warning("datanode %s killed", self.node_id)
+        logger.info("datanode %s killed", self.node_id)
 
     def region_dirs(self) -> dict[int, Path]:
         """Region directories present in the data dir."""
