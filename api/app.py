@@ -23,6 +23,7 @@ from api.routers import (
     metrics,
     procedures,
     purge,
+    reconcile,
     regions,
     topics,
 )
@@ -56,7 +57,18 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     app.state.auth = Authenticator(settings.auth)
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=settings.http.body_limit)
-    routers = (heartbeat, regions, topics, purge, procedures, health, leader, metrics, dashboard)
+    routers = (
+        heartbeat,
+        regions,
+        topics,
+        purge,
+        procedures,
+        reconcile,
+        health,
+        leader,
+        metrics,
+        dashboard,
+    )
     for module in routers:
         app.include_router(module.router)
     return app

@@ -31,6 +31,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
 from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings
+from metasrv.stat_history import StatHistoryWriter
 from metasrv.ticker import PurgeTicker
 from metasrv.topology import Topology
 from procedures import ProcedureManager
@@ -80,6 +81,8 @@ class Runtime:
     """Runs purge procedures on the leader; resumes unfinished ones on election."""
     ticker: PurgeTicker
     """The auto-prune ticker (idle when the interval and the size trigger are both off)."""
+    stat_history: StatHistoryWriter | None
+    """Region stat snapshots for the reconcile job; None when its interval is 0s."""
     serving: bool = False
     """True while this process leads AND has loaded the map: it may take heartbeats."""
     started_at: float = field(default_factory=time.time)
@@ -131,6 +134,18 @@ class Runtime:
                 settings,
             )
             ticker = PurgeTicker.from_settings(procedures, settings.wal)
+            recon = settings.reconcile
+            stat_history = (
+                StatHistoryWriter(
+                    recon.stat_history_dir,
+                    recon.stat_history_interval,
+                    # A follower's view is empty or outdated: it records nothing.
+                    lambda: registry.snapshot() if election.is_leader else {},
+                    retention=recon.stat_history_retention,
+                )
+                if recon.stat_history_interval > 0
+                else None
+            )
         except BaseException:
             kv.close()
             raise
@@ -149,6 +164,7 @@ class Runtime:
             heartbeats=heartbeats,
             procedures=procedures,
             ticker=ticker,
+            stat_history=stat_history,
         )
 
     async def start(self) -> None:
@@ -158,6 +174,8 @@ class Runtime:
         await self.checkpointer.start()
         await self.procedures.start()
         await self.ticker.start()
+        if self.stat_history is not None:
+            await self.stat_history.start()
         await self.election.start()
 
     async def close(self) -> None:
@@ -166,6 +184,8 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        if self.stat_history is not None:
+            await _quietly(self.stat_history.stop(), "stopping the stat history writer")
         await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
         await _quietly(self.procedures.stop(), "stopping the procedure manager")
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")

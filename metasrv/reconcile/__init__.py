@@ -5,8 +5,7 @@ topic-region map, what regions report in heartbeats, and Kafka.
 The rules are in `_rules.py`, the Spark pass in `_job.py`, repairs in `_apply.py`.
 """
 
-# _tables first: metasrv.sql_schema imports it, and it must not pull the rest in a cycle.
-from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table  # isort: skip
+
 from metasrv.reconcile._apply import (
     Action,
     ActionKind,
@@ -38,6 +37,7 @@ from metasrv.reconcile._run import NullProgress, Progress, RunOptions, RunReport
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._spark import build_session, check_master_reachable
 from metasrv.reconcile._store import RunRecord, latest_run, save_run
+from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table
 
 __all__ = [
     "FINDINGS_SCHEMA",
