@@ -126,10 +126,13 @@ class SimDatanode:
         topic: str,
         *,
         flush_threshold_bytes: int | _Default | None = DEFAULT,
+        observe: bool = True,
     ) -> SimRegion:
         """Open (or create) a region on this datanode. It is reported from the next heartbeat.
 
         `flush_threshold_bytes` None: the region flushes only when the metasrv asks.
+        A new region (`observe`) is given the topic's latest entry id at once (observe_idle).
+        An existing region dir is reopened without replay: use `restart` for that.
         """
         threshold = (
             self.flush_threshold_bytes
@@ -146,6 +149,8 @@ class SimDatanode:
             advance_flushed_when_idle=self.advance_flushed_when_idle,
         )
         self.regions[region_id] = region
+        if observe and region.created:
+            self.observe_idle([region])
         return region
 
     def start(self) -> None:
@@ -264,12 +269,14 @@ class SimDatanode:
                 region_id,
                 manifest.topic,
                 flush_threshold_bytes=threshold if isinstance(threshold, int) else None,
+                observe=False,
             )
             reports.append(
                 region.replay(
                     replay_start(region_id), self.kafka_bootstrap, timeout=self.replay_timeout
                 )
             )
+        self.observe_idle()  # before any write: see observe_idle
         if start:
             self.start()
         return reports
@@ -309,9 +316,14 @@ class SimDatanode:
                 self.last_error = exc
                 logger.warning("datanode %s heartbeat failed: %s", self.node_id, exc)
 
-    def heartbeat_payload(self) -> dict[str, Any]:
-        """Build the DESIGN §5 heartbeat body (reads the topics' high watermarks)."""
-        regions = list(self.regions.values())
+    def observe_idle(self, regions: list[SimRegion] | None = None) -> dict[str, PartitionOffsets]:
+        """Give every idle region the topic's latest entry id; return the offsets read.
+
+        Done on every heartbeat, and when a region opens or restarts before it takes writes:
+        its first write then makes that id its durable flushed id (SimRegion), so a region
+        that opens on a purged topic never reports a flushed id below the log start.
+        """
+        regions = list(self.regions.values()) if regions is None else regions
         tokens = {r.region_id: r.idle_token() for r in regions}
         topics = sorted({r.topic for r in regions})
         # Read after the idle tokens were taken: see SimRegion.observe_latest.
@@ -320,13 +332,18 @@ class SimDatanode:
             offsets = self._admin.offsets(topics) if topics else {}
         except KafkaUnavailable as exc:
             # Still report: flushed ids stay true; idle regions keep their last observation.
-            logger.warning(
-                "datanode %s: no topic offsets for this heartbeat: %s", self.node_id, exc
-            )
+            logger.warning("datanode %s: no topic offsets: %s", self.node_id, exc)
         for region in regions:
             token = tokens[region.region_id]
             if token is not None and region.topic in offsets:
                 region.observe_latest(token, offsets[region.topic].high_watermark - 1)
+        return offsets
+
+    def heartbeat_payload(self) -> dict[str, Any]:
+        """Build the DESIGN §5 heartbeat body (reads the topics' high watermarks)."""
+        regions = list(self.regions.values())
+        topics = sorted({r.topic for r in regions})
+        offsets = self.observe_idle(regions)
         counters = self._writer.counters() if self._writer is not None else {}
         topic_entries = []
         for topic in topics:

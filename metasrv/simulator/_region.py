@@ -140,6 +140,8 @@ class SimRegion:
         self._writer = writer
         self._on_flush_needed = on_flush_needed
         manifest = self._store.load_manifest()
+        self.created = manifest is None
+        """True when this call created the region (no manifest was stored)."""
         if manifest is None:
             manifest = Manifest(region_id, topic, -1, 0, ())
             self._store.commit_manifest(manifest)

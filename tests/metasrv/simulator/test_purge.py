@@ -203,3 +203,34 @@ def test_an_idle_region_that_writes_again_is_not_reported_as_data_loss(
     info = purge(operator, served.topic)
     assert info.state in ("succeeded", "skipped"), (info.error, info.outcome)
     assert crash_and_verify(datanode) == {A: 0, B: 0}
+
+
+def test_regions_opened_or_restarted_behind_the_marker_write_without_a_data_loss_alarm(
+    served: Served, operator: MetasrvClient, datanode: SimDatanode
+) -> None:
+    for region in (A, B):
+        operator.add_region(region, 1, served.topic)
+    quiet = datanode.add_region(A, served.topic)
+    busy = datanode.add_region(B, served.topic)
+    datanode.start()
+    write(quiet, 3)
+    quiet.flush()  # A: flushed 2, then idle
+    write(busy, 10)
+    busy.flush()
+    assert purge(operator, served.topic).state == "succeeded"
+    (plan,) = operator.plan(served.topic)
+    assert plan.pruned_entry_id == 12 > quiet.flushed_entry_id + 1
+
+    datanode.kill()
+    datanode.restart()
+    write(datanode.regions[A], 4)  # at once, before any heartbeat of the new incarnation
+    operator.add_region(C, 1, served.topic)
+    write(datanode.add_region(C, served.topic), 4)  # a new region on a purged topic
+    write(datanode.regions[B], 4)
+    datanode.regions[B].flush()
+    time.sleep(1.0)
+    (plan,) = operator.plan(served.topic)
+    assert plan.data_loss == ()
+    assert plan.blocked_by == ()
+    assert purge(operator, served.topic).state in ("succeeded", "skipped")
+    assert crash_and_verify(datanode) == {A: 0, B: 0, C: 0}
