@@ -7,7 +7,9 @@ the long version (docs/faults.md).
 
 from __future__ import annotations
 
+import fcntl
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,14 +73,31 @@ def summary() -> FaultSummary:
 
 
 @pytest.fixture(scope="session")
-def fault_services() -> Iterator[FaultServices]:
-    """The suite's own Kafka and etcd, started for the session and stopped after it."""
-    services = FaultServices(fault_stack_config())
-    services.up()
-    try:
-        yield services
-    finally:
-        services.down()
+def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
+    """The suite's own Kafka and etcd, started for the session and stopped after it.
+
+    One session at a time per state dir: another one would stop and freeze the same
+    services under this one's feet, so a second session waits for the first.
+    """
+    cfg = fault_stack_config()
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    with (cfg.state_dir / ".session.lock").open("a") as lock:
+        deadline = time.monotonic() + max(30.0, budget.test_timeout - 60)
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another fault-suite session holds {cfg.state_dir}")
+                time.sleep(1.0)
+        services = FaultServices(cfg)
+        try:
+            services.up()
+            yield services
+        finally:
+            services.down()
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
