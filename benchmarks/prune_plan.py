@@ -31,16 +31,17 @@ STAT_TTL = 30.0
 
 def build(
     regions: int, topics: int
-) -> tuple[dict[str, list[RegionRoute]], RegionRegistry, dict[str, PartitionOffsets], float]:
+) -> tuple[dict[str, dict[int, RegionRoute]], RegionRegistry, dict[str, PartitionOffsets], float]:
     names = [f"wal_{t}" for t in range(topics)]
     now = time.monotonic()
-    by_topic: dict[str, list[RegionRoute]] = {t: [] for t in names}
+    # As the topology keeps them: topic -> {region id: route}.
+    by_topic: dict[str, dict[int, RegionRoute]] = {t: {} for t in names}
     registry = RegionRegistry()
     rows: dict[str, dict[int, StatRow]] = {t: {} for t in names}
     for i in range(regions):
         topic = names[i % topics]
         region_id = (1024 + i // 1000) << 32 | (i % 1000)
-        by_topic[topic].append(RegionRoute(region_id, topic, i % 50, None))
+        by_topic[topic][region_id] = RegionRoute(region_id, topic, i % 50, None)
         if i % 99_991 == 0:
             continue  # a handful of regions never reported: their topics are blocked
         age = 100.0 if i % 199_999 == 0 else 1.0  # and a few are stale
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     blocked = sum(1 for p in plans.values() if p.blocked_by)
 
     # Baseline on a few topics, extrapolated; the plans must agree.
-    all_routes = [r for routes in by_topic.values() for r in routes]
+    all_routes = [r for routes in by_topic.values() for r in routes.values()]
     stats = registry.snapshot()
     sample = list(by_topic)[: args.baseline_topics]
     start = time.perf_counter()

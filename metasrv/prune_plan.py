@@ -43,7 +43,7 @@ RETENTION_OVERRUN = "retention_overrun"
 
 def plan_topic(
     topic: str,
-    routes: Iterable[RegionRoute],
+    routes: Iterable[RegionRoute] | Mapping[int, RegionRoute],
     stats: Mapping[int, RegionStat],
     *,
     now: float,
@@ -53,7 +53,8 @@ def plan_topic(
 ) -> TopicPlan:
     """Plan one topic from the regions mapped to it and their latest stats.
 
-    `routes` must be every region mapped to `topic`; `stats` may hold any regions (only
+    `routes` must be every region mapped to `topic` (RegionRoutes, or a mapping region
+    id -> RegionRoute as the topology keeps them); `stats` may hold any regions (only
     mapped ones are read; a `RegionRegistry.snapshot()` is read without building a
     `RegionStat` per region). `now` and each stat's `received_at` are
     `time.monotonic()` values. Returns `prune_point=None` when the topic has no regions
@@ -67,26 +68,25 @@ def plan_topic(
     # A needed entry is lost when log_start > prunable + 1, i.e. prunable < log_start - 1.
     loss_below = log_start - 1 if log_start is not None else None
 
-    route_list = routes if isinstance(routes, list | tuple) else list(routes)
-    count = len(route_list)
+    # Region ids: a Mapping's keys are read without touching a RegionRoute object.
+    ids: list[int] = list(routes) if isinstance(routes, Mapping) else list(map(_region_id, routes))
+    count = len(ids)
     lowest: int | None = None
     blocked: list[BlockingRegion] = []
     lost: list[int] = []
     if count:
-        get = _row_getter(stats, topic)
-        if (
-            isinstance(stats, StatSnapshot)
-            and len(bucket := stats.topic_rows(topic)) == count
-            and bucket.keys() == set(map(_region_id, route_list))
-        ):
-            # Fast path: the rows naming this topic are exactly the mapped regions'.
-            values: list[StatRow | None] = list(bucket.values())
-            lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
+        if isinstance(stats, StatSnapshot):
+            bucket = stats.topic_rows(topic)
+            mapped = routes.keys() if isinstance(routes, Mapping) else set(ids)
+            if len(bucket) == count and bucket.keys() == mapped:
+                # Fast path: the rows naming this topic are exactly the mapped regions'.
+                values: list[StatRow | None] = list(bucket.values())
+                lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
         if lowest is None:
-            rows = list(map(get, map(_region_id, route_list)))
+            rows = list(map(_row_getter(stats, topic), ids))
             lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)
             if lowest is None:
-                lowest, blocked, lost = _scan(route_list, rows, topic, fresh_after, loss_below)
+                lowest, blocked, lost = _scan(ids, rows, topic, fresh_after, loss_below)
 
     prune_point: int | None = None
     if count and not blocked and lowest is not None:
@@ -127,7 +127,7 @@ def _lowest_if_unblocked(
 
 
 def _scan(
-    routes: Sequence[RegionRoute],
+    region_ids: Sequence[int],
     rows: list[StatRow | None],
     topic: str,
     fresh_after: float,
@@ -137,8 +137,7 @@ def _scan(
     lowest: int | None = None
     blocked: list[BlockingRegion] = []
     lost: list[int] = []
-    for route, row in zip(routes, rows, strict=True):
-        region_id = route.region_id
+    for region_id, row in zip(region_ids, rows, strict=True):
         if row is None or row[TOPIC] != topic:
             blocked.append(BlockingRegion(region_id, NO_STAT))
             continue
@@ -187,7 +186,7 @@ def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | N
 
 
 def plan_topics(
-    routes_by_topic: Mapping[str, Collection[RegionRoute]],
+    routes_by_topic: Mapping[str, Collection[RegionRoute] | Mapping[int, RegionRoute]],
     stats: Mapping[int, RegionStat],
     *,
     now: float,

@@ -177,7 +177,7 @@ async def compute_plans(
         offsets = await asyncio.to_thread(fetch_offsets, rt.kafka, used)
     # From here to the plan there is no await: map and stats are one instant's view.
     wanted = set(names)
-    routes = {t: list(r) for t, r in topology.routes_by_topic().items() if t in wanted}
+    routes = {t: dict(r) for t, r in topology.routes_by_topic().items() if t in wanted}
     registry = rt.registry
     # One topic: copy only its rows (a full snapshot copies every region's).
     stats: Mapping[int, RegionStat] = (

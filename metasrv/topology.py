@@ -15,7 +15,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
@@ -190,9 +190,10 @@ class Topology:
         """Every region mapped to `topic` (empty for an unknown topic)."""
         return list(self._by_topic.get(topic, {}).values())
 
-    def routes_by_topic(self) -> dict[str, Collection[RegionRoute]]:
-        """Topic -> its routes, for the planner (views: use before the next `await`)."""
-        return {topic: regions.values() for topic, regions in self._by_topic.items()}
+    def routes_by_topic(self) -> dict[str, Mapping[int, RegionRoute]]:
+        """Topic -> {region id: route}, for the planner (live: copy or use before the
+        next `await`)."""
+        return dict(self._by_topic)
 
     def region_count(self, topic: str | None = None) -> int:
         """Regions mapped to `topic`, or in total."""

@@ -307,7 +307,7 @@ def test_properties(
     registry.update(stats)
     assert p == plan_topic(
         TOPIC,
-        routes,
+        {r.region_id: r for r in routes},  # routes as the topology keeps them
         registry.snapshot(),
         now=NOW,
         stat_ttl=TTL,
@@ -319,7 +319,9 @@ def test_properties(
     rows = [registry.rows.get(r.region_id) for r in routes]
     loss_below = offsets.log_start_offset - 1 if offsets is not None else None
     fast = _lowest_if_unblocked(rows, TOPIC, NOW - TTL, loss_below)
-    lowest, scan_blocked, _ = _scan(routes, rows, TOPIC, NOW - TTL, loss_below)
+    lowest, scan_blocked, _ = _scan(
+        [r.region_id for r in routes], rows, TOPIC, NOW - TTL, loss_below
+    )
     if fast is not None:
         assert (fast, scan_blocked) == (lowest, [])
     else:
