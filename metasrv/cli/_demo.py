@@ -493,7 +493,7 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         operator.close()
         viewer.close()
         metasrv.stop()
-        _delete_topics(endpoints.kafka_bootstrap, f"demo_{run_id}_", options.keep_running)
+        _delete_topics(endpoints.kafka_bootstrap, f"demo_{run_id}_")
     logging.getLogger().removeHandler(handler)
     handler.close()
     if findings.ok:
@@ -524,10 +524,8 @@ def _failure_text(findings: _Findings) -> str:
     return "; ".join(parts)
 
 
-def _delete_topics(bootstrap: str, prefix: str, keep: bool) -> None:
+def _delete_topics(bootstrap: str, prefix: str) -> None:
     """Remove the demo's topics (the stack is shared; don't leave data behind)."""
-    if keep:
-        return
     admin = KafkaAdmin(bootstrap)
     try:
         admin.delete_topics(t for t in admin.list_topics() if t.startswith(prefix))

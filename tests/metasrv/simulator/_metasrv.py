@@ -11,9 +11,9 @@ OPERATOR, DATANODE, VIEWER = "op-token", "dn-token", "viewer-token"
 
 
 def settings(
-    prefix: str, kafka: str, port: int, kv: dict[str, Any], history: str
+    prefix: str, kafka: str, port: int, kv: dict[str, Any], history: str, **wal: Any
 ) -> dict[str, dict[str, Any]]:
-    """Config sections of a metasrv with the ticker off."""
+    """Config sections of a metasrv with the ticker off (`wal` overrides that section)."""
     return {
         "wal": {
             "broker_endpoints": [kafka],
@@ -21,7 +21,9 @@ def settings(
             "topic_name_prefix": prefix,
             "auto_prune_interval": "0s",  # purges only when a test asks
             "region_stat_ttl": "30s",
+            **wal,
         },
+        "procedure": {"retry_delay": "100ms"},
         "http": {"addr": f"127.0.0.1:{port}"},
         "kv": kv,
         "history": {"url": history},

@@ -1,25 +1,21 @@
-"""Purges driven by simulated datanodes on a real metasrv (uvicorn, etcd, Kafka): safety and
-liveness as a datanode sees them. The server comes from tests/api/_live.py's `serve`
-(which mounts the purge routes and a procedure manager where the app does not yet).
+"""Purges driven by simulated datanodes on a real `metasrv start` child (etcd kv, Kafka):
+safety and liveness as a datanode sees them.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-import migrations
 from metasrv.client import MetasrvClient, ProcedureInfo
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.settings import load_settings
 from metasrv.simulator import SimDatanode, SimRegion, free_port
-from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, serve
+from tests.metasrv.simulator._metasrv import DATANODE, OPERATOR, settings, start_metasrv
 
 A, B, C = (11 << 32) | 1, (11 << 32) | 2, (11 << 32) | 3
 
@@ -31,44 +27,38 @@ class Served:
 
 
 @pytest.fixture
-def served(kafka_bootstrap: str, etcd_endpoint: str, tmp_path: Path) -> Iterator[Served]:
-    """A metasrv leader with the ticker off and a 4 KiB flush trigger."""
-    prefix = f"t{uuid.uuid4().hex[:8]}"
-    history = f"sqlite:///{tmp_path / 'history.db'}"
-    migrations.upgrade(history)
-    settings = load_settings(
-        None,
-        wal={
-            "broker_endpoints": [kafka_bootstrap],
-            "num_topics": 1,
-            "topic_name_prefix": prefix,
-            "auto_prune_interval": "0s",
-            "region_stat_ttl": "30s",
-            "flush_trigger_size": "4KB",
-            "flush_wait_timeout": "10s",
-        },
-        procedure={"retry_delay": "100ms"},
-        http={"addr": f"127.0.0.1:{free_port()}"},
-        kv={"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": f"/{prefix}/"},
-        history={"url": history},
-        auth={"datanode_tokens": [DATANODE_TOKEN], "operator_tokens": [OPERATOR_TOKEN]},
-        election={"lease_secs": 2},
+def served(
+    kafka_bootstrap: str, etcd_endpoint: str, unique_prefix: str, tmp_path: Path
+) -> Iterator[Served]:
+    """A metasrv leader on etcd with the ticker off, one topic and a 4 KiB flush trigger."""
+    kv = {"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": f"/{unique_prefix}/"}
+    sections = settings(
+        unique_prefix,
+        kafka_bootstrap,
+        free_port(),
+        kv,
+        f"sqlite:///{tmp_path / 'history.db'}",
+        num_topics=1,
+        flush_trigger_size="4KB",
+        flush_wait_timeout="10s",
     )
+    proc = start_metasrv(tmp_path, "metasrv", sections)
     try:
-        with serve(settings) as url:
-            yield Served(url, f"{prefix}_0")
+        proc.start()
+        yield Served(proc.url, f"{unique_prefix}_0")
     finally:
-        kv = EtcdKv(etcd_endpoint, f"/{prefix}/")
-        kv.delete_prefix("")
-        kv.close()
+        proc.stop()
+        etcd = EtcdKv(etcd_endpoint, f"/{unique_prefix}/")
+        etcd.delete_prefix("")
+        etcd.close()
         admin = KafkaAdmin(kafka_bootstrap)
-        admin.delete_topics(t for t in admin.list_topics() if t.startswith(prefix))
+        admin.delete_topics(t for t in admin.list_topics() if t.startswith(unique_prefix))
         admin.close()
 
 
 @pytest.fixture
 def operator(served: Served) -> Iterator[MetasrvClient]:
-    with MetasrvClient(served.url, token=OPERATOR_TOKEN) as client:
+    with MetasrvClient(served.url, token=OPERATOR) as client:
         yield client
 
 
@@ -78,7 +68,7 @@ def datanode(served: Served, kafka_bootstrap: str, tmp_path: Path) -> Iterator[S
     node = SimDatanode(
         1,
         served.url,
-        DATANODE_TOKEN,
+        DATANODE,
         kafka_bootstrap,
         tmp_path / "dn",
         heartbeat_interval=0.3,
