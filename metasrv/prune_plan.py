@@ -9,13 +9,19 @@ is one of DESIGN §2's invariants:
 - A mapped region with no stat, or a stat older than `stat_ttl`, blocks the topic
   (invariants 2 and 3: after a leader change the stats are empty, so every topic is
   blocked until each of its regions has reported to the new leader).
-- If Kafka's log start offset is above a region's `prunable_entry_id + 1`, entries the
-  region still needs are gone: the region is listed in `data_loss` AND blocks the topic
-  (`retention_overrun`), so the marker never silently moves past the gap (invariant 7).
-  It clears by itself once the region flushes past the gap.
-- P is clamped to the high watermark (invariant 6) and is never negative: Kafka reads
-  DeleteRecords offset -1 as "up to the high watermark", so a region that has flushed
-  nothing (prunable -1) yields P = 0, which deletes nothing.
+- A region's need is measured from `max(prunable_entry_id, pruned_entry_id)`: a region
+  replays from `max(flushed_entry_id, pruned_entry_id) + 1`, so nothing at or below our
+  own marker is ever read again. Without this, a region that was idle while the marker
+  moved (it reported the topic's latest id) and then wrote again, or one registered after
+  a purge, would fall below the marker and read as WAL data loss. (DESIGN §1-2 state the
+  rules with the raw prunable id; this is the one refinement, noted in the README.)
+- If Kafka's log start offset is above that need + 1, entries the region still needs are
+  gone: the region is listed in `data_loss` AND blocks the topic (`retention_overrun`), so
+  the marker never silently moves past the gap (invariant 7). It clears by itself once
+  the region flushes past the gap.
+- P is clamped to the high watermark (invariant 6) and never raised: a region that has
+  flushed nothing gives P = -1, "nothing to delete". (Kafka reads a DeleteRecords offset
+  of -1 as "everything"; the Kafka adapter refuses negative offsets outright.)
 """
 
 from __future__ import annotations
@@ -65,8 +71,12 @@ def plan_topic(
     # Ages above this are stale; comparing received_at to one threshold avoids a
     # subtraction per region (this loop runs once per region, up to millions of times).
     fresh_after = now - stat_ttl
-    # A needed entry is lost when log_start > prunable + 1, i.e. prunable < log_start - 1.
+    # A needed entry is lost when log_start > max(prunable, marker) + 1, i.e. when
+    # prunable < log_start - 1 and the marker is too; a marker at or above that bound
+    # means our own purge made the gap, and no region replays below the marker.
     loss_below = log_start - 1 if log_start is not None else None
+    if loss_below is not None and pruned_entry_id is not None and pruned_entry_id >= loss_below:
+        loss_below = None
 
     # Region ids: a Mapping's keys are read without touching a RegionRoute object.
     ids: list[int] = list(routes) if isinstance(routes, Mapping) else list(map(_region_id, routes))
@@ -90,7 +100,8 @@ def plan_topic(
 
     prune_point: int | None = None
     if count and not blocked and lowest is not None:
-        prune_point = max(lowest, 0)
+        # min(max(prunable_i, marker)) == max(min(prunable_i), marker).
+        prune_point = lowest if pruned_entry_id is None else max(lowest, pruned_entry_id)
         if high_watermark is not None and prune_point > high_watermark:
             prune_point = high_watermark
 

@@ -143,22 +143,23 @@ def marker_safe_point(inputs: PlanInputs) -> int | None:
     """The plan's P, lowered so the marker never claims an entry some region still needs.
 
     The marker says "entries <= P are needed by no region" (replay starts at
-    max(flushed_entry_id, pruned_entry_id) + 1). The planner clamps P into [0, high
-    watermark] for DeleteRecords' sake, which can overstate that: a region that flushed
-    nothing (prunable -1) gets P = 0, and a P at the high watermark names an entry not
-    written yet, which its writer will need. Here P is at most the lowest prunable id and
-    at most the latest written entry (high watermark - 1); -1 means nothing to purge.
+    max(flushed_entry_id, pruned_entry_id) + 1). The planner clamps P to the high
+    watermark for DeleteRecords' sake, which can overstate that: a P at the high
+    watermark names an entry not written yet, which its writer will need. Here P is at
+    most each region's need, max(prunable id, current marker) (see metasrv/prune_plan.py),
+    and at most the latest written entry (high watermark - 1); -1 means nothing to purge.
     None when the plan is blocked.
     """
     plan = inputs.plan
     if plan.prune_point is None:
         return None
     target = plan.prune_point
+    marker = plan.pruned_entry_id if plan.pruned_entry_id is not None else -1
     for route in inputs.routes:
         stat = inputs.stats.get(route.region_id)
         if stat is None:  # the planner blocks on this; never guess
             return None
-        target = min(target, stat.prunable_entry_id)
+        target = min(target, max(stat.prunable_entry_id, marker))
     if plan.high_watermark is not None:
         target = min(target, plan.high_watermark - 1)
     return max(target, -1)

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from metasrv.errors import KafkaRejected, KafkaUnavailable, MetasrvError, NotFound
+from metasrv.errors import InvalidArgument, KafkaRejected, KafkaUnavailable, MetasrvError, NotFound
 from metasrv.model import PartitionOffsets
 
 logger = logging.getLogger(__name__)
@@ -187,6 +187,10 @@ class KafkaAdmin:
         """
         if not targets:
             return {}
+        negative = {t: off for t, off in targets.items() if off < 0}
+        if negative:
+            # Kafka reads offset -1 as "delete everything up to the high watermark".
+            raise InvalidArgument(f"refusing DeleteRecords at negative offsets: {negative}")
         partitions = [TopicPartition(t, 0, off) for t, off in sorted(targets.items())]
         try:
             futures = self._client.delete_records(

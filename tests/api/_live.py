@@ -16,26 +16,21 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 from confluent_kafka import Producer
-from fastapi import FastAPI
 
 import migrations
 from api.app import create_app
-from api.routers import procedures as procedures_routes
-from api.routers import purge as purge_routes
 from metasrv.client import MetasrvClient, ProcedureInfo
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
 from metasrv.settings import Settings, load_settings
-from procedures import ProcedureManager
 
 DATANODE_TOKEN = "test-datanode-token"
 OPERATOR_TOKEN = "test-operator-token"
@@ -119,7 +114,6 @@ def serve(settings: Settings, *, ready_timeout: float = 60.0) -> Iterator[str]:
     """Serve the app until the block ends; yields its base URL once it leads and serves."""
     host, _, port = settings.http.addr.rpartition(":")
     app = create_app(settings)
-    _interim_wiring(app)
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="metasrv-uvicorn", daemon=True)
@@ -131,40 +125,6 @@ def serve(settings: Settings, *, ready_timeout: float = 60.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-
-
-def _interim_wiring(app: FastAPI) -> None:
-    """Mount the operator routers and a procedure manager if the app does not yet.
-
-    Only until the lead wires both into `create_app` / `Runtime`; then this does nothing.
-    """
-    paths = {getattr(route, "path", None) for route in app.routes}
-    if "/v1/purge" not in paths:
-        app.include_router(purge_routes.router)
-        app.include_router(procedures_routes.router)
-    inner = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(app_: FastAPI) -> AsyncIterator[Any]:
-        async with inner(app_) as state:
-            rt = app_.state.runtime
-            if rt.procedures is None:
-                rt.procedures = ProcedureManager(
-                    rt.kv,
-                    rt.history,
-                    rt.election,
-                    rt.kafka,
-                    rt.registry,
-                    rt.topology,
-                    rt.mailbox,
-                    rt.locks,
-                    rt.metrics,
-                    rt.settings,
-                )
-                await rt.procedures.start()
-            yield state
-
-    app.router.lifespan_context = lifespan
 
 
 def _wait_serving(url: str, thread: threading.Thread, timeout: float) -> None:

@@ -202,25 +202,68 @@ def test_overrun_checked_only_for_fresh_stats() -> None:
     assert p.data_loss == ()
 
 
-# --- never negative (Kafka DeleteRecords offset -1 means "everything") --------------------
+# --- never raised (Kafka DeleteRecords offset -1 means "everything") ----------------------
 
 
-def test_nothing_flushed_gives_prune_point_zero_not_minus_one() -> None:
+def test_nothing_flushed_gives_prune_point_minus_one_nothing_to_delete() -> None:
+    # Raising P to 0 would store marker 0 and make the region replay from 1, losing entry 0.
     p = plan([route(1), route(2)], [stat(1, -1), stat(2, 50)], offsets=PartitionOffsets(0, 100))
-    assert p.prune_point == 0
+    assert p.prune_point == -1
     assert p.reclaimable_entries == 0
 
 
-def test_prune_point_below_pruned_marker_is_reported_but_not_work() -> None:
-    # A region registered after the last purge may report less than the marker.
+# --- the marker: a region's need is max(prunable, pruned_entry_id) ----------------------
+
+
+def test_region_below_marker_needs_nothing_below_it() -> None:
+    # Region 1 reported less than the marker (registered after the purge, or idle while the
+    # marker moved and then written again): it replays from max(10, 50) + 1 anyway.
     p = plan(
         [route(1), route(2)],
-        [stat(1, 10, latest=10), stat(2, 200)],
+        [stat(1, 10), stat(2, 200)],
         pruned=50,
-        offsets=PartitionOffsets(11, 300),
+        offsets=PartitionOffsets(50, 300),
     )
-    assert p.prune_point == 10
+    assert p.prune_point == 50
     assert p.reclaimable_entries == 0
+    assert p.data_loss == ()
+    assert p.blocked_by == ()
+
+
+def test_idle_region_that_writes_again_is_not_data_loss() -> None:
+    # Idle at topic latest 12 -> purge to 12; then it writes 13.. and reports flushed 2 again.
+    p = plan(
+        [route(1), route(2)],
+        [stat(1, 2), stat(2, 17)],
+        pruned=12,
+        offsets=PartitionOffsets(12, 18),
+    )
+    assert p.data_loss == ()
+    assert p.prune_point == 12  # no progress until region 1 flushes, but not blocked
+
+
+def test_new_region_with_nothing_flushed_on_a_purged_topic_is_not_data_loss() -> None:
+    p = plan(
+        [route(1), route(2)],
+        [stat(1, -1), stat(2, 90)],
+        pruned=40,
+        offsets=PartitionOffsets(40, 100),
+    )
+    assert p.data_loss == ()
+    assert p.prune_point == 40
+
+
+def test_retention_past_the_marker_is_still_data_loss() -> None:
+    # Kafka retention (not us) deleted up to 70; our marker is 40; region 1 needs 41..
+    p = plan(
+        [route(1), route(2)],
+        [stat(1, 45), stat(2, 90)],
+        pruned=40,
+        offsets=PartitionOffsets(70, 100),
+    )
+    assert p.data_loss == (1,)
+    assert reasons(p) == {1: RETENTION_OVERRUN}
+    assert p.prune_point is None
 
 
 # --- many topics --------------------------------------------------------------------------
@@ -331,11 +374,8 @@ def test_properties(
     for i, (has, *_rest) in enumerate(cases):
         s = by_id.get(i)
         missing_or_stale = not has or s is None or NOW - s.received_at > TTL
-        overrun = (
-            s is not None
-            and offsets is not None
-            and offsets.log_start_offset > s.prunable_entry_id + 1
-        )
+        need = None if s is None else max(s.prunable_entry_id, -1 if pruned is None else pruned)
+        overrun = need is not None and offsets is not None and offsets.log_start_offset > need + 1
         if missing_or_stale or overrun:
             expected_blocked.add(i)
     assert {b.region_id for b in p.blocked_by} == expected_blocked
@@ -346,16 +386,18 @@ def test_properties(
         assert p.reclaimable_entries == 0
         return
     assert p.prune_point is not None
-    # Invariant 1: the cut never passes an entry any mapped region still needs
-    # (P = 0 deletes nothing, so a region that flushed nothing is safe too).
-    for s in stats:
-        assert p.prune_point <= max(s.prunable_entry_id, 0)
-    assert p.prune_point == max(0, min(s.prunable_entry_id for s in stats)) or (
+    # Invariant 1: the cut never passes an entry any mapped region still needs; a region's
+    # need starts above max(prunable, marker), since replay starts there.
+    marker = -1 if pruned is None else pruned
+    needs = [max(s.prunable_entry_id, marker) for s in stats]
+    for need in needs:
+        assert p.prune_point <= need
+    assert p.prune_point == min(needs) or (
         offsets is not None and p.prune_point == offsets.high_watermark
     )
     # Invariant 6.
     if offsets is not None:
         assert p.prune_point <= offsets.high_watermark
         assert p.reclaimable_entries == max(0, p.prune_point - offsets.log_start_offset)
-    assert p.prune_point >= 0
+    assert p.prune_point >= -1
     assert p.reclaimable_entries >= 0

@@ -151,19 +151,7 @@ def test_a_slow_region_is_asked_to_flush_once_its_replay_grows(
     "advance",
     [
         pytest.param(True, id="advancing"),
-        pytest.param(
-            False,
-            id="design-literal",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "metasrv: a region that stops reporting topic_latest_entry_id when it "
-                    "writes again has prunable = flushed_entry_id < pruned_entry_id, which the "
-                    "planner reports as WAL data loss (retention_overrun) though nothing it "
-                    "needs is gone, and the topic is blocked until that region flushes"
-                ),
-            ),
-        ),
+        pytest.param(False, id="design-literal"),
     ],
 )
 def test_an_idle_region_that_writes_again_is_not_reported_as_data_loss(
