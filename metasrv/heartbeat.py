@@ -30,6 +30,7 @@ from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
+from metasrv.model import RegionStat
 from metasrv.registry import (
     FLUSHED,
     MANIFEST,
@@ -118,6 +119,7 @@ class HeartbeatHandler:
         *,
         leader_addr: Callable[[], str | None],
         clock: Callable[[], float] = time.monotonic,
+        on_misrouted: Callable[[list[RegionStat]], None] | None = None,
     ) -> None:
         self._registry = registry
         self._topology = topology
@@ -126,6 +128,9 @@ class HeartbeatHandler:
         self._metrics = metrics
         self._leader_addr = leader_addr
         self._clock = clock
+        # Reports of unmapped regions, or on a topic other than the mapped one, are stored
+        # nowhere here; the stat history keeps them for the reconcile job.
+        self._on_misrouted = on_misrouted
         self._heartbeats = metrics.heartbeats
         self._region_stats = metrics.region_stats
         self._rejected = {r: metrics.region_stats_rejected.labels(r) for r in REJECT_REASONS}
@@ -161,6 +166,8 @@ class HeartbeatHandler:
         accepted: dict[str, dict[int, StatRow]] = {}  # by topic, as the registry stores them
         changed: list[int] = []
         rejected: list[dict[str, Any]] = []
+        misrouted: list[RegionStat] = []
+        keep_misrouted = self._on_misrouted is not None
         route_of = self._topology.routes.get
         buckets = self._registry.buckets.get
 
@@ -207,13 +214,17 @@ class HeartbeatHandler:
                         continue
             else:
                 route = route_of(region_id)
-                if route is None:
-                    rejected.append({"region_id": region_id, "reason": UNKNOWN_REGION})
+                if route is None or route.topic != topic:
+                    reason = UNKNOWN_REGION if route is None else TOPIC_MISMATCH
+                    rejected.append({"region_id": region_id, "reason": reason})
+                    if keep_misrouted:
+                        misrouted.append(
+                            RegionStat(
+                                region_id, node_id, topic, flushed, latest, memtable, manifest, now
+                            )
+                        )
                     continue
                 mapped_topic = route.topic
-                if mapped_topic != topic:
-                    rejected.append({"region_id": region_id, "reason": TOPIC_MISMATCH})
-                    continue
 
             batch = accepted.get(mapped_topic)
             if batch is None:
@@ -255,6 +266,8 @@ class HeartbeatHandler:
             self._region_stats.inc(count)
         for item in rejected:
             self._rejected[item["reason"]].inc()
+        if misrouted and self._on_misrouted is not None:
+            self._on_misrouted(misrouted)
         return orjson.dumps(
             {
                 "leader": self._leader_addr(),

@@ -112,6 +112,18 @@ class Runtime:
                 lambda route: registry.discard(route.region_id, route.topic)
             )
             topology.removal_listeners.append(lambda route: checkpointer.discard(route.region_id))
+            recon = settings.reconcile
+            stat_history = (
+                StatHistoryWriter(
+                    recon.stat_history_dir,
+                    recon.stat_history_interval,
+                    # A follower's view is empty or outdated: it records nothing.
+                    lambda: registry.snapshot() if election.is_leader else {},
+                    retention=recon.stat_history_retention,
+                )
+                if recon.stat_history_interval > 0
+                else None
+            )
             heartbeats = HeartbeatHandler(
                 registry,
                 topology,
@@ -119,6 +131,7 @@ class Runtime:
                 checkpointer,
                 metrics,
                 leader_addr=election.leader_addr,
+                on_misrouted=stat_history.record_rejected if stat_history is not None else None,
             )
             history = create_engine(history_url(settings.history.url))
             procedures = ProcedureManager(
@@ -134,18 +147,6 @@ class Runtime:
                 settings,
             )
             ticker = PurgeTicker.from_settings(procedures, settings.wal)
-            recon = settings.reconcile
-            stat_history = (
-                StatHistoryWriter(
-                    recon.stat_history_dir,
-                    recon.stat_history_interval,
-                    # A follower's view is empty or outdated: it records nothing.
-                    lambda: registry.snapshot() if election.is_leader else {},
-                    retention=recon.stat_history_retention,
-                )
-                if recon.stat_history_interval > 0
-                else None
-            )
         except BaseException:
             kv.close()
             raise

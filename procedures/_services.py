@@ -47,6 +47,10 @@ class StatSource(Protocol):
         """Latest stat of every region that reported to this leader."""
         ...
 
+    def topic_snapshot(self, topic: str) -> Mapping[int, RegionStat]:
+        """Latest stat of every region that reported on `topic` (cheap: one topic's rows)."""
+        ...
+
     def topic_stat(self, topic: str) -> TopicStat | None:
         """What datanodes last said about `topic`."""
         ...

@@ -339,7 +339,7 @@ class WalPurge(Procedure[PurgeData]):
         waiting = {t.region_id: t.prunable_entry_id for t in self.data.flush}
         flushed: set[int] = set()
         while True:
-            stats = services.registry.snapshot()
+            stats = services.registry.topic_snapshot(self.data.topic)
             for region_id, before in waiting.items():
                 stat = stats.get(region_id)
                 if stat is not None and stat.prunable_entry_id > before:

@@ -50,6 +50,7 @@ class Setup:
             lambda r: self.registry.discard(r.region_id, r.topic)
         )
         self.clock = Clock()
+        self.misrouted: list[RegionStat] = []
         self.handler = HeartbeatHandler(
             self.registry,
             self.topology,
@@ -58,6 +59,7 @@ class Setup:
             self.metrics,
             leader_addr=lambda: "leader:4000",
             clock=self.clock,
+            on_misrouted=self.misrouted.extend,
         )
 
     def beat(self, regions: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -324,3 +326,13 @@ async def test_big_heartbeat_round_trip(kafka_bootstrap: str) -> None:
             assert stat is not None and stat.flushed_entry_id == i and stat.topic == f"t_{i % 4}"
     finally:
         kv.close()
+
+
+async def test_unmapped_and_misrouted_reports_go_to_the_stat_history_hook(hb: Setup) -> None:
+    resp = hb.beat([region(1, 10), region(99, 5), region(3, 4, topic="t_0")])
+    assert rejected(resp) == {99: "unknown_region", 3: "topic_mismatch"}
+    assert [(s.region_id, s.topic, s.flushed_entry_id) for s in hb.misrouted] == [
+        (99, "t_0", 5),
+        (3, "t_0", 4),
+    ]
+    assert hb.registry.get(99) is None
