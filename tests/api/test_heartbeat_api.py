@@ -64,7 +64,7 @@ def test_heartbeat_stats_show_up_in_topics_regions_and_plan(
     assert topic["region_count"] == 2
     assert topic["latest_entry_id"] == -1
     assert topic["blocked_by"] == []
-    assert topic["prune_point"] == 0  # nothing flushed: P = 0 deletes nothing
+    assert topic["prune_point"] == -1  # nothing flushed: P = -1, nothing to delete
     listed = {t["topic"]: t for t in client.get("/v1/topics").json()["topics"]}
     assert listed[t0]["region_count"] == 2
     assert len(listed) == 3  # the pool
