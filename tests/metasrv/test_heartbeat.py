@@ -336,3 +336,111 @@ async def test_unmapped_and_misrouted_reports_go_to_the_stat_history_hook(hb: Se
         (3, "t_0", 4),
     ]
     assert hb.registry.get(99) is None
+
+
+# Decoding edge cases: the body is decoded by msgspec, and a body it refuses is checked
+# again field by field; the answers must be the ones the field checks give.
+WIDE_ERRORS: list[tuple[str, bytes, list[Any]]] = [
+    (
+        "bool id",
+        b'{"node_id":1,"regions":[{"region_id":true,"topic":"t_0","flushed_entry_id":1,'
+        b'"memtable_bytes":0}]}',
+        ["regions", 0, "region_id"],
+    ),
+    (
+        "float flushed",
+        b'{"node_id":1,"regions":[{"region_id":1,"topic":"t_0","flushed_entry_id":5.0,'
+        b'"memtable_bytes":0}]}',
+        ["regions", 0, "flushed_entry_id"],
+    ),
+    (
+        "exponent memtable",
+        b'{"node_id":1,"regions":[{"region_id":1,"topic":"t_0","flushed_entry_id":5,'
+        b'"memtable_bytes":1e3}]}',
+        ["regions", 0, "memtable_bytes"],
+    ),
+    (
+        "id wider than u64",
+        b'{"node_id":1,"regions":[{"region_id":18446744073709551616,"topic":"t_0",'
+        b'"flushed_entry_id":5,"memtable_bytes":0}]}',
+        ["regions", 0, "region_id"],
+    ),
+    (
+        "flushed below i64",
+        b'{"node_id":1,"regions":[{"region_id":1,"topic":"t_0",'
+        b'"flushed_entry_id":-9223372036854775809,"memtable_bytes":0}]}',
+        ["regions", 0, "flushed_entry_id"],
+    ),
+    (
+        "bool manifest",
+        b'{"node_id":1,"regions":[{"region_id":1,"topic":"t_0","flushed_entry_id":5,'
+        b'"memtable_bytes":0,"manifest_version":true}]}',
+        ["regions", 0, "manifest_version"],
+    ),
+    ("node_id wider than u64", b'{"node_id":18446744073709551616,"regions":[]}', ["node_id"]),
+    ("float node_id", b'{"node_id":1.5,"regions":[]}', ["node_id"]),
+    (
+        "bool record_num",
+        b'{"node_id":1,"regions":[],"topics":[{"topic":"t_0","latest_entry_id":1,'
+        b'"record_size":1,"record_num":false}]}',
+        ["topics", 0, "record_num"],
+    ),
+    (
+        "empty topic in report",
+        b'{"node_id":1,"regions":[],"topics":[{"topic":"","latest_entry_id":1,'
+        b'"record_size":1,"record_num":1}]}',
+        ["topics", 0, "topic"],
+    ),
+    (
+        "second region bad, first good",
+        b'{"node_id":1,"regions":[{"region_id":1,"topic":"t_0","flushed_entry_id":5,'
+        b'"memtable_bytes":0},{"region_id":2,"topic":null,"flushed_entry_id":5,'
+        b'"memtable_bytes":0}]}',
+        ["regions", 1, "topic"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "loc"), WIDE_ERRORS, ids=[n for n, _, _ in WIDE_ERRORS])
+async def test_decoding_edge_cases_are_422_with_the_field(
+    hb: Setup, name: str, body: bytes, loc: list[Any]
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        hb.handler.handle(body)
+    assert info.value.details["errors"][0]["loc"] == ["body", *loc]
+    assert hb.registry.get(1) is None
+    assert hb.metrics.heartbeats._value.get() == 0
+
+
+async def test_u64_values_above_i64_are_accepted_as_before(hb: Setup) -> None:
+    # orjson always parsed [2**63, 2**64) as integers; the decoder's int64 bounds send such
+    # a body to the field checks, which accept it.
+    big = 2**64 - 1
+    resp = hb.beat(
+        [region(1, 2**63), region(big, 5), region(2, 7, memtable=big, manifest=2**63)],
+        topics=[{"topic": "t_0", "latest_entry_id": big, "record_size": big, "record_num": 1}],
+    )
+    assert rejected(resp) == {big: "unknown_region"}
+    stat1, stat2 = hb.registry.get(1), hb.registry.get(2)
+    assert stat1 is not None and stat1.flushed_entry_id == 2**63
+    assert stat2 is not None and stat2.memtable_bytes == big and stat2.manifest_version == 2**63
+    topic = hb.registry.topic_stat("t_0")
+    assert topic is not None and topic.latest_entry_id == big
+    assert [s.region_id for s in hb.misrouted] == [big]
+
+
+async def test_unknown_fields_are_ignored_and_optional_fields_may_be_null_or_absent(
+    hb: Setup,
+) -> None:
+    body = (
+        b'{"node_id":1,"future":{"x":[1,2.5,null]},"addr":null,"topics":null,"regions":['
+        b'{"region_id":1,"topic":"t_0","flushed_entry_id":5,"memtable_bytes":0,"extra":"y"},'
+        b'{"region_id":2,"topic":"t_0","flushed_entry_id":6,"memtable_bytes":0,'
+        b'"topic_latest_entry_id":null,"manifest_version":null}]}'
+    )
+    assert orjson.loads(hb.handler.handle(body))["rejected"] == []
+    stat1, stat2 = hb.registry.get(1), hb.registry.get(2)
+    assert stat1 is not None and stat1.topic_latest_entry_id is None
+    assert stat1.manifest_version is None and stat1.flushed_entry_id == 5
+    assert stat2 is not None and stat2.flushed_entry_id == 6
+    assert hb.registry.nodes()[1].addr is None
