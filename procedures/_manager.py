@@ -281,6 +281,13 @@ class ProcedureManager:
     def _forget_task(self, procedure_id: str, task: asyncio.Task[None]) -> None:
         if self._tasks.get(procedure_id) is task:
             del self._tasks[procedure_id]
+        done = self._done.get(procedure_id)
+        if done is not None and not done.is_set():
+            # Stopped before a terminal state (leadership lost, abandoned): another leader
+            # will finish it, so wake our waiters (e.g. a ticker round) now rather than
+            # never; a later resume here gets a fresh event.
+            del self._done[procedure_id]
+            done.set()
         if not task.cancelled() and task.exception() is not None:
             logger.error(
                 "procedure task crashed",
