@@ -335,6 +335,19 @@ class FaultCluster:
 
     # --- checks -------------------------------------------------------------------------
 
+    def wait_purge_progress(self, before: dict[str, int], timeout: float = 60.0) -> None:
+        """Some topic's `pruned_entry_id` moves past `before` (purges work again)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(MetasrvError):  # a service may still be coming back
+                self.monitor.sample()
+            if any(m > before.get(t, -1) for t, m in self.monitor.markers.items()):
+                return
+            self.run_for(0.5)
+        raise AssertionError(
+            f"no purge completed within {timeout}s after the fault: {self.monitor.markers}"
+        )
+
     def run_for(self, seconds: float) -> None:
         """Let the load run, surfacing a crashed writer or datanode loop."""
         deadline = time.monotonic() + seconds

@@ -111,6 +111,45 @@ def test_paused_leader_commits_nothing_after_it_continues(
     assert result.acknowledged > 0
 
 
+def test_leadership_returning_to_a_process_restarts_its_auto_purges(
+    cluster: FaultCluster, budget: FaultBudget, summary: FaultSummary
+) -> None:
+    """A loses the lease while its ticker waits on purges it submitted; B finishes them;
+    A leads again: A's ticker must purge again (it once waited forever on the purges B
+    had finished)."""
+    lease = cluster.spec.lease_secs
+    a, _ = cluster.wait_leader()
+    assert cluster.wait_in_flight(), "no purge ever started"
+    a.pause()
+    summary.fault()
+    waited_on = sorted(cluster.unfinished())
+    b, _ = cluster.wait_leader(timeout=lease + 30, exclude=a)
+    # B finishes the purges A's ticker round is still waiting for.
+    cluster.finish_resumed(waited_on)
+    a.resume()
+    _wait_refers_to(a.url, b.addr, timeout=lease + 10)
+    # Only A may win the next election: the third daemon is paused while B dies.
+    others = [d for d in cluster.daemons if d is not a and d is not b]
+    for daemon in others:
+        daemon.pause()
+    _, interrupted = cluster.kill_leader()
+    summary.fault(1 + len(others))
+    try:
+        again, _ = cluster.wait_leader(timeout=lease + 30)
+        assert again is a, again.name
+    finally:
+        for daemon in others:
+            daemon.resume()
+    cluster.finish_resumed(interrupted)
+    markers = dict(cluster.monitor.markers)
+    cluster.wait_purge_progress(markers, timeout=30)
+    b.start()
+    cluster.run_for(budget.settle)
+    result = cluster.recovery_check()
+    result.assert_ok()
+    assert result.acknowledged > 0
+
+
 def _wait_refers_to(url: str, leader: str, timeout: float) -> None:
     """The process answers heartbeats with 421 naming `leader` (it knows it was deposed)."""
     body: dict[str, object] = {"node_id": 0, "addr": None, "regions": [], "topics": []}

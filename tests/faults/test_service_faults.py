@@ -8,32 +8,16 @@ acknowledged row must survive a crash of every datanode.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import pytest
 
-from metasrv.errors import MetasrvError
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster
 from tests.faults._services import FaultServices
 from tests.faults._summary import FaultSummary
 
 pytestmark = pytest.mark.faults
-
-
-def _wait_purge_progress(cluster: FaultCluster, before: dict[str, int], timeout: float) -> None:
-    """Some topic's `pruned_entry_id` moves past `before` (purges work again)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(MetasrvError):  # a service may still be coming back
-            cluster.monitor.sample()
-        if any(m > before.get(t, -1) for t, m in cluster.monitor.markers.items()):
-            return
-        cluster.run_for(0.5)
-    raise AssertionError(
-        f"no purge completed within {timeout}s after the fault: {cluster.monitor.markers}"
-    )
 
 
 def test_etcd_restart(
@@ -52,7 +36,7 @@ def test_etcd_restart(
         # Only a new term resumes; a leader whose lease survived the restart just goes on.
         cluster.finish_resumed(interrupted, count=new_term != term)
         print(f"etcd restart: {leader.name} leads (term changed: {new_term != term})")
-        _wait_purge_progress(cluster, markers, timeout=60)
+        cluster.wait_purge_progress(markers, timeout=60)
         cluster.run_for(budget.settle)
     result = cluster.recovery_check()
     result.assert_ok()
@@ -80,7 +64,7 @@ def test_etcd_frozen_longer_than_lease(
         leader, _ = cluster.wait_leader(timeout=60, after_term=term)
         cluster.finish_resumed(interrupted)
         print(f"etcd frozen {budget.etcd_pause:.0f}s: {leader.name} leads in a new term")
-        _wait_purge_progress(cluster, markers, timeout=60)
+        cluster.wait_purge_progress(markers, timeout=60)
         cluster.run_for(budget.settle)
     result = cluster.recovery_check()
     result.assert_ok()
@@ -101,7 +85,7 @@ def test_kafka_broker_down(
         markers = dict(cluster.monitor.markers)
         fault_services.start("kafka")
         print(f"Kafka down for {time.monotonic() - down_at:.1f}s (stop, wait, start)")
-        _wait_purge_progress(cluster, markers, timeout=90)
+        cluster.wait_purge_progress(markers, timeout=90)
         cluster.run_for(budget.settle)
     result = cluster.recovery_check()
     result.assert_ok()
