@@ -123,6 +123,16 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal", "internal error")
 
 
+async def render_error(
+    request: Request, exc: MetasrvError | StarletteHTTPException
+) -> JSONResponse:
+    """The response the app's handler gives `exc`, for ASGI code that runs outside the
+    routes (the heartbeat fast path)."""
+    if isinstance(exc, MetasrvError):
+        return await _metasrv_error(request, exc)
+    return await _http_error(request, exc)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register one handler per base class, plus request validation and HTTP errors."""
     for cls in STATUS_BY_ERROR:
