@@ -56,6 +56,8 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     app.state.settings = settings
     app.state.auth = Authenticator(settings.auth)
     install_error_handlers(app)
+    # Added first, so it runs inside the body limit (the last added runs outermost).
+    app.add_middleware(heartbeat.HeartbeatFastPath)
     app.add_middleware(BodyLimitMiddleware, limit=settings.http.body_limit)
     routers = (
         heartbeat,

@@ -210,3 +210,16 @@ def test_checkpoints_are_batched_into_etcd(
     again = etcd.get(key1)
     assert again is not None and again.mod_revision == revision
     assert server.runtime.metrics.checkpoint_writes._value.get() == 2
+
+
+def test_heartbeat_fast_path_runs_inside_the_body_limit(make_settings: SettingsFactory) -> None:
+    # The fast path serves POST /v1/heartbeat ahead of FastAPI's routing; it must sit inside
+    # the body limit middleware or oversized heartbeats would be read whole (the 413 tests
+    # above check the responses).
+    from api import create_app
+    from api.limits import BodyLimitMiddleware
+    from api.routers.heartbeat import HeartbeatFastPath
+
+    app = create_app(make_settings())
+    outermost_first: list[object] = [m.cls for m in app.user_middleware]
+    assert outermost_first == [BodyLimitMiddleware, HeartbeatFastPath]
