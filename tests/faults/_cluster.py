@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metasrv import keys
-from metasrv.errors import MetasrvError, Unavailable, WalDataLoss
+from metasrv.errors import MetasrvError, NotLeader, Unavailable, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.simulator import SimDatanode, SimRegion, Workload, WorkloadConfig, render_config
@@ -376,6 +376,13 @@ class FaultCluster:
         workload.start()
         return result
 
+    def assert_recovers(self) -> RecoveryResult:
+        """`recovery_check()`, which must find nothing wrong, and some rows to verify."""
+        result = self.recovery_check()
+        result.assert_ok()
+        assert result.acknowledged > 0, "no acknowledged rows: the load did not run"
+        return result
+
     def recover_node(
         self, datanode: SimDatanode, result: RecoveryResult, *, timeout: float = 120.0
     ) -> None:
@@ -399,8 +406,9 @@ class FaultCluster:
             except WalDataLoss as exc:
                 result.data_loss.append(f"datanode {datanode.node_id}: {exc}")
                 return datanode.restart(self._replay_what_is_left(datanode))
-            except Unavailable:
-                # No serving leader yet (just elected, loading the map): try again.
+            except (Unavailable, NotLeader):
+                # No serving leader yet (an election under way, followers still naming the
+                # old leader, or a new one loading the map): try again.
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)

@@ -15,15 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, pool, text
-from sqlalchemy.engine import make_url
 
 import migrations
-from metasrv.kv._sql import normalize_url
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster
 from tests.faults._services import FaultServices, fault_stack_config
 from tests.faults._summary import FaultSummary
+from tests.metasrv.kv._pgschema import fresh_schema
 
 _HERE = Path(__file__).resolve().parent
 SUMMARY = FaultSummary()
@@ -103,20 +101,9 @@ def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
 @pytest.fixture(scope="session")
 def fault_history_url(postgres_url: str) -> Iterator[str]:
     """A migrated PostgreSQL schema for the daemons' SQL history (dropped at the end)."""
-    base = normalize_url(postgres_url)
-    schema = f"faults_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, poolclass=pool.NullPool)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-        rendered = url.render_as_string(hide_password=False)
-        migrations.upgrade(rendered)
-        yield rendered
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    with fresh_schema(postgres_url) as url:
+        migrations.upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="module")

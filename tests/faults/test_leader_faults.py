@@ -57,9 +57,7 @@ def test_leader_sigkilled_mid_purge_new_leader_resumes(
         )
         old.start()
         cluster.run_for(budget.settle)
-    result = cluster.recovery_check()
-    result.assert_ok()
-    assert result.acknowledged > 0
+    cluster.assert_recovers()
 
 
 def test_paused_leader_commits_nothing_after_it_continues(
@@ -106,9 +104,7 @@ def test_paused_leader_commits_nothing_after_it_continues(
             f"SIGSTOP {old.name} ({len(interrupted)} unfinished): {new.name} took over; "
             f"after SIGCONT {old.name} logged {len(refused)} warnings, 0 commits: {refused[:5]}"
         )
-    result = cluster.recovery_check()
-    result.assert_ok()
-    assert result.acknowledged > 0
+    cluster.assert_recovers()
 
 
 def test_leadership_returning_to_a_process_restarts_its_auto_purges(
@@ -145,9 +141,7 @@ def test_leadership_returning_to_a_process_restarts_its_auto_purges(
     cluster.wait_purge_progress(markers, timeout=30)
     b.start()
     cluster.run_for(budget.settle)
-    result = cluster.recovery_check()
-    result.assert_ok()
-    assert result.acknowledged > 0
+    cluster.assert_recovers()
 
 
 def _wait_refers_to(url: str, leader: str, timeout: float) -> None:

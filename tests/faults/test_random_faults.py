@@ -130,7 +130,7 @@ class RandomFaults(RuleBasedStateMachine):
         print(f"random faults: {' '.join(self.steps)}")
         self.cluster.heal()
         self.cluster.finish_resumed(sorted(set(self.interrupted)))
-        self.cluster.recovery_check().assert_ok()
+        self.cluster.assert_recovers()
 
 
 def test_random_fault_sequences(cluster: FaultCluster, budget: FaultBudget) -> None:
