@@ -9,6 +9,7 @@ Every call takes explicit timeouts. Library errors are translated once, through
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -44,13 +45,21 @@ _NOT_FOUND_CODES = {
 # After a broker restart the leader epoch moves on, but librdkafka's admin ListOffsets keeps
 # sending the cached epoch and fails with FENCED_LEADER_EPOCH until its metadata refreshes
 # (minutes; librdkafka issue #4620). On these errors the client is rebuilt, so the caller's
-# retry starts with fresh metadata.
+# retry starts with fresh metadata. A client that asked while the restarted broker had not
+# yet loaded its topics can likewise keep answering UNKNOWN_TOPIC_OR_PART for a topic that
+# exists (seen for over a minute in the fault suite), so "unknown topic" rebuilds it too;
+# rebuilds are rate-limited, since a topic that is really gone gives the same error.
 _STALE_METADATA_CODES = {
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._NOENT,
 }
+_MIN_REBUILD_INTERVAL = 5.0
 
 
 def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
@@ -84,13 +93,19 @@ class KafkaAdmin:
         self._client = AdminClient(self._conf)
         # Replaced clients stay referenced while calls started on them may still finish.
         self._retired: list[AdminClient] = []
+        self._rebuilt_at = 0.0
 
     def _refresh_if_stale(self, exc: KafkaException) -> None:
         err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in _STALE_METADATA_CODES:
-            logger.warning("kafka metadata stale (%s); rebuilding the admin client", err.name())
-            self._retired = [*self._retired[-3:], self._client]
-            self._client = AdminClient(self._conf)
+        if not isinstance(err, KafkaError) or err.code() not in _STALE_METADATA_CODES:
+            return
+        now = time.monotonic()
+        if now - self._rebuilt_at < _MIN_REBUILD_INTERVAL:
+            return
+        self._rebuilt_at = now
+        logger.warning("kafka metadata stale (%s); rebuilding the admin client", err.name())
+        self._retired = [*self._retired[-3:], self._client]
+        self._client = AdminClient(self._conf)
 
     def _wait(self, futures: Mapping[Any, Future[T]], what: str) -> dict[Any, T]:
         results: dict[Any, T] = {}
