@@ -47,7 +47,7 @@ class FaultBudget:
         return cls(
             long=False,
             kafka_outage=4.0,
-            etcd_pause=5.0,
+            etcd_pause=6.0,
             settle=3.0,
             rounds=1,
             examples=3,

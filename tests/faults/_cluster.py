@@ -49,8 +49,9 @@ class ClusterSpec:
     """Regions per datanode."""
     num_topics: int = 3
     """WAL topic pool size."""
-    lease_secs: int = 2
-    """Election lease."""
+    lease_secs: int = 3
+    """Election lease (2 s made a loaded 2-core machine fail over by itself: one
+    keepalive slower than lease/3 makes a leader step down)."""
     write_rate: float = 120.0
     """Rows per second over the cluster."""
     heartbeat_interval: float = 0.5
