@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -74,12 +75,14 @@ def summary() -> FaultSummary:
 def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
     """The suite's own Kafka and etcd, started for the session and stopped after it.
 
-    One session at a time per state dir: another one would stop and freeze the same
-    services under this one's feet, so a second session waits for the first.
+    One session at a time on this machine (the ports are fixed, whatever the checkout):
+    another one would stop and freeze the same services under this one's feet, so a
+    second session waits for the first.
     """
     cfg = fault_stack_config()
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    with (cfg.state_dir / ".session.lock").open("a") as lock:
+    lock_path = Path(tempfile.gettempdir()) / f"metasrv-faults-{cfg.kafka_port}.lock"
+    with lock_path.open("a") as lock:
         deadline = time.monotonic() + max(30.0, budget.test_timeout - 60)
         while True:
             try:
@@ -87,7 +90,7 @@ def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"another fault-suite session holds {cfg.state_dir}")
+                    pytest.fail(f"another fault-suite session holds {lock_path}")
                 time.sleep(1.0)
         services = FaultServices(cfg)
         try:
