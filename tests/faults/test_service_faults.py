@@ -19,6 +19,12 @@ from tests.faults._summary import FaultSummary
 
 pytestmark = pytest.mark.faults
 
+# Liveness bounds after a fault heals. Generous on purpose: on a loaded 2-core machine a
+# restarted etcd or broker plus three daemons and three datanodes take a while to settle.
+# They bound waiting only; the safety checks (monitor, recovery) are unaffected.
+LEADER_TIMEOUT = 120.0
+PROGRESS_TIMEOUT = 180.0
+
 
 def test_etcd_restart(
     cluster: FaultCluster, fault_services: FaultServices, budget: FaultBudget, summary: FaultSummary
@@ -32,11 +38,11 @@ def test_etcd_restart(
         cluster.run_for(1.0)
         fault_services.start("etcd")
         interrupted = sorted(cluster.unfinished())
-        leader, new_term = cluster.wait_leader(timeout=60)
+        leader, new_term = cluster.wait_leader(timeout=LEADER_TIMEOUT)
         # Only a new term resumes; a leader whose lease survived the restart just goes on.
         cluster.finish_resumed(interrupted, count=new_term != term)
         print(f"etcd restart: {leader.name} leads (term changed: {new_term != term})")
-        cluster.wait_purge_progress(markers, timeout=60)
+        cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
         cluster.run_for(budget.settle)
     cluster.assert_recovers()
 
@@ -59,10 +65,10 @@ def test_etcd_frozen_longer_than_lease(
         time.sleep(max(0.0, budget.etcd_pause - lease - 1.0))
         fault_services.resume("etcd")
         interrupted = sorted(cluster.unfinished())
-        leader, _ = cluster.wait_leader(timeout=60, after_term=term)
+        leader, _ = cluster.wait_leader(timeout=LEADER_TIMEOUT, after_term=term)
         cluster.finish_resumed(interrupted)
         print(f"etcd frozen {budget.etcd_pause:.0f}s: {leader.name} leads in a new term")
-        cluster.wait_purge_progress(markers, timeout=60)
+        cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
         cluster.run_for(budget.settle)
     cluster.assert_recovers()
 
@@ -77,10 +83,10 @@ def test_kafka_broker_down(
         down_at = time.monotonic()
         cluster.run_for(budget.kafka_outage)
         # Heartbeats need no Kafka: the cluster keeps a serving leader through the outage.
-        cluster.wait_leader(timeout=30)
+        cluster.wait_leader(timeout=LEADER_TIMEOUT)
         markers = dict(cluster.monitor.markers)
         fault_services.start("kafka")
         print(f"Kafka down for {time.monotonic() - down_at:.1f}s (stop, wait, start)")
-        cluster.wait_purge_progress(markers, timeout=90)
+        cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
         cluster.run_for(budget.settle)
     cluster.assert_recovers()
