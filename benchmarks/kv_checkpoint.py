@@ -20,16 +20,12 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
-from sqlalchemy import create_engine, pool, text
-from sqlalchemy.engine import make_url
+from _pgschema import fresh_pg_schema  # benchmarks/ is on sys.path when run as a script
 
-import migrations
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
-from metasrv.kv._sql import normalize_url
 
 DEFAULT_ETCD = "127.0.0.1:12379"
 DEFAULT_POSTGRES = "postgresql+psycopg://metasrv:metasrv@127.0.0.1:15432/metasrv"
@@ -75,23 +71,6 @@ def one_by_one(kv: KvBackend) -> Callable[[Sequence[tuple[str, bytes]]], None]:
     return write
 
 
-@contextmanager
-def fresh_pg_schema(url: str) -> Iterator[str]:
-    """A migrated throw-away schema; yields a URL whose search_path is that schema."""
-    base = normalize_url(url)
-    schema = f"bench{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, poolclass=pool.NullPool)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        scoped = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-        scoped_url = scoped.render_as_string(hide_password=False)
-        migrations.upgrade(scoped_url)
-        yield scoped_url
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def report(name: str, rates: list[float]) -> float:

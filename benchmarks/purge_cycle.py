@@ -29,8 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from _pgschema import fresh_pg_schema  # benchmarks/ is on sys.path when run as a script
 from confluent_kafka import Producer
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 import migrations
@@ -65,20 +66,8 @@ def history_database(url: str | None) -> Iterator[str]:
             migrations.upgrade(sqlite_url)
             yield sqlite_url
         return
-    base = normalize_url(url)
-    schema = f"bench{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, poolclass=pool.NullPool)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        scoped = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-        scoped_url = scoped.render_as_string(hide_password=False)
-        migrations.upgrade(scoped_url)
+    with fresh_pg_schema(url) as scoped_url:
         yield scoped_url
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def produce_round(bootstrap: str, topics: list[str], count: int) -> None:
