@@ -4,9 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup stack stack-down test lint demo bench
+.PHONY: bootstrap bootstrap-test setup stack stack-down test lint demo bench
 
-setup: $(VENV)/.installed
+# System packages (deploy/bootstrap.sh holds the one list); silent when nothing is missing.
+bootstrap:
+	deploy/bootstrap.sh
+
+bootstrap-test:
+	deploy/bootstrap.sh --test
+
+setup: bootstrap $(VENV)/.installed
 
 # Re-install only when the dependency list changed (the install is editable).
 $(VENV)/.installed: pyproject.toml
@@ -21,7 +28,7 @@ stack: setup
 stack-down: setup
 	$(BIN)/metasrv stack down
 
-test: setup stack
+test: bootstrap-test setup stack
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Both linters run even when the first fails, so one run shows every problem.

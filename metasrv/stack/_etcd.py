@@ -48,7 +48,7 @@ class Etcd(Service):
     def install(self) -> None:
         if shutil.which("etcd") is None:
             raise ServiceError(
-                "etcd is not installed; run `apt-get install -y etcd-server etcd-client`",
+                "etcd is not installed; run `deploy/bootstrap.sh` (or `make stack`)",
                 details={"service": "etcd"},
             )
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ def _pg_bin() -> Path:
     if found:
         return Path(found).parent
     raise ServiceError(
-        "PostgreSQL server binaries not found; run `apt-get install -y postgresql`",
+        "PostgreSQL server binaries not found; run `deploy/bootstrap.sh` (or `make stack`)",
         details={"service": "postgres"},
     )
 

@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
         shutil.which(CHROMIUM) is None,
-        reason=f"{CHROMIUM} is absent (apt-get install -y chromium)",
+        reason=f"{CHROMIUM} is absent (deploy/bootstrap.sh --test installs it)",
     ),
 ]
 
