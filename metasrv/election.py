@@ -1,11 +1,18 @@
 """Leader election: which metasrv process may purge, hand out instructions and write state.
 
 `EtcdElection` campaigns for the `__metasrv_election` key (under the kv key prefix) with
-a create-if-absent transaction, binding the key to a lease of `election.lease_secs`
-that a background task keeps alive. Followers poll the key and campaign when it is gone
-(the leader resigned, or was killed and its lease expired). A leader steps down as soon
-as a keepalive fails, its lease is gone, the key no longer holds its value, or it has
-not renewed the lease for a whole TTL.
+a create-if-absent transaction, binding the key to a lease of `election.lease_secs`.
+Followers poll the key and campaign when it is gone (the leader resigned, or was killed
+and its lease expired). A leader steps down as soon as a keepalive fails, its lease is
+gone, the key no longer holds its value, or it has not renewed the lease for a whole TTL.
+
+Leadership never waits behind work: campaigning and keepalives run on a thread of their
+own, over a gRPC channel of their own, doing nothing but blocking etcd calls. A busy
+event loop, a full default thread pool or a slow Kafka call cannot delay a renewal (a
+busy loop holding the GIL yields it to this thread every few milliseconds). So that a
+wedged process does not hold the cluster hostage either, a watchdog stops renewing (and
+resigns) once the event loop has not run for `watchdog_secs` (3x the lease by default);
+a process that is gone or frozen (SIGKILL, SIGSTOP) renews nothing and loses the lease.
 
 Leadership seen by a process can be stale (a paused process still believes it leads),
 so every leader-only kv write carries `fence()`: a compare on the election key's value,
@@ -22,6 +29,7 @@ import contextlib
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
@@ -31,7 +39,7 @@ from pyetcd import etcdrpc
 from metasrv.errors import KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, EtcdKv, KvBackend
-from metasrv.kv._etcd import translate_etcd_error
+from metasrv.kv._etcd import make_client, translate_etcd_error
 from metasrv.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -83,12 +91,23 @@ def advertised_addr(settings: Settings) -> str:
     return f"{host}:{port}"
 
 
-def build_election(settings: Settings, kv: KvBackend, *, addr: str | None = None) -> Election:
-    """`EtcdElection` on an etcd kv backend, else `SingleLeader`."""
+def build_election(
+    settings: Settings,
+    kv: KvBackend,
+    *,
+    addr: str | None = None,
+    loop_stalled_for: Callable[[], float] | None = None,
+) -> Election:
+    """`EtcdElection` on an etcd kv backend, else `SingleLeader`. `loop_stalled_for`
+    (seconds since the event loop last ran) arms the leader's watchdog."""
     addr = addr or advertised_addr(settings)
     if isinstance(kv, EtcdKv):
         return EtcdElection(
-            kv, node_name=settings.node_name, addr=addr, lease_secs=settings.election.lease_secs
+            kv,
+            node_name=settings.node_name,
+            addr=addr,
+            lease_secs=settings.election.lease_secs,
+            loop_stalled_for=loop_stalled_for,
         )
     return SingleLeader(node_name=settings.node_name, addr=addr)
 
@@ -181,7 +200,7 @@ class SingleLeader:
 
 
 class EtcdElection:
-    """Lease-based election on etcd (see the module docstring)."""
+    """Lease-based election on etcd, run on a dedicated thread (see the module docstring)."""
 
     def __init__(
         self,
@@ -191,26 +210,34 @@ class EtcdElection:
         addr: str,
         lease_secs: int = 5,
         poll_interval: float = 0.5,
+        loop_stalled_for: Callable[[], float] | None = None,
+        watchdog_secs: float | None = None,
     ) -> None:
         self.node_name = node_name
         self.addr = addr
         self.lease_secs = lease_secs
         self.poll_interval = poll_interval
+        self.watchdog_secs = 3.0 * lease_secs if watchdog_secs is None else watchdog_secs
+        """Seconds without an event-loop tick after which the leader stops renewing."""
+        self._loop_stalled_for = loop_stalled_for
         self._kv = kv
         self._key = (kv.key_prefix + ELECTION_KEY).encode()
         # Keepalive cadence: three renewals per TTL, each with a deadline short enough
         # that two failed renewals are noticed well before the lease could expire.
         self._renew_every = lease_secs / 3
         self._rpc_timeout = max(0.5, lease_secs / 3)
+        self._client: Any = None  # this thread's own gRPC channel, opened by `start`
         self._listeners = _Listeners()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        # Written by the election thread, read anywhere: each is one atomic attribute store.
         self._leader = False
         self._lease_id = 0
         self._value = b""
         self._deadline = 0.0  # monotonic time after which our lease may have expired
         self._leader_addr: str | None = None
         self._leader_term = 0
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
 
     # --- public API ------------------------------------------------------------------
 
@@ -234,63 +261,80 @@ class EtcdElection:
         return [Compare(ELECTION_KEY, value=self._value or b"\0not-leader")]
 
     async def start(self) -> None:
-        if self._task is not None:
+        if self._thread is not None:
             return
-        self._stopping = False
+        self._loop = asyncio.get_running_loop()
         self._listeners.start()
-        self._task = asyncio.create_task(self._run(), name="election")
+        self._stopping.clear()
+        if self._client is None:
+            self._client = make_client(self._kv.endpoints, self._rpc_timeout)
+        self._thread = threading.Thread(target=self._run, name="metasrv-election", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        self._stopping = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._leader:
-            await self._step_down("resigned")
+        """Resign (the thread revokes the lease on its way out) and stop campaigning."""
+        self._stopping.set()
+        thread, self._thread = self._thread, None
+        while thread is not None and thread.is_alive():
+            # Its longest wait is one RPC deadline; polled, so no pool thread is needed.
+            await asyncio.sleep(0.02)
         await self._listeners.drain_and_stop()
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
 
-    # --- loop --------------------------------------------------------------------
+    # --- the election thread ------------------------------------------------------
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            try:
-                if await self._campaign():
-                    await self._lead()
-                else:
-                    await asyncio.sleep(self.poll_interval)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # KvUnavailable mostly; keep campaigning once etcd answers again.
-                logger.warning("election: %s", exc)
-                if self._leader:
-                    await self._step_down(f"error: {exc}")
-                await asyncio.sleep(self.poll_interval)
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if self._campaign():
+                        self._lead()
+                    else:
+                        self._stopping.wait(self.poll_interval)
+                except Exception as exc:
+                    # KvUnavailable mostly; keep campaigning once etcd answers again.
+                    logger.warning("election: %s", exc)
+                    if self._leader:
+                        self._step_down(f"error: {exc}")
+                    self._stopping.wait(self.poll_interval)
+        finally:
+            if self._leader:
+                self._step_down("resigned")
 
-    async def _campaign(self) -> bool:
+    def _stalled(self) -> float | None:
+        """Seconds the event loop has not run, when past the watchdog bound; else None."""
+        if self._loop_stalled_for is None:
+            return None
+        stalled = self._loop_stalled_for()
+        return stalled if stalled > self.watchdog_secs else None
+
+    def _campaign(self) -> bool:
         """Observe the key; when it is free, try to take it. True when we won."""
-        holder = await self._call(self._read_key)
+        holder = self._guarded(self._read_key)
         if holder is not None:
             self._observe(holder)
             return False
+        if self._stalled() is not None or self._stopping.is_set():
+            return False  # a wedged (or stopping) process must not take over
         # The lease's TTL runs from its grant, so our deadline counts from before it.
         granted = time.monotonic()
-        lease_id = await self._call(self._grant)
+        lease_id = self._guarded(self._grant)
         value = json.dumps(
             {"node": self.node_name, "addr": self.addr, "term": lease_id},
             separators=(",", ":"),
         ).encode()
         try:
-            won, holder = await self._call(self._try_create, value, lease_id)
-        except asyncio.CancelledError:
-            # Stopped mid-campaign: the txn may still land; revoking the lease removes
-            # the key (or makes the put fail), so no orphan key blocks the successor.
-            await self._revoke_quietly(lease_id)
+            won, holder = self._guarded(self._try_create, value, lease_id)
+        except BaseException:
+            # The txn may still have landed; revoking the lease removes the key (or makes
+            # the put fail), so no orphan key blocks the successor.
+            self._revoke_quietly(lease_id)
             raise
         if not won:
-            await self._revoke_quietly(lease_id)
+            self._revoke_quietly(lease_id)
             if holder is not None:
                 self._observe(holder)
             return False
@@ -301,24 +345,26 @@ class EtcdElection:
         logger.info(
             "elected leader", extra={"node": self.node_name, "term": lease_id, "addr": self.addr}
         )
-        self._listeners.notify(True)
+        self._notify(True)
         return True
 
-    async def _lead(self) -> None:
-        """Keep the lease alive and the key ours; return after stepping down."""
-        while self._leader and not self._stopping:
-            await asyncio.sleep(self._renew_every)
-            reason = await self._renew()
+    def _lead(self) -> None:
+        """Keep the lease alive and the key ours; return after stepping down or on stop."""
+        while self._leader and not self._stopping.wait(self._renew_every):
+            reason = self._renew()
             if reason is not None:
-                await self._step_down(reason)
+                self._step_down(reason)
                 return
 
-    async def _renew(self) -> str | None:
+    def _renew(self) -> str | None:
         """One keepalive round; the reason to step down, or None."""
+        stalled = self._stalled()
+        if stalled is not None:
+            return f"event loop has not run for {stalled:.1f}s (watchdog {self.watchdog_secs:g}s)"
         sent = time.monotonic()
         try:
-            ttl = await self._call(self._keepalive, self._lease_id)
-            holder = await self._call(self._read_key)
+            ttl = self._guarded(self._keepalive, self._lease_id)
+            holder = self._guarded(self._read_key)
         except KvUnavailable as exc:
             return f"keepalive failed: {exc}"
         if ttl <= 0:
@@ -328,7 +374,7 @@ class EtcdElection:
         self._deadline = sent + ttl
         return None
 
-    async def _step_down(self, reason: str) -> None:
+    def _step_down(self, reason: str) -> None:
         if not self._leader:
             return
         self._leader = False
@@ -338,9 +384,20 @@ class EtcdElection:
             "leadership lost",
             extra={"node": self.node_name, "term": self._lease_id, "reason": reason},
         )
-        self._listeners.notify(False)
+        self._notify(False)
         # Free the key at once (the lease carries it) so a successor need not wait the TTL.
-        await self._revoke_quietly(self._lease_id)
+        self._revoke_quietly(self._lease_id)
+
+    def _notify(self, leader: bool) -> None:
+        """Queue the listeners' call on the event loop (they are coroutines of the loop)."""
+        self._call_soon(self._listeners.notify, leader)
+
+    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(fn, *args)
 
     def _observe(self, holder: tuple[bytes, int]) -> None:
         value, _lease = holder
@@ -352,10 +409,7 @@ class EtcdElection:
             logger.warning("election key holds an unreadable value: %r", value[:200])
             self._leader_addr, self._leader_term = None, 0
 
-    # --- etcd calls (blocking; run in a worker thread) -------------------------------
-
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(self._guarded, fn, *args)
+    # --- etcd calls (blocking, on the election thread) --------------------------------
 
     def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -366,13 +420,13 @@ class EtcdElection:
             raise translate_etcd_error(exc) from exc
 
     def _read_key(self) -> tuple[bytes, int] | None:
-        resp = self._kv.client.kvstub.Range(etcdrpc.RangeRequest(key=self._key), self._rpc_timeout)
+        resp = self._client.kvstub.Range(etcdrpc.RangeRequest(key=self._key), self._rpc_timeout)
         if not resp.kvs:
             return None
         return bytes(resp.kvs[0].value), int(resp.kvs[0].lease)
 
     def _grant(self) -> int:
-        resp = self._kv.client.leasestub.LeaseGrant(
+        resp = self._client.leasestub.LeaseGrant(
             etcdrpc.LeaseGrantRequest(TTL=self.lease_secs), self._rpc_timeout
         )
         return int(resp.ID)
@@ -388,7 +442,7 @@ class EtcdElection:
             request_put=etcdrpc.PutRequest(key=self._key, value=value, lease=lease_id)
         )
         get = etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=self._key))
-        resp = self._kv.client.kvstub.Txn(
+        resp = self._client.kvstub.Txn(
             etcdrpc.TxnRequest(compare=[absent], success=[put], failure=[get]),
             self._rpc_timeout,
         )
@@ -400,7 +454,7 @@ class EtcdElection:
     def _keepalive(self, lease_id: int) -> int:
         """Renew the lease once; return its new TTL (<= 0: the lease is gone)."""
         request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
-        stream = self._kv.client.leasestub.LeaseKeepAlive(iter([request]), self._rpc_timeout)
+        stream = self._client.leasestub.LeaseKeepAlive(iter([request]), self._rpc_timeout)
         try:
             for response in stream:
                 return int(response.TTL)
@@ -408,16 +462,16 @@ class EtcdElection:
             stream.cancel()
         return 0
 
-    async def _revoke_quietly(self, lease_id: int) -> None:
+    def _revoke_quietly(self, lease_id: int) -> None:
         if not lease_id:
             return
         try:
-            await self._call(self._revoke, lease_id)
+            self._guarded(self._revoke, lease_id)
         except KvUnavailable as exc:
             # Expired, already revoked, or etcd down: the lease ends by itself anyway.
             logger.info("election: lease %x not revoked: %s", lease_id, exc)
 
     def _revoke(self, lease_id: int) -> None:
-        self._kv.client.leasestub.LeaseRevoke(
+        self._client.leasestub.LeaseRevoke(
             etcdrpc.LeaseRevokeRequest(ID=lease_id), self._rpc_timeout
         )

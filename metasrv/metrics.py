@@ -72,6 +72,12 @@ class Metrics:
         self.region_stats_rejected = Counter(
             "metasrv_region_stats_rejected", "Region stats rejected", ["reason"], registry=r
         )
+        self.event_loop_lag = Histogram(
+            "metasrv_event_loop_lag_seconds",
+            "How late the event loop ran a periodic probe (time other work held the loop)",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
         self.procedure_duration = Histogram(
             "metasrv_procedure_duration_seconds",
             "Procedure wall time, submit to terminal state",

@@ -26,6 +26,7 @@ from metasrv.heartbeat import HeartbeatHandler
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import KvBackend, open_kv
 from metasrv.locks import TopicLocks
+from metasrv.loop_lag import LoopLagMonitor
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
@@ -83,6 +84,8 @@ class Runtime:
     """The auto-prune ticker (idle when the interval and the size trigger are both off)."""
     stat_history: StatHistoryWriter | None
     """Region stat snapshots for the reconcile job; None when its interval is 0s."""
+    loop_lag: LoopLagMonitor
+    """Event-loop lag probe; the leader's watchdog reads it."""
     serving: bool = False
     """True while this process leads AND has loaded the map: it may take heartbeats."""
     started_at: float = field(default_factory=time.time)
@@ -99,7 +102,10 @@ class Runtime:
             locks = TopicLocks()
             metrics = Metrics()
             registry = RegionRegistry()
-            election = build_election(settings, kv, addr=addr)
+            loop_lag = LoopLagMonitor(metrics.event_loop_lag)
+            election = build_election(
+                settings, kv, addr=addr, loop_stalled_for=loop_lag.stalled_for
+            )
             topology = Topology(kv, kafka, locks, settings, fence=election.fence)
             mailbox = Mailbox(registry, metrics=metrics)
             checkpointer = Checkpointer(
@@ -166,11 +172,13 @@ class Runtime:
             procedures=procedures,
             ticker=ticker,
             stat_history=stat_history,
+            loop_lag=loop_lag,
         )
 
     async def start(self) -> None:
         """Start background work and campaign. Our leadership listener is added first, so
         the map is loaded before any later listener (the procedure manager) runs."""
+        await self.loop_lag.start()
         self.election.add_listener(self._on_leadership)
         await self.checkpointer.start()
         await self.procedures.start()
@@ -191,6 +199,7 @@ class Runtime:
         await _quietly(self.procedures.stop(), "stopping the procedure manager")
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")
         await _quietly(self.election.stop(), "stopping election")
+        await self.loop_lag.stop()
         self.serving = False
         self.kafka.close()
         self.kv.close()

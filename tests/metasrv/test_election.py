@@ -13,6 +13,7 @@ import pytest
 from metasrv.election import EtcdElection, SingleLeader, build_election
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, Put, SqlKv
+from metasrv.loop_lag import LoopLagMonitor
 from metasrv.settings import load_settings
 
 LEASE_SECS = 2
@@ -289,3 +290,89 @@ async def test_leader_steps_down_when_keepalives_fail(
         kv.close()
         direct.delete_prefix("")
         direct.close()
+
+
+def busy(seconds: float) -> None:
+    """Hold the event loop with CPU work (pure Python: it yields the GIL to other threads)."""
+    end = time.monotonic() + seconds
+    x = 0
+    while time.monotonic() < end:
+        x += 1
+
+
+@pytest.fixture
+async def watched(
+    etcd_endpoint: str, unique_prefix: str
+) -> AsyncIterator[tuple[EtcdElection, EtcdElection, LoopLagMonitor]]:
+    """A leader whose watchdog watches this test's event loop, and a follower without one
+    (it stands in for another process, whose loop is not the one blocked here)."""
+    monitor = LoopLagMonitor()
+    await monitor.start()
+    kvs = [EtcdKv(etcd_endpoint, f"{unique_prefix}/") for _ in range(2)]
+    leader = EtcdElection(
+        kvs[0],
+        node_name="watched",
+        addr="127.0.0.1:4000",
+        lease_secs=LEASE_SECS,
+        loop_stalled_for=monitor.stalled_for,
+    )
+    follower = EtcdElection(kvs[1], node_name="other", addr="127.0.0.1:4001", lease_secs=LEASE_SECS)
+    await leader.start()
+    try:
+        await wait_until(lambda: leader.is_leader, 10, "leadership")
+        await follower.start()
+        await wait_until(lambda: follower.leader_addr() == leader.addr, 5, "the follower to see it")
+        yield leader, follower, monitor
+    finally:
+        await leader.stop()
+        await follower.stop()
+        await monitor.stop()
+        kvs[0].delete_prefix("")
+        for kv in kvs:
+            kv.close()
+
+
+async def test_a_busy_event_loop_keeps_leadership(
+    watched: tuple[EtcdElection, EtcdElection, LoopLagMonitor],
+) -> None:
+    leader, follower, monitor = watched
+    rec = Recorder()
+    leader.add_listener(rec)
+    term = leader.term
+
+    busy(2 * LEASE_SECS)  # twice the lease, below the watchdog's 3x
+
+    assert monitor.stalled_for() >= 2 * LEASE_SECS - 0.5
+    assert leader.is_leader and leader.term == term
+    assert not follower.is_leader
+    for _ in range(int(LEASE_SECS / 0.1)):  # and it stays so: no step-down queued behind
+        await asyncio.sleep(0.1)
+        assert leader.is_leader and leader.term == term
+    assert rec.events == []
+    assert monitor.max_lag >= 2 * LEASE_SECS - 0.5
+
+
+async def test_a_wedged_event_loop_hands_over_past_the_watchdog(
+    watched: tuple[EtcdElection, EtcdElection, LoopLagMonitor], etcd_endpoint: str
+) -> None:
+    leader, follower, _ = watched
+    rec = Recorder()
+    leader.add_listener(rec)
+    term = leader.term
+    fence = leader.fence()
+    assert leader.watchdog_secs == 3 * LEASE_SECS
+
+    busy(leader.watchdog_secs + LEASE_SECS + 1.5)  # past the bound, then time to hand over
+
+    assert not leader.is_leader
+    assert follower.is_leader and follower.term != term
+    await wait_until(lambda: rec.events == [False], 2, "the loss to be announced")
+    direct = EtcdKv(etcd_endpoint, leader._kv.key_prefix)
+    try:
+        assert not direct.txn(fence, [Put("after-wedge", b"1")]).succeeded
+    finally:
+        direct.close()
+    # Once the loop runs again it may lead again later, but never under the old term.
+    await asyncio.sleep(LEASE_SECS)
+    assert not (leader.is_leader and follower.is_leader)
+    assert leader.term != term
