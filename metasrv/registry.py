@@ -2,15 +2,16 @@
 
 Heartbeats overwrite a region's stored row in one dict store, so ingest is O(1) per
 region and a snapshot is a dict copy; `RegionStat` objects are built when read. Topic
-stats keep the highest reported entry id and an average record size computed from the
-growth of the cumulative `record_size`/`record_num` counters over a sliding window, per
-reporting datanode (each datanode counts on its own).
+stats keep the highest reported entry id and an average record size: the growth of the
+cumulative `record_size`/`record_num` counters (each datanode counts on its own), summed
+with exponentially decaying weights. State per (topic, datanode) is one pair of counters,
+whatever the heartbeat rate or the run's length.
 Everything here is lost on purpose when leadership changes (`clear()`, invariant 3).
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -18,14 +19,8 @@ from typing import Any, Final
 from metasrv.model import RegionStat, TopicStat
 
 DEFAULT_WINDOW = 300.0
-"""Seconds of counter history behind a topic's average record size."""
-
-_MAX_SAMPLES = 512
-"""Counter samples kept per (topic, datanode); bounds memory whatever the heartbeat rate."""
-
-_SAMPLE_EVERY = 1.0
-"""Seconds between counter samples of one (topic, datanode); reports in between only
-move the latest entry id (a datanode reports every topic it uses in every heartbeat)."""
+"""Time constant, in seconds, of the decay behind a topic's average record size: growth
+that old weighs 1/e of growth now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,26 +36,19 @@ class DatanodeInfo:
 
 
 @dataclass(slots=True)
-class _CounterWindow:
-    """One datanode's cumulative counters for one topic over the window."""
-
-    samples: deque[tuple[float, int, int]] = field(
-        default_factory=lambda: deque(maxlen=_MAX_SAMPLES)
-    )
-    size_delta: int = 0
-    num_delta: int = 0
-
-
-@dataclass(slots=True)
 class _TopicAccumulator:
     latest_entry_id: int = -1
-    size_delta: int = 0
-    num_delta: int = 0
-    size_total: int = 0
+    # Counter growth summed over datanodes, each term decayed by exp(-age / window);
+    # `decayed_at` is when the sums were last brought up to date.
+    size_growth: float = 0.0
+    num_growth: float = 0.0
+    decayed_at: float = 0.0
+    size_total: int = 0  # latest counters summed over datanodes (the lifetime average)
     num_total: int = 0
     avg: float = 0.0
     received_at: float = 0.0
-    nodes: dict[int, _CounterWindow] = field(default_factory=dict)
+    nodes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Datanode id -> its latest (record_size, record_num) counters for this topic."""
 
 
 def _topic_stat(topic: str, acc: _TopicAccumulator) -> TopicStat:
@@ -315,45 +303,36 @@ class RegionRegistry:
         """Record one datanode's view of a topic (every heartbeat, for every topic it uses)."""
         acc = self._topic_acc.get(topic)
         if acc is None:
-            acc = self._topic_acc[topic] = _TopicAccumulator()
+            acc = self._topic_acc[topic] = _TopicAccumulator(decayed_at=now)
         if latest_entry_id > acc.latest_entry_id:
             acc.latest_entry_id = latest_entry_id
         acc.received_at = now
 
-        win = acc.nodes.get(node_id)
-        if win is None:
-            win = acc.nodes[node_id] = _CounterWindow()
-        samples = win.samples
-        if samples:
-            last_t, last_size, last_num = samples[-1]
-            restarted = record_size < last_size or record_num < last_num
-            if not restarted and now - last_t < _SAMPLE_EVERY:
-                return
+        last = acc.nodes.get(node_id)
+        acc.nodes[node_id] = (record_size, record_num)
+        if last is None:
+            size_growth = num_growth = 0
+        else:
+            last_size, last_num = last
             acc.size_total -= last_size
             acc.num_total -= last_num
-            if restarted:
-                # The datanode restarted and its counters began again: start a new window.
-                samples.clear()
-        samples.append((now, record_size, record_num))
+            size_growth = record_size - last_size
+            num_growth = record_num - last_num
+            if size_growth < 0 or num_growth < 0:
+                # The datanode restarted and its counters began again: no growth to count.
+                size_growth = num_growth = 0
         acc.size_total += record_size
         acc.num_total += record_num
-        horizon = now - self.window
-        while len(samples) > 1 and samples[0][0] < horizon:
-            samples.popleft()
-        _, first_size, first_num = samples[0]
-        size_delta = record_size - first_size
-        num_delta = record_num - first_num
-        # Keep the per-topic sums incremental: a topic may be reported by many datanodes
-        # in every heartbeat, and recomputing over all of them would be O(nodes).
-        acc.size_delta += size_delta - win.size_delta
-        acc.num_delta += num_delta - win.num_delta
-        win.size_delta = size_delta
-        win.num_delta = num_delta
-
-        if acc.num_delta > 0:
-            acc.avg = acc.size_delta / acc.num_delta
+        if num_growth > 0 or size_growth > 0:
+            # Decay lazily: scaling by exp(-dt / window) now covers every report in between.
+            decay = math.exp(-max(0.0, now - acc.decayed_at) / self.window)
+            acc.size_growth = acc.size_growth * decay + size_growth
+            acc.num_growth = acc.num_growth * decay + num_growth
+            acc.decayed_at = now
+        if acc.num_growth > 0:
+            acc.avg = acc.size_growth / acc.num_growth
         elif acc.avg == 0.0 and acc.num_total > 0:
-            # No growth in the window yet: the lifetime average is the best estimate.
+            # No growth seen yet: the lifetime average is the best estimate.
             acc.avg = acc.size_total / acc.num_total
 
     def topic_stat(self, topic: str) -> TopicStat | None:

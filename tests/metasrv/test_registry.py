@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from metasrv.model import RegionStat
@@ -104,24 +106,51 @@ def test_avg_record_size_sums_growth_over_datanodes() -> None:
     assert s is not None and s.avg_record_size == pytest.approx(200.0)
 
 
-def test_old_samples_leave_the_window() -> None:
+def test_old_growth_decays_with_the_window() -> None:
     reg = RegionRegistry(window=10.0)
     reg.report_topic(1, "t", 0, 0, 0, now=0.0)
     reg.report_topic(1, "t", 0, 1_000, 100, now=5.0)  # 10 B/record
-    reg.report_topic(1, "t", 0, 1_000, 100, now=20.0)  # t=0 and t=5 samples leave
-    reg.report_topic(1, "t", 0, 9_000, 200, now=25.0)  # 80 B/record over the window
+    reg.report_topic(1, "t", 0, 1_000, 100, now=20.0)  # no growth: nothing changes
     s = reg.topic_stat("t")
-    assert s is not None and s.avg_record_size == pytest.approx(80.0)
+    assert s is not None and s.avg_record_size == pytest.approx(10.0)
+    reg.report_topic(1, "t", 0, 9_000, 200, now=25.0)  # 80 B/record now
+    weight = math.exp(-20.0 / 10.0)  # the t=5 growth, 20 s (two windows) old
+    expected = (1_000 * weight + 8_000) / (100 * weight + 100)
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(expected)
+    assert 70.0 < expected < 80.0
 
 
-def test_counter_reset_starts_a_new_window() -> None:
+def test_counter_reset_counts_no_growth() -> None:
     reg = RegionRegistry(window=100.0)
     reg.report_topic(1, "t", 0, 10_000, 100, now=0.0)
     reg.report_topic(1, "t", 0, 20_000, 200, now=1.0)  # 100 B/record
-    reg.report_topic(1, "t", 0, 500, 10, now=2.0)  # datanode restarted
-    reg.report_topic(1, "t", 0, 2_500, 20, now=3.0)  # 200 B/record since the restart
+    reg.report_topic(1, "t", 0, 500, 10, now=2.0)  # datanode restarted: counters dropped
     s = reg.topic_stat("t")
-    assert s is not None and s.avg_record_size == pytest.approx(200.0)
+    assert s is not None and s.avg_record_size == pytest.approx(100.0)
+    reg.report_topic(1, "t", 0, 2_500, 20, now=3.0)  # 200 B/record since the restart
+    weight = math.exp(-2.0 / 100.0)
+    s = reg.topic_stat("t")
+    assert s is not None
+    assert s.avg_record_size == pytest.approx((10_000 * weight + 2_000) / (100 * weight + 10))
+
+
+def test_topic_state_per_datanode_is_constant_over_a_long_run() -> None:
+    """The memory bound: a day of reports from 50 datanodes every 3 s keeps one counter
+    pair per (topic, datanode), and the average tracks the recent record size."""
+    reg = RegionRegistry(window=300.0)
+    counters = dict.fromkeys(range(50), (0, 0))
+    for step in range(28_800):  # 24 h at one report every 3 s
+        now = step * 3.0
+        record_bytes = 100 if now < 43_200 else 400  # records grow fourfold half way through
+        for node, (size, num) in counters.items():
+            counters[node] = size, num = size + 10 * record_bytes, num + 10
+            reg.report_topic(node, "t", num, size, num, now)
+    acc = reg._topic_acc["t"]
+    assert len(acc.nodes) == 50
+    assert all(type(v) is tuple and len(v) == 2 for v in acc.nodes.values())
+    s = reg.topic_stat("t")
+    assert s is not None and s.avg_record_size == pytest.approx(400.0, rel=1e-6)
 
 
 def test_avg_falls_back_to_lifetime_average_without_growth() -> None:
