@@ -358,6 +358,42 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
+LOOP_LAG = "metasrv_event_loop_lag_seconds"
+
+
+def scrape_buckets(url: str, family: str = LOOP_LAG) -> dict[float, float]:
+    """Cumulative bucket counts of one histogram on `/metrics`: {upper bound: count}."""
+    out: dict[float, float] = {}
+    prefix = f'{family}_bucket{{le="'
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith(prefix):
+            le, _, value = line[len(prefix) :].partition('"} ')
+            out[float(le)] = float(value)
+    return out
+
+
+def loop_lag_summary(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
+    """What the leader's event-loop lag histogram says about the measured window: the share
+    of probes at or under each bound, and the smallest bucket bound holding p99 / every probe."""
+    counts = {le: after.get(le, 0.0) - before.get(le, 0.0) for le in sorted(after)}
+    total = counts.get(float("inf"), 0.0)
+    if total <= 0:
+        return {"probes": 0}
+
+    def bound(share: float) -> float | None:
+        le = next((le for le, n in counts.items() if n >= share * total), None)
+        return None if le is None or le == float("inf") else le * 1000
+
+    return {
+        "probes": int(total),
+        "share_le_10ms": round(counts.get(0.01, 0.0) / total, 5),
+        "share_le_20ms": round(counts.get(0.02, 0.0) / total, 5),
+        "share_le_50ms": round(counts.get(0.05, 0.0) / total, 5),
+        "p99_at_most_ms": bound(0.99),
+        "max_at_most_ms": bound(1.0),
+    }
+
+
 def percentile(sorted_values: list[float], q: float) -> float | None:
     if not sorted_values:
         return None
@@ -531,10 +567,12 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(max(0.0, start_at - time.time()))
             sampler.start()
             metrics0 = scrape(leader.url)
+            lag0 = scrape_buckets(leader.url)
             for proc in clients:
                 proc.wait(timeout=args.duration + 300)
             sampler.stop()
             metrics1 = scrape(leader.url)
+            result["leader_event_loop_lag"] = loop_lag_summary(lag0, scrape_buckets(leader.url))
             workload.check()
             result["writers_rows_written"] = workload.written
             workload.close()
@@ -652,6 +690,10 @@ def collect(
     failed = sum(errors.values())
     delta = {k: metrics1.get(k, 0.0) - metrics0.get(k, 0.0) for k in metrics1}
     leader_rss = [s["leader_rss_mb"] for s in sampler.samples if "leader_rss_mb" in s]
+    rss_60 = next(
+        (s["leader_rss_mb"] for s in sampler.samples if s["t"] >= 60 and "leader_rss_mb" in s),
+        None,
+    )
     return {
         "heartbeats_sent": ok + failed,
         "heartbeats_accepted": ok,
@@ -679,6 +721,8 @@ def collect(
             "start": leader_rss[0] if leader_rss else None,
             "end": leader_rss[-1] if leader_rss else None,
             "max": max(leader_rss) if leader_rss else None,
+            "at_60s": rss_60,
+            "end_over_60s": round(leader_rss[-1] / rss_60, 3) if leader_rss and rss_60 else None,
         },
         "leader_counters": {
             "heartbeats_received": delta.get("metasrv_heartbeats_received_total"),
@@ -783,6 +827,12 @@ def print_table(result: dict[str, Any]) -> None:
                 *(fmt(result["leader_rss_mb"][k]) for k in ("start", "end", "max"))
             ),
         ),
+        (
+            "leader RSS end / at 60 s",
+            fmt(result["leader_rss_mb"]["end_over_60s"]),
+        ),
+        ("leader event-loop lag", fmt(result.get("leader_event_loop_lag"))),
+        ("generator CPU (cores)", fmt(result["generator_cpu_cores"])),
         ("purges completed", f"{result['purges_completed']} ({result['entries_deleted']} entries)"),
         ("follower answers", fmt(result["follower_heartbeats"])),
         ("generator missed sends", fmt(result["generator_missed_sends"])),
