@@ -93,7 +93,7 @@ def plan_topic(
                 values: list[StatRow | None] = list(bucket.values())
                 lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
         if lowest is None:
-            rows = list(map(_row_getter(stats, topic), ids))
+            rows = list(map(row_getter(stats, topic), ids))
             lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)
             if lowest is None:
                 lowest, blocked, lost = _scan(ids, rows, topic, fresh_after, loss_below)
@@ -170,7 +170,7 @@ _received_of = itemgetter(RECEIVED)
 _prunable_of = itemgetter(PRUNABLE)
 
 
-def _row_getter(stats: Mapping[int, RegionStat], topic: str) -> Callable[[int], StatRow | None]:
+def row_getter(stats: Mapping[int, RegionStat], topic: str) -> Callable[[int], StatRow | None]:
     """Region id -> stored row. A registry snapshot hands over the rows naming `topic`
     (a region whose row names another topic reads as missing, which is what the topic
     check would make of it anyway); any other mapping is converted per lookup."""

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from metasrv.model import RegionStat
+from metasrv.registry import RECEIVED, StatSnapshot, stat_of
 
 logger = logging.getLogger(__name__)
 
@@ -182,11 +183,17 @@ class StatHistoryWriter:
         mono = time.monotonic() if mono_now is None else mono_now
         previous, written = self._written, {}
         changed: list[RegionStat] = []
-        # One pass: a registry snapshot builds each RegionStat on access.
-        for rid, s in snapshot.items():
-            written[rid] = s.received_at
-            if previous.get(rid) != s.received_at:
-                changed.append(s)
+        if isinstance(snapshot, StatSnapshot):
+            # Stored rows: a RegionStat is built only for the regions that changed.
+            for rid, row in snapshot.rows.items():
+                received = written[rid] = row[RECEIVED]
+                if previous.get(rid) != received:
+                    changed.append(stat_of(rid, row))
+        else:
+            for rid, s in snapshot.items():
+                written[rid] = s.received_at
+                if previous.get(rid) != s.received_at:
+                    changed.append(s)
         rejected = list(self._rejected.values())
         self._rejected.clear()
         hour = hour_partition(now)
@@ -251,14 +258,17 @@ class StatHistoryWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.interval)
                 return
-            snapshot = dict(self._source())
+            # A registry snapshot copies one dict per topic (C-level) here; the RegionStat
+            # of each region is built by the writer thread, never on the event loop.
+            snapshot = self._source()
             try:
                 written = await asyncio.to_thread(
                     self.write_snapshot, snapshot, time.time(), time.monotonic()
                 )
-            except OSError:
-                # A full or unwritable disk must not take the leader down; the reconcile
-                # job sees the gap in `snapshots` and skips the staleness check.
+            except Exception:
+                # A full or unwritable disk, or a value the history cannot hold, must not
+                # take the leader down or stop the history; the reconcile job sees the
+                # gap in `snapshots` and skips the staleness check.
                 logger.exception("stat history write failed", extra={"dir": str(self.directory)})
                 continue
             logger.debug("stat history written", extra={"rows": written})

@@ -192,7 +192,11 @@ class PurgeTicker:
         planned = await plan_all(services, pruned)
         plans = {t: inputs.plan for t, inputs in planned.items()}
         self._export(plans)
-        topics = [t for t, i in planned.items() if self._wanted(i, size_only=size_only)]
+        topics: list[str] = []
+        for topic, inputs in planned.items():
+            if self._wanted(inputs, size_only=size_only):
+                topics.append(topic)
+            await asyncio.sleep(0)  # one topic at a time between heartbeats
         reason = "size_trigger" if size_only else "ticker"
         gate = asyncio.Semaphore(self.parallelism)
 

@@ -18,7 +18,7 @@ from metasrv import keys
 from metasrv.errors import Conflict, LeadershipLost
 from metasrv.kv import Compare, KeyValue, Put
 from metasrv.model import RegionRoute, RegionStat, TopicPlan
-from metasrv.prune_plan import plan_topic, plan_topics
+from metasrv.prune_plan import plan_topic
 from procedures._services import Services
 
 logger = logging.getLogger(__name__)
@@ -88,28 +88,34 @@ async def plan_all(
 ) -> dict[str, PlanInputs]:
     """Plan every topic that has regions, with batched offsets (the ticker's view; no locks).
 
+    Topic by topic, each from a copy of its own rows, yielding to the event loop between
+    topics: planning a million regions at once would hold heartbeats for a second.
     Topics whose offsets Kafka could not give (e.g. deleted) are left out and logged.
     """
     topology = services.topology
     routes = {t: r for t in topology.topics() if (r := topology.regions_of(t))}
     topics: Sequence[str] = list(routes)
-    stats = services.registry.snapshot()
-    now = time.monotonic()
     offsets = await services.batcher.offsets_tolerant(list(topics)) if topics else {}
     missing = [t for t in topics if t not in offsets]
     if missing:
         logger.warning("no Kafka offsets for some topics; not planned", extra={"topics": missing})
         topics = [t for t in topics if t in offsets]
-    plans = plan_topics(
-        routes,
-        stats,
-        now=now,
-        stat_ttl=services.settings.wal.region_stat_ttl,
-        pruned_entry_ids=pruned,
-        offsets=offsets,
-        topics=topics,
-    )
-    return {t: PlanInputs(plan, tuple(routes[t]), stats) for t, plan in plans.items()}
+    planned: dict[str, PlanInputs] = {}
+    for topic in topics:
+        stats = services.registry.topic_snapshot(topic)
+        plan = plan_topic(
+            topic,
+            routes[topic],
+            stats,
+            # Stats carry monotonic receive times; `now` must be the same clock.
+            now=time.monotonic(),
+            stat_ttl=services.settings.wal.region_stat_ttl,
+            pruned_entry_id=pruned.get(topic),
+            offsets=offsets[topic],
+        )
+        planned[topic] = PlanInputs(plan, tuple(routes[topic]), stats)
+        await asyncio.sleep(0)
+    return planned
 
 
 _UNREAD = KeyValue("", b"", -1)

@@ -37,6 +37,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -45,6 +46,8 @@ from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
 from metasrv.kv import KeyValue
 from metasrv.model import RegionRoute, RegionStat, TopicPlan
+from metasrv.prune_plan import row_getter
+from metasrv.registry import NODE, PRUNABLE, TOPIC, StatRow
 from procedures._history import PurgeRecord, WalEvent
 from procedures._planning import PlanInputs, advance_marker, plan_one, read_marker
 from procedures._procedure import (
@@ -155,14 +158,27 @@ def marker_safe_point(inputs: PlanInputs) -> int | None:
         return None
     target = plan.prune_point
     marker = plan.pruned_entry_id if plan.pruned_entry_id is not None else -1
-    for route in inputs.routes:
-        stat = inputs.stats.get(route.region_id)
-        if stat is None:  # the planner blocks on this; never guess
-            return None
-        target = min(target, max(stat.prunable_entry_id, marker))
+    rows = _mapped_rows(inputs.routes, inputs.stats, plan.topic)
+    if None in rows:  # the planner blocks on this; never guess
+        return None
+    if rows:
+        # min over regions of max(prunable, marker) == max(min prunable, marker)
+        lowest = min(map(_prunable_of, rows))  # type: ignore[arg-type]  # no None: above
+        target = min(target, max(lowest, marker))
     if plan.high_watermark is not None:
         target = min(target, plan.high_watermark - 1)
     return max(target, -1)
+
+
+_prunable_of = itemgetter(PRUNABLE)
+
+
+def _mapped_rows(
+    routes: tuple[RegionRoute, ...], stats: Mapping[int, RegionStat], topic: str
+) -> list[StatRow | None]:
+    """The stored row of each mapped region (None: no stat naming `topic`), read as raw
+    rows: no `RegionStat` per region, so a topic of thousands stays a C-level pass."""
+    return list(map(row_getter(stats, topic), [route.region_id for route in routes]))
 
 
 def flush_candidates(
@@ -179,16 +195,16 @@ def flush_candidates(
     latest = topic_stat.latest_entry_id
     if high_watermark is not None:
         latest = max(latest, high_watermark - 1)
+    avg = topic_stat.avg_record_size
     trigger = services.settings.wal.flush_trigger_size
     out: list[FlushTarget] = []
-    for route in routes:
-        stat = stats.get(route.region_id)
-        if stat is None or stat.topic != topic:
+    for route, row in zip(routes, _mapped_rows(routes, stats, topic), strict=True):
+        if row is None or row[TOPIC] != topic:
             continue
-        prunable = stat.prunable_entry_id
-        replay = int(max(0, latest - prunable) * topic_stat.avg_record_size)
+        prunable = row[PRUNABLE]
+        replay = int(max(0, latest - prunable) * avg)
         if replay > trigger:
-            out.append(FlushTarget(route.region_id, stat.node_id, prunable, replay))
+            out.append(FlushTarget(route.region_id, row[NODE], prunable, replay))
     return tuple(out)
 
 
