@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"topic record-size state, {args.nodes} datanodes x {args.topics} topics: "
         f"{s['bytes_after_1_report'] / 2**20:.1f} MiB after 1 report per pair, "
-        f"{s['bytes_after_100_reports'] / 2**20:.1f} MiB after 20 ({s['bytes_per_pair']} B/pair)"
+        f"{s['bytes_after_20_reports'] / 2**20:.1f} MiB after 20 ({s['bytes_per_pair']} B/pair)"
     )
     return 0
 
