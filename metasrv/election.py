@@ -44,6 +44,9 @@ from metasrv.settings import Settings
 
 logger = logging.getLogger(__name__)
 
+_RENEW_RETRY = 0.2
+"""Seconds between retries of a keepalive that failed in transit."""
+
 Listener = Callable[[bool], Awaitable[None]]
 """Called with True when this process gains leadership, False when it loses it."""
 
@@ -349,24 +352,37 @@ class EtcdElection:
         return True
 
     def _lead(self) -> None:
-        """Keep the lease alive and the key ours; return after stepping down or on stop."""
-        while self._leader and not self._stopping.wait(self._renew_every):
-            reason = self._renew()
+        """Keep the lease alive and the key ours; return after stepping down or on stop.
+
+        A renewal that fails in transit (timeout, connection reset) is retried while the
+        lease may still be alive: one slow etcd answer must not cost the cluster its
+        leader. `is_leader` turns False by itself at the deadline whatever happens here,
+        and etcd expires the key (the write fence) at the same time.
+        """
+        wait = self._renew_every
+        while self._leader and not self._stopping.wait(wait):
+            try:
+                reason = self._renew()
+            except KvUnavailable as exc:
+                if time.monotonic() < self._deadline:
+                    logger.warning("election: keepalive failed, retrying: %s", exc)
+                    wait = _RENEW_RETRY
+                    continue
+                reason = f"keepalive failed until the lease ran out: {exc}"
+            wait = self._renew_every
             if reason is not None:
                 self._step_down(reason)
                 return
 
     def _renew(self) -> str | None:
-        """One keepalive round; the reason to step down, or None."""
+        """One keepalive round: the reason to step down, or None. Raises `KvUnavailable`
+        when etcd did not answer (the caller decides whether to retry)."""
         stalled = self._stalled()
         if stalled is not None:
             return f"event loop has not run for {stalled:.1f}s (watchdog {self.watchdog_secs:g}s)"
         sent = time.monotonic()
-        try:
-            ttl = self._guarded(self._keepalive, self._lease_id)
-            holder = self._guarded(self._read_key)
-        except KvUnavailable as exc:
-            return f"keepalive failed: {exc}"
+        ttl = self._guarded(self._keepalive, self._lease_id)
+        holder = self._guarded(self._read_key)
         if ttl <= 0:
             return "lease expired or revoked"
         if holder is None or holder[0] != self._value:

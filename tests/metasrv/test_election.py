@@ -225,13 +225,21 @@ async def test_build_election_picks_by_backend(tmp_path: Path, etcd_kv: EtcdKv) 
 
 
 class TcpProxy:
-    """A loopback TCP proxy to etcd whose cut() drops every connection (a network fault)."""
+    """A loopback TCP proxy to etcd whose cut() drops every connection (a network fault)
+    and whose hold() delays every byte for a while (a slow network or a slow etcd)."""
 
     def __init__(self, target: str) -> None:
         host, _, port = target.rpartition(":")
         self.target = (host, int(port))
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+
+    async def hold(self, seconds: float) -> None:
+        self.flowing.clear()
+        await asyncio.sleep(seconds)
+        self.flowing.set()
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -245,6 +253,7 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    await self.flowing.wait()
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, OSError):
@@ -260,6 +269,34 @@ class TcpProxy:
         for w in self.writers:
             w.transport.abort()
         await self.server.wait_closed()
+
+
+async def test_a_keepalive_timing_out_within_the_lease_keeps_leadership(
+    etcd_endpoint: str, unique_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    lease = 3  # renewals every 1 s, each with a 1 s deadline
+    proxy = TcpProxy(etcd_endpoint)
+    kv = EtcdKv(await proxy.start(), f"{unique_prefix}/", timeout=1)
+    e = EtcdElection(kv, node_name="n", addr="127.0.0.1:4000", lease_secs=lease)
+    rec = Recorder()
+    e.add_listener(rec)
+    await e.start()
+    try:
+        await wait_until(lambda: e.is_leader, 10, "leadership")
+        term = e.term
+        # Start right after a renewal, and hold long enough that the next one times out
+        # (1 s later, 1 s deadline), but not so long that its retries outlast the lease.
+        renewed = e._deadline
+        await wait_until(lambda: e._deadline != renewed, lease, "a renewal")
+        await proxy.hold(lease * 0.7)
+        for _ in range(int(lease / 0.1)):
+            await asyncio.sleep(0.1)
+            assert e.is_leader and e.term == term
+        assert rec.events == [True]
+        assert "keepalive failed, retrying" in caplog.text  # the hold did cost a renewal
+    finally:
+        await e.stop()
+        kv.close()
 
 
 async def test_leader_steps_down_when_keepalives_fail(
