@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 import orjson
+from _loop_lag import loop_lag_summary, scrape_buckets
 
 TARGET_STATS_PER_S = 200_000
 TARGET_P99_MS = 50.0
@@ -454,12 +455,14 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             server_counter(url, "metasrv_region_stats_received_total"),
             time.time(),
         )
+        lag0 = scrape_buckets(url)
         time.sleep(max(0.0, start_at + total - time.time()))
         cpu1, stats1, t1 = (
             cpu_seconds(server.pid),
             server_counter(url, "metasrv_region_stats_received_total"),
             time.time(),
         )
+        loop_lag = loop_lag_summary(lag0, scrape_buckets(url))
         results = [json.loads(p.communicate(timeout=120)[0]) for p in clients]
         client_cpu = sum(r["cpu_seconds"] for r in results) / total
     finally:
@@ -509,6 +512,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "p99_ms": percentile(latencies, 0.99),
         "max_ms": latencies[-1] if latencies else None,
         "errors": errors,
+        "server_event_loop_lag": loop_lag,
         "parse_ceiling_stats_per_s": ceiling,
         "ratio_to_parse_ceiling": sustained / ceiling,
         "decode_ceiling_stats_per_s": typed_ceiling,
@@ -602,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  memory             {reg:.0f} B/region registry + {topo:.0f} B/region topology "
             f"= {(reg + topo) * 1e6 / 2**20:.0f} MiB per 1,000,000 regions"
         )
+    print(f"  event-loop lag     {r['server_event_loop_lag']}")
     if r["errors"]:
         print(f"  errors             {r['errors']}")
     print(f"  load average       {r['loadavg_1m']:.2f} (2-core box shared with other work)")

@@ -87,10 +87,21 @@ class Election(Protocol):
 
 
 def advertised_addr(settings: Settings) -> str:
-    """The HTTP address other processes should use for this one (`host:port`)."""
+    """The HTTP address other processes should use for this one (`host:port`):
+    `http.advertise_addr`, else `http.addr`, whose wildcard host (which nobody can
+    reach) is replaced by this host's name, with a warning to set `advertise_addr`."""
+    if settings.http.advertise_addr:
+        return settings.http.advertise_addr
     host, _, port = settings.http.addr.rpartition(":")
     if host in ("", "0.0.0.0", "::", "[::]"):
         host = socket.gethostname()
+        logger.warning(
+            "http.addr binds every interface and http.advertise_addr is unset: followers "
+            "will name this process %s:%s; set http.advertise_addr to an address other "
+            "processes and datanodes can reach",
+            host,
+            port,
+        )
     return f"{host}:{port}"
 
 

@@ -56,6 +56,9 @@ class ProcedureSettings(_Section):
 
 class HttpSettings(_Section):
     addr: str = "127.0.0.1:4000"
+    # How other processes reach this one (421s, the heartbeat's `leader`, /v1/leader);
+    # "" means `addr`. GreptimeDB calls it `server_addr`.
+    advertise_addr: str = Field(default="", pattern=r"^$|^\S+:\d{1,5}$")
     body_limit: Size = parse_size("16MB")
 
 

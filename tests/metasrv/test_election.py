@@ -7,10 +7,12 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from metasrv.election import EtcdElection, SingleLeader, build_election
+from metasrv.errors import ConfigError
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, Put, SqlKv
 from metasrv.loop_lag import LoopLagMonitor
@@ -214,6 +216,15 @@ async def test_build_election_picks_by_backend(tmp_path: Path, etcd_kv: EtcdKv) 
     assert isinstance(etcd, EtcdElection)
     assert (etcd.lease_secs, etcd.node_name) == (3, "n1")
     assert etcd.addr.endswith(":4123") and not etcd.addr.startswith("0.0.0.0")
+
+    advertised = load_settings(
+        http={"addr": "0.0.0.0:4123", "advertise_addr": "10.9.8.7:4123"},
+        election={"lease_secs": 3, "node_name": "n1"},
+    )
+    assert build_election(advertised, etcd_kv).leader_addr() is None  # not leading yet
+    assert cast(EtcdElection, build_election(advertised, etcd_kv)).addr == "10.9.8.7:4123"
+    with pytest.raises(ConfigError):
+        load_settings(http={"advertise_addr": "no-port"})
 
     sql = SqlKv.open(f"sqlite:///{tmp_path / 'kv.db'}", create=True)
     try:
