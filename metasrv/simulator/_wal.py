@@ -95,7 +95,13 @@ class WalWriter:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            self._producer.poll(0.05)
+            try:
+                self._producer.poll(0.05)
+            except Exception:
+                # A callback that raises is re-raised by poll(). Were this thread to die,
+                # every later delivery report would go unserved: writes in flight forever,
+                # regions that never go idle nor flush, and purges pinned behind them.
+                logger.exception("WAL writer: a delivery callback failed; serving on")
 
     def produce(self, topic: str, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
         """Queue one record for partition 0 of `topic`; `on_delivery` runs on the poll thread."""
@@ -103,6 +109,13 @@ class WalWriter:
         def delivered(err: KafkaError | None, msg: Message) -> None:
             if not self._alive:
                 return  # the writer was aborted (simulated crash): nobody hears this report
+            if err is None and msg.offset() is None:
+                # An idempotent retry the broker answered DUPLICATE_SEQUENCE_NUMBER (a
+                # broker restart between the write and its answer): librdkafka reports it
+                # delivered, without an offset. An acknowledgement names its entry id, so
+                # this is a failed write like any possibly persisted one; replay reads the
+                # record back from the WAL like any other.
+                err = KafkaError(KafkaError._FAIL, f"{topic}: persisted, but its offset is unknown")
             if err is None:
                 with self._lock:
                     c = self._counters.setdefault(topic, [0, 0, -1])

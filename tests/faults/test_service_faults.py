@@ -73,10 +73,6 @@ def test_etcd_frozen_longer_than_lease(
     cluster.assert_recovers()
 
 
-# Not in the bounded CI run: in fresh clones on this 2-core machine purging did not progress
-# within the bound after the broker restart in 2 of 3 runs (it passed in the working tree; the
-# safety checks never failed). Run it with `--run-slow` until the liveness cause is found.
-@pytest.mark.slow
 def test_kafka_broker_down(
     cluster: FaultCluster, fault_services: FaultServices, budget: FaultBudget, summary: FaultSummary
 ) -> None:

@@ -1,8 +1,8 @@
 """A purge survives the Kafka broker stopping mid-run: it retries, then succeeds.
 
-THE ONE TEST THAT STOPS THE SHARED KAFKA BROKER. It is marked `slow` (runs only with
-`--run-slow`) and `faults`, keeps the outage as short as a clean stop/start allows, and
-restarts the broker in a `finally` whatever happens. It is skipped when the broker was
+THE ONE TEST THAT STOPS THE SHARED KAFKA BROKER. It is marked `faults`, keeps the outage
+as short as a clean stop/start allows, and restarts the broker in a `finally` whatever
+happens (the tests after it use the same broker). It is skipped when the broker was
 not started by this checkout's stack (e.g. METASRV_TEST_KAFKA points elsewhere).
 """
 
@@ -18,7 +18,7 @@ from metasrv.stack import StackConfig, service_pid, start_service, stop_service
 from procedures import ProcedureState
 from tests.procedures.conftest import HarnessFactory
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
+pytestmark = pytest.mark.faults
 
 
 @pytest.fixture
