@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from metasrv.client import MetasrvClient
-from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError
+from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
 from metasrv.simulator._region import RecoveryReport, SimRegion, VerifyReport
@@ -31,6 +31,8 @@ from metasrv.simulator._wal import Tee, WalWriter
 logger = logging.getLogger(__name__)
 
 _REGION_DIR = re.compile(r"^region_(\d+)$")
+_REPLAY_START_TRIES = 3
+"""Replays of one region while its replay start keeps moving up (purges in flight)."""
 
 
 class _Default(enum.Enum):
@@ -271,15 +273,30 @@ class SimDatanode:
                 flush_threshold_bytes=threshold if isinstance(threshold, int) else None,
                 observe=False,
             )
-            reports.append(
-                region.replay(
-                    replay_start(region_id), self.kafka_bootstrap, timeout=self.replay_timeout
-                )
-            )
+            reports.append(self._replay(region, replay_start))
         self.observe_idle()  # before any write: see observe_idle
         if start:
             self.start()
         return reports
+
+    def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
+        """Replay one region from its replay start, asking again when Kafka no longer holds
+        it: a purge may have moved the marker, and the log start with it, between the answer
+        and the replay (the new answer is then higher). A start that did not move is loss."""
+        start = replay_start(region.region_id)
+        for _ in range(_REPLAY_START_TRIES - 1):
+            try:
+                return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
+            except WalDataLoss:
+                again = replay_start(region.region_id)
+                if again <= start:
+                    raise
+                logger.info(
+                    "replay start moved during the restart; replaying from the new one",
+                    extra={"region_id": region.region_id, "was": start, "now": again},
+                )
+                start = again
+        return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
 
     def verify(self) -> list[VerifyReport]:
         """Check every region's acknowledged rows are recovered (call after `restart`)."""
