@@ -14,6 +14,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,9 @@ from metasrv.simulator._wal import Tee, WalWriter
 logger = logging.getLogger(__name__)
 
 _REGION_DIR = re.compile(r"^region_(\d+)$")
-_REPLAY_START_TRIES = 3
-"""Replays of one region while its replay start keeps moving up (purges in flight)."""
+_REPLAY_START_PATIENCE = 10.0
+"""Seconds a restarting region waits for a replay start below Kafka's log start to move
+(a purge in flight) before it reports WAL loss."""
 
 
 class _Default(enum.Enum):
@@ -280,15 +282,20 @@ class SimDatanode:
         return reports
 
     def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
-        """Replay one region from its replay start, asking again when Kafka no longer holds
-        it: a purge may have moved the marker, and the log start with it, between the answer
-        and the replay (the new answer is then higher). A start that did not move is loss."""
+        """Replay one region from its replay start. When Kafka no longer holds the start,
+        ask again for a while: a purge may be between its DeleteRecords and its marker
+        write (the log start has moved, the marker that replay-start reads not yet), or
+        have moved both since the answer. A start that does not move is loss."""
         start = replay_start(region.region_id)
-        for _ in range(_REPLAY_START_TRIES - 1):
+        deadline = time.monotonic() + _REPLAY_START_PATIENCE
+        while True:
             try:
                 return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
             except WalDataLoss:
                 again = replay_start(region.region_id)
+                while again <= start and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    again = replay_start(region.region_id)
                 if again <= start:
                     raise
                 logger.info(
@@ -296,7 +303,6 @@ class SimDatanode:
                     extra={"region_id": region.region_id, "was": start, "now": again},
                 )
                 start = again
-        return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
 
     def verify(self) -> list[VerifyReport]:
         """Check every region's acknowledged rows are recovered (call after `restart`)."""
