@@ -246,7 +246,9 @@ class HeartbeatHandler:
         """
         try:
             doc = _decode(body)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            # msgspec reports invalid UTF-8 in a string and deep nesting with these; the
+            # checked path answers them (and every other refusal) with a 422.
             doc = _parse_checked(body)
         node_id = doc.node_id
         addr = doc.addr

@@ -244,6 +244,17 @@ BAD_BODIES: list[tuple[str, Any]] = [
 ]
 
 
+BAD_BODIES += [
+    # The decoder raises these as UnicodeDecodeError / RecursionError, not DecodeError: they
+    # once escaped as 500s (issue #15).
+    ("invalid_utf8_in_string", b'{"node_id":1,"addr":"\xc3\x28","regions":[]}'),
+    (
+        "nested_past_the_parsers_limit",
+        b'{"node_id":1,"regions":[],"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ),
+]
+
+
 @pytest.mark.parametrize(("name", "body"), BAD_BODIES, ids=[n for n, _ in BAD_BODIES])
 async def test_malformed_heartbeat_is_invalid_and_stores_nothing(
     hb: Setup, name: str, body: Any
@@ -444,3 +455,10 @@ async def test_unknown_fields_are_ignored_and_optional_fields_may_be_null_or_abs
     assert stat1.manifest_version is None and stat1.flushed_entry_id == 5
     assert stat2 is not None and stat2.flushed_entry_id == 6
     assert hb.registry.nodes()[1].addr is None
+
+
+async def test_deep_nesting_inside_an_unknown_field_is_ignored_like_the_field(hb: Setup) -> None:
+    """1,000 levels: too deep for the fast decoder, parsed by the checked path, whose
+    answer is the usual one for an unknown field (ignored)."""
+    raw = b'{"node_id":1,"regions":[],"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    assert orjson.loads(hb.handler.handle(raw))["rejected"] == []
