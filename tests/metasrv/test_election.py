@@ -282,16 +282,24 @@ class TcpProxy:
         await self.server.wait_closed()
 
 
+async def proxied_election(
+    etcd_endpoint: str, prefix: str, lease: int
+) -> tuple[TcpProxy, EtcdKv, EtcdElection, Recorder]:
+    """A started election that reaches etcd through a `TcpProxy`, with a listener recorder."""
+    proxy = TcpProxy(etcd_endpoint)
+    kv = EtcdKv(await proxy.start(), f"{prefix}/", timeout=1)
+    election = EtcdElection(kv, node_name="n", addr="127.0.0.1:4000", lease_secs=lease)
+    recorder = Recorder()
+    election.add_listener(recorder)
+    await election.start()
+    return proxy, kv, election, recorder
+
+
 async def test_a_keepalive_timing_out_within_the_lease_keeps_leadership(
     etcd_endpoint: str, unique_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     lease = 3  # renewals every 1 s, each with a 1 s deadline
-    proxy = TcpProxy(etcd_endpoint)
-    kv = EtcdKv(await proxy.start(), f"{unique_prefix}/", timeout=1)
-    e = EtcdElection(kv, node_name="n", addr="127.0.0.1:4000", lease_secs=lease)
-    rec = Recorder()
-    e.add_listener(rec)
-    await e.start()
+    proxy, kv, e, rec = await proxied_election(etcd_endpoint, unique_prefix, lease)
     try:
         await wait_until(lambda: e.is_leader, 10, "leadership")
         term = e.term
@@ -313,13 +321,8 @@ async def test_a_keepalive_timing_out_within_the_lease_keeps_leadership(
 async def test_leader_steps_down_when_keepalives_fail(
     etcd_endpoint: str, unique_prefix: str
 ) -> None:
-    proxy = TcpProxy(etcd_endpoint)
-    kv = EtcdKv(await proxy.start(), f"{unique_prefix}/", timeout=1)
+    proxy, kv, e, rec = await proxied_election(etcd_endpoint, unique_prefix, LEASE_SECS)
     direct = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
-    e = EtcdElection(kv, node_name="n", addr="127.0.0.1:4000", lease_secs=LEASE_SECS)
-    rec = Recorder()
-    e.add_listener(rec)
-    await e.start()
     try:
         await wait_until(lambda: e.is_leader, 10, "leadership")
         fence = e.fence()
