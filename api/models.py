@@ -11,19 +11,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from metasrv.model import TopicPlan
+from metasrv.heartbeat_wire import MAX_REGIONS, MAX_TOPIC_REPORTS
+from metasrv.model import ID_MAX, TopicPlan
 from metasrv.queries import RegionView, ReplayStart, TopicView
 
-MAX_REGION_ID = (1 << 64) - 1
-
-RegionId = Annotated[StrictInt, Field(ge=0, le=MAX_REGION_ID, examples=[(1024 << 32) | 1])]
+RegionId = Annotated[StrictInt, Field(ge=0, le=ID_MAX, examples=[(1024 << 32) | 1])]
 """`table_id << 32 | region_number`."""
-NodeId = Annotated[StrictInt, Field(ge=0, le=(1 << 63) - 1)]
-"""Datanode id; bounded so it always fits the 64-bit JSON the kv values use."""
+NodeId = Annotated[StrictInt, Field(ge=0, le=ID_MAX)]
+"""Datanode id."""
 TopicName = Annotated[
     str, Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$", examples=["wal_0"])
 ]
-EntryId = Annotated[int, Field(ge=-1)]
+EntryId = Annotated[int, Field(ge=-1, le=ID_MAX)]
+_Count = Annotated[int, Field(ge=0, le=ID_MAX)]
 
 
 class _In(BaseModel):
@@ -69,21 +69,25 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class RegionReport(_In):
     """One region's stat in a heartbeat."""
 
-    region_id: int
+    region_id: Annotated[int, Field(le=ID_MAX)]
+    """Negative: rejected as `negative_id`."""
     topic: str
-    flushed_entry_id: int
-    topic_latest_entry_id: int | None = None
-    memtable_bytes: Annotated[int, Field(ge=0)]
-    manifest_version: Annotated[int, Field(ge=0)] | None = None
+    flushed_entry_id: Annotated[int, Field(le=ID_MAX)]
+    """Below -1: rejected as `negative_id`."""
+    topic_latest_entry_id: Annotated[int, Field(le=ID_MAX)] | None = None
+    """Used only with `memtable_bytes == 0` (DESIGN §1)."""
+    memtable_bytes: _Count
+    manifest_version: _Count | None = None
 
 
 class TopicReport(_In):
     """One topic's counters in a heartbeat (`record_size`/`record_num` are cumulative)."""
 
-    topic: str
-    latest_entry_id: Annotated[int, Field(ge=-1)]
-    record_size: Annotated[int, Field(ge=0)]
-    record_num: Annotated[int, Field(ge=0)]
+    topic: Annotated[str, Field(min_length=1)]
+    """Reports for topics the map does not know are ignored."""
+    latest_entry_id: EntryId
+    record_size: _Count
+    record_num: _Count
 
 
 class HeartbeatRequest(_In):
@@ -91,8 +95,9 @@ class HeartbeatRequest(_In):
 
     node_id: NodeId
     addr: str | None = None
-    regions: list[RegionReport]
-    topics: list[TopicReport] = []
+    regions: Annotated[list[RegionReport], Field(max_length=MAX_REGIONS)]
+    """Each region at most once."""
+    topics: Annotated[list[TopicReport], Field(max_length=MAX_TOPIC_REPORTS)] = []
 
 
 class Instruction(_Out):
@@ -167,6 +172,8 @@ class RegionStatOut(_Out):
     memtable_bytes: int
     manifest_version: int | None
     prunable_entry_id: int
+    idle_claim_ignored: bool
+    """`topic_latest_entry_id` came with a non-empty memtable, so it is not used."""
     age_seconds: float
 
 
@@ -195,6 +202,7 @@ class RegionOut(_Out):
                 memtable_bytes=stat.memtable_bytes,
                 manifest_version=stat.manifest_version,
                 prunable_entry_id=stat.prunable_entry_id,
+                idle_claim_ignored=stat.idle_claim_ignored,
                 age_seconds=round(view.stat_age or 0.0, 3),
             )
         route = view.route

@@ -21,9 +21,9 @@ import sys
 import time
 from collections.abc import Mapping
 
-from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan, prunable_entry_id
 from metasrv.prune_plan import plan_topic, plan_topics
-from metasrv.registry import RegionRegistry, StatRow, prunable
+from metasrv.registry import RegionRegistry, StatRow
 
 TARGET_SECONDS = 1.0
 STAT_TTL = 30.0
@@ -52,10 +52,10 @@ def build(
             topic,
             flushed,
             latest,
-            1 << 20,
+            0 if latest is not None else 1 << 20,
             3,
             now - age,
-            prunable(flushed, latest),
+            prunable_entry_id(flushed, latest, 0 if latest is not None else 1 << 20),
         )
     registry.put_topic_rows(rows)
     offsets = {t: PartitionOffsets(log_start_offset=5_000, high_watermark=60_000) for t in names}

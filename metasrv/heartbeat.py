@@ -2,13 +2,18 @@
 
 One heartbeat carries a datanode's stats for up to thousands of regions, and the leader
 takes hundreds of heartbeats a second, so this module decodes and type-checks the body in
-one pass in C with msgspec (into `msgspec.Struct`s that the garbage collector does not
-track), leaving the Python loop only the registry logic: one dict lookup per region for
-its previous stat (or its route), one tuple per accepted region
-(`metasrv.registry.StatRow`), one dict update per topic. The whole body is validated
-before anything is stored: a malformed heartbeat (422) changes nothing. A body msgspec
-refuses is parsed again with orjson and checked field by field, only to say what is
-wrong and where.
+one pass in C with msgspec (`metasrv.heartbeat_wire`), leaving the Python loop only the
+registry logic: one dict lookup per region for its previous stat (or its route), one
+tuple per accepted region (`metasrv.registry.StatRow`), one dict update per topic. A
+heartbeat in the columns encoding skips even that loop in the steady state: its columns
+are compared with the stored rows' whole (numpy) and the rows built in C. The whole body
+is validated before anything is stored: a malformed heartbeat, or one naming a region
+twice, is a 422 and changes nothing.
+
+An idle claim (`topic_latest_entry_id`) sent with `memtable_bytes > 0` is stored but not
+used for the prune point (`metasrv.model.prunable_entry_id`), and counted in
+`metasrv_idle_claims_ignored_total`. Topic reports for topics the map does not know are
+dropped and counted (`metasrv_topic_reports_ignored_total`).
 
 Per-region rejections (the region is listed, nothing is stored for it, the rest of the
 heartbeat is accepted):
@@ -23,14 +28,28 @@ heartbeat is accepted):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Annotated, Any, Final
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, Final, cast
 
-import msgspec
+import numpy as np
 import orjson
 
 from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
+from metasrv.heartbeat_wire import (
+    MAX_REGIONS,
+    NULL,
+    Columns,
+    Region,
+    TopicReport,
+    columns_of,
+    decode_columns,
+    decode_json,
+    invalid,
+)
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
@@ -52,165 +71,47 @@ TOPIC_MISMATCH: Final = "topic_mismatch"
 STAT_REGRESSED: Final = "stat_regressed"
 REJECT_REASONS: Final = (NEGATIVE_ID, UNKNOWN_REGION, TOPIC_MISMATCH, STAT_REGRESSED)
 
-_REGION_FIELDS: Final = (
-    "region_id",
-    "topic",
-    "flushed_entry_id",
-    "topic_latest_entry_id",
-    "memtable_bytes",
-    "manifest_version",
-)
+_NODE_OF: Final = itemgetter(NODE)
+_FLUSHED_OF: Final = itemgetter(FLUSHED)
+_PRUNABLE_OF: Final = itemgetter(PRUNABLE)
 
 
-# msgspec checks integer bounds only within int64, and decodes wider integers exactly,
-# where orjson parses [-2**63, 2**64) as `int` and anything wider as a float (refused by
-# the field checks). So the fast path takes int64 values; a body it refuses goes through
-# the field checks, which accept the [2**63, 2**64) ids orjson always took.
-_I64_MIN: Final = -(2**63)
-_I64_MAX: Final = 2**63 - 1
-_Int = Annotated[int, msgspec.Meta(ge=_I64_MIN, le=_I64_MAX)]
-_NonNegative = Annotated[int, msgspec.Meta(ge=0, le=_I64_MAX)]
+@dataclass(slots=True)
+class _Outcome:
+    """What one heartbeat's regions come to, before anything is stored."""
+
+    accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
+    """Rows by topic, as the registry stores them."""
+    changed: list[int] = field(default_factory=list)
+    """Regions whose prunable id or node changed: their checkpoints are dirty."""
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    misrouted: list[RegionStat] = field(default_factory=list)
+    ignored_claims: int = 0
+    """Idle claims (`topic_latest_entry_id`) sent with a non-empty memtable."""
+
+    def count(self) -> int:
+        return sum(map(len, self.accepted.values()))
+
+    def add(self, topic: str, rows: dict[int, StatRow]) -> None:
+        batch = self.accepted.get(topic)
+        if batch is None:
+            self.accepted[topic] = rows
+        else:
+            batch.update(rows)
 
 
-class _Region(msgspec.Struct, gc=False):
-    """One `regions[]` entry as decoded; unknown fields are ignored, as before."""
-
-    region_id: _Int
-    topic: str
-    flushed_entry_id: _Int
-    memtable_bytes: _NonNegative
-    topic_latest_entry_id: _Int | None = None
-    manifest_version: _NonNegative | None = None
-
-
-class _TopicReport(msgspec.Struct, gc=False):
-    """One `topics[]` entry as decoded."""
-
-    topic: Annotated[str, msgspec.Meta(min_length=1)]
-    latest_entry_id: Annotated[int, msgspec.Meta(ge=-1, le=_I64_MAX)]
-    record_size: _NonNegative
-    record_num: _NonNegative
-
-
-class _Heartbeat(msgspec.Struct, gc=False):
-    """A heartbeat body (DESIGN §5) as decoded."""
-
-    node_id: _NonNegative
-    regions: list[_Region]
-    addr: str | None = None
-    topics: list[_TopicReport] | None = None
-
-
-_decode: Final = msgspec.json.Decoder(_Heartbeat).decode
-
-
-def _invalid(message: str, loc: list[Any]) -> InvalidArgument:
-    return InvalidArgument(message, details={"errors": [{"loc": ["body", *loc], "msg": message}]})
-
-
-def _explain_region(index: int, region: Any) -> InvalidArgument | None:
-    """What is wrong with one parsed region entry, if anything."""
-    loc: list[Any] = ["regions", index]
-    if type(region) is not dict:
-        return _invalid("each region must be a JSON object", loc)
-    for name in ("region_id", "flushed_entry_id", "memtable_bytes"):
-        if name not in region:
-            return _invalid(f"field required: {name}", [*loc, name])
-        if type(region[name]) is not int:
-            return _invalid(f"{name} must be an integer", [*loc, name])
-    if type(region.get("topic")) is not str:
-        return _invalid("topic must be a string", [*loc, "topic"])
-    for name in ("topic_latest_entry_id", "manifest_version"):
-        value = region.get(name)
-        if value is not None and type(value) is not int:
-            return _invalid(f"{name} must be an integer or null", [*loc, name])
-    if region["memtable_bytes"] < 0:
-        return _invalid("memtable_bytes must be >= 0", [*loc, "memtable_bytes"])
-    manifest = region.get("manifest_version")
-    if manifest is not None and manifest < 0:
-        return _invalid("manifest_version must be >= 0", [*loc, "manifest_version"])
+def _duplicate(ids: Iterable[int]) -> int | None:
+    seen: set[int] = set()
+    for region_id in ids:
+        if region_id in seen:
+            return region_id
+        seen.add(region_id)
     return None
-
-
-def _explain_topic_report(index: int, report: Any) -> InvalidArgument | None:
-    """What is wrong with one parsed topic report, if anything."""
-    loc: list[Any] = ["topics", index]
-    if type(report) is not dict:
-        return _invalid("each topic report must be a JSON object", loc)
-    topic = report.get("topic")
-    if type(topic) is not str or not topic:
-        return _invalid("topic must be a non-empty string", [*loc, "topic"])
-    for name, lowest in (("latest_entry_id", -1), ("record_size", 0), ("record_num", 0)):
-        value = report.get(name)
-        if type(value) is not int:
-            return _invalid(f"{name} must be an integer", [*loc, name])
-        if value < lowest:
-            return _invalid(f"{name} must be >= {lowest}", [*loc, name])
-    return None
-
-
-def _parse_checked(body: bytes) -> _Heartbeat:
-    """The slow path for a body the decoder refused: parse it with orjson and check it
-    field by field, raising the first problem (with its location) as `InvalidArgument`,
-    or return it when it is valid after all (an integer in [2**63, 2**64))."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"request body is not valid JSON: {exc}") from None
-    if type(doc) is not dict:
-        raise _invalid("the body must be a JSON object", [])
-    node_id = doc.get("node_id")
-    if type(node_id) is not int or node_id < 0:
-        raise _invalid("node_id must be an integer >= 0", ["node_id"])
-    addr = doc.get("addr")
-    if addr is not None and type(addr) is not str:
-        raise _invalid("addr must be a string or null", ["addr"])
-    regions = doc.get("regions")
-    if type(regions) is not list:
-        raise _invalid("regions must be a list", ["regions"])
-    topic_reports = doc.get("topics")
-    if topic_reports is None:
-        topic_reports = []
-    elif type(topic_reports) is not list:
-        raise _invalid("topics must be a list", ["topics"])
-    for index, region in enumerate(regions):
-        problem = _explain_region(index, region)
-        if problem is not None:
-            raise problem
-    for index, report in enumerate(topic_reports):
-        problem = _explain_topic_report(index, report)
-        if problem is not None:
-            raise problem
-    # Every field checked: build the structs directly (their constructors do not
-    # re-check bounds, so the [2**63, 2**64) values pass as they always did).
-    return _Heartbeat(
-        node_id=node_id,
-        addr=addr,
-        regions=[
-            _Region(
-                region_id=r["region_id"],
-                topic=r["topic"],
-                flushed_entry_id=r["flushed_entry_id"],
-                memtable_bytes=r["memtable_bytes"],
-                topic_latest_entry_id=r.get("topic_latest_entry_id"),
-                manifest_version=r.get("manifest_version"),
-            )
-            for r in regions
-        ],
-        topics=[
-            _TopicReport(
-                topic=t["topic"],
-                latest_entry_id=t["latest_entry_id"],
-                record_size=t["record_size"],
-                record_num=t["record_num"],
-            )
-            for t in topic_reports
-        ],
-    )
 
 
 class HeartbeatHandler:
-    """Validates and applies heartbeats; `handle(body) -> response body`."""
+    """Validates and applies heartbeats: `handle` (JSON) and `handle_columns` (msgpack
+    columns) take a body and return the JSON response body."""
 
     def __init__(
         self,
@@ -237,34 +138,63 @@ class HeartbeatHandler:
         self._heartbeats = metrics.heartbeats
         self._region_stats = metrics.region_stats
         self._rejected = {r: metrics.region_stats_rejected.labels(r) for r in REJECT_REASONS}
+        self._ignored_claims = metrics.idle_claims_ignored
+        self._unknown_topic_reports = metrics.topic_reports_ignored
 
     def handle(self, body: bytes) -> bytes:
-        """Apply one heartbeat body; return the JSON response body.
+        """Apply one JSON heartbeat (DESIGN §5); return the JSON response body.
 
-        Raises `InvalidArgument` (HTTP 422) for a body that is not the DESIGN §5 shape;
-        nothing is stored in that case.
+        Raises `InvalidArgument` (HTTP 422) for a body that is not the DESIGN §5 shape
+        or names a region twice; nothing is stored in that case.
         """
-        try:
-            doc = _decode(body)
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            # msgspec reports invalid UTF-8 in a string and deep nesting with these; the
-            # checked path answers them (and every other refusal) with a 422.
-            doc = _parse_checked(body)
-        node_id = doc.node_id
-        addr = doc.addr
-
+        doc = decode_json(body)
         now = self._clock()
-        accepted: dict[str, dict[int, StatRow]] = {}  # by topic, as the registry stores them
-        changed: list[int] = []
-        rejected: list[dict[str, Any]] = []
-        misrouted: list[RegionStat] = []
+        outcome = _Outcome()
+        self._judge(doc.node_id, doc.regions, now, outcome)
+        if outcome.count() + len(outcome.rejected) != len(doc.regions) or outcome.rejected:
+            self._refuse_duplicates(r.region_id for r in doc.regions)
+        return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
+
+    def handle_columns(self, body: bytes) -> bytes:
+        """Apply one heartbeat in the columns encoding (`metasrv.heartbeat_wire`); the
+        same checks and answers as `handle`, whole columns at a time."""
+        doc = decode_columns(body)
+        groups = [(g.topic, columns_of(i, g)) for i, g in enumerate(doc.groups)]
+        total = sum(len(cols.region_id) for _, cols in groups)
+        if total > MAX_REGIONS:
+            raise InvalidArgument(f"a heartbeat may report at most {MAX_REGIONS} regions")
+        now = self._clock()
+        outcome = _Outcome()
+        for topic, cols in groups:
+            if not self._judge_columns(doc.node_id, topic, cols, now, outcome):
+                self._judge(doc.node_id, cols.regions(topic), now, outcome)
+        if outcome.count() + len(outcome.rejected) != total or outcome.rejected:
+            self._refuse_duplicates(
+                region_id for _, cols in groups for region_id in cols.region_id.tolist()
+            )
+        return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
+
+    @staticmethod
+    def _refuse_duplicates(ids: Iterable[int]) -> None:
+        duplicate = _duplicate(ids)
+        if duplicate is not None:
+            raise invalid(
+                f"region {duplicate} is reported more than once", ["regions", "region_id"]
+            )
+
+    def _judge(self, node_id: int, regions: list[Region], now: float, out: _Outcome) -> None:
+        """Region by region: accept, reject, or set aside as misrouted."""
+        accepted = out.accepted
+        changed = out.changed
+        rejected = out.rejected
         keep_misrouted = self._on_misrouted is not None
         route_of = self._topology.routes.get
         buckets = self._registry.buckets.get
+        ignored_claims = 0
 
         # The hot loop: types and bounds were checked by the decoder; locals only, one
         # allocation per valid region (its row tuple).
-        for region in doc.regions:
+        for region in regions:
             region_id = region.region_id
             topic = region.topic
             flushed = region.flushed_entry_id
@@ -296,7 +226,7 @@ class HeartbeatHandler:
                     reason = UNKNOWN_REGION if route is None else TOPIC_MISMATCH
                     rejected.append({"region_id": region_id, "reason": reason})
                     if keep_misrouted:
-                        misrouted.append(
+                        out.misrouted.append(
                             RegionStat(
                                 region_id, node_id, topic, flushed, latest, memtable, manifest, now
                             )
@@ -307,7 +237,13 @@ class HeartbeatHandler:
             batch = accepted.get(mapped_topic)
             if batch is None:
                 batch = accepted[mapped_topic] = {}
-            prunable = flushed if latest is None or latest < flushed else latest
+            # `prunable_entry_id()`, inline: an idle claim counts only with an empty memtable.
+            prunable = flushed
+            if latest is not None:
+                if memtable:
+                    ignored_claims += 1
+                elif latest > flushed:
+                    prunable = latest
             # The route's topic string, not the parsed copy: a million rows share one.
             batch[region_id] = (
                 node_id,
@@ -323,38 +259,130 @@ class HeartbeatHandler:
             # region dirty. Most heartbeats of an idle region change nothing.
             if old is None or old[PRUNABLE] != prunable or old[NODE] != node_id:
                 changed.append(region_id)
+        out.ignored_claims += ignored_claims
 
-        # Everything validated: apply.
-        registry = self._registry
-        registry.put_topic_rows(accepted)
-        registry.note_node(node_id, addr, now)
-        for report in doc.topics or ():
-            registry.report_topic(
-                node_id,
-                report.topic,
-                report.latest_entry_id,
-                report.record_size,
-                report.record_num,
-                now,
+    def _judge_columns(
+        self, node_id: int, topic: str, cols: Columns, now: float, out: _Outcome
+    ) -> bool:
+        """The steady state of one topic's columns, a column at a time: every region
+        already has a row here, none went backwards and no id is negative. Returns False,
+        having recorded nothing, when that is not so; `_judge` then takes the regions
+        one by one."""
+        bucket = self._registry.buckets.get(topic)
+        ids = cols.region_id
+        n = len(ids)
+        if bucket is None or n == 0:
+            return n == 0
+        flushed = cols.flushed
+        if ids.min() < 0 or flushed.min() < -1:
+            return False
+        latest = cols.latest
+        claims = None
+        if latest is not None:
+            claims = latest != NULL
+            if not claims.any():
+                latest = claims = None
+            elif latest[claims].min() < -1:
+                return False
+        id_list = ids.tolist()
+        found = list(map(bucket.get, id_list))
+        if not all(found):  # a region without a row: unmapped, moved or new here
+            return False
+        olds = cast(list[StatRow], found)
+        if (flushed < np.fromiter(map(_FLUSHED_OF, olds), np.int64, n)).any():
+            return False  # stat_regressed, unless the manifest says re-created
+        memtable = cols.memtable
+        prunable = flushed
+        if latest is not None and claims is not None:
+            idle = claims & (memtable == 0)
+            out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
+            prunable = np.where(idle & (latest > flushed), latest, flushed)
+        dirty = np.fromiter(map(_PRUNABLE_OF, olds), np.int64, n) != prunable
+        dirty |= np.fromiter(map(_NODE_OF, olds), np.int64, n) != node_id
+        mapped_topic = olds[0][TOPIC]  # the map's own string, shared by every row
+        rows = dict(
+            zip(
+                id_list,
+                zip(
+                    repeat(node_id),
+                    repeat(mapped_topic),
+                    flushed.tolist(),
+                    repeat(None) if latest is None else _nullable_list(latest, claims),
+                    memtable.tolist(),
+                    repeat(None) if cols.manifest is None else _nullable_list(cols.manifest),
+                    repeat(now),
+                    prunable.tolist(),
+                ),
+                strict=False,
             )
-        if changed:
-            self._checkpointer.mark(changed)
+        )
+        out.add(mapped_topic, rows)
+        out.changed.extend(ids[dirty].tolist())
+        return True
+
+    def _apply(
+        self,
+        node_id: int,
+        addr: str | None,
+        topic_reports: list[TopicReport] | None,
+        now: float,
+        outcome: _Outcome,
+    ) -> bytes:
+        """Store a judged heartbeat and answer it."""
+        registry = self._registry
+        registry.put_topic_rows(outcome.accepted)
+        registry.note_node(node_id, addr, now)
+        if topic_reports:
+            # Only topics the map knows: reports about any other name would be kept
+            # until the next leadership change, however many a client invents.
+            known = self._topology.has_topic
+            ignored = 0
+            for report in topic_reports:
+                if known(report.topic):
+                    registry.report_topic(
+                        node_id,
+                        report.topic,
+                        report.latest_entry_id,
+                        report.record_size,
+                        report.record_num,
+                        now,
+                    )
+                else:
+                    ignored += 1
+            if ignored:
+                self._unknown_topic_reports.inc(ignored)
+        if outcome.changed:
+            self._checkpointer.mark(outcome.changed)
         mailbox = self._mailbox
         if mailbox.has_pending(node_id):
-            mailbox.observe(node_id, StatSnapshot(accepted))
+            mailbox.observe(node_id, StatSnapshot(outcome.accepted))
 
         self._heartbeats.inc()
-        count = sum(map(len, accepted.values()))
+        count = outcome.count()
         if count:
             self._region_stats.inc(count)
-        for item in rejected:
+        if outcome.ignored_claims:
+            self._ignored_claims.inc(outcome.ignored_claims)
+        for item in outcome.rejected:
             self._rejected[item["reason"]].inc()
-        if misrouted and self._on_misrouted is not None:
-            self._on_misrouted(misrouted)
+        if outcome.misrouted and self._on_misrouted is not None:
+            self._on_misrouted(outcome.misrouted)
         return orjson.dumps(
             {
                 "leader": self._leader_addr(),
                 "instructions": mailbox.pending_wire(node_id),
-                "rejected": rejected,
+                "rejected": outcome.rejected,
             }
         )
+
+
+def _nullable_list(column: np.ndarray, present: np.ndarray | None = None) -> list[int | None]:
+    """A column's values with its `NULL`s as None."""
+    if present is None:
+        present = column != NULL
+    if present.all():
+        values: list[int | None] = column.tolist()
+        return values
+    boxed = column.astype(object)
+    boxed[~present] = None
+    return boxed.tolist()  # type: ignore[no-any-return]

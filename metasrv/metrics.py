@@ -72,6 +72,16 @@ class Metrics:
         self.region_stats_rejected = Counter(
             "metasrv_region_stats_rejected", "Region stats rejected", ["reason"], registry=r
         )
+        self.idle_claims_ignored = Counter(
+            "metasrv_idle_claims_ignored",
+            "Region stats whose topic_latest_entry_id came with a non-empty memtable (not used)",
+            registry=r,
+        )
+        self.topic_reports_ignored = Counter(
+            "metasrv_topic_reports_ignored",
+            "Heartbeat topic reports for topics not in the topic-region map (not stored)",
+            registry=r,
+        )
         self.event_loop_lag = Histogram(
             "metasrv_event_loop_lag_seconds",
             "How late the event loop ran a periodic probe (time other work held the loop)",

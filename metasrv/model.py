@@ -4,6 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ID_MAX = 2**63 - 1
+"""The highest id or counter any entry point accepts (region and node ids, entry ids,
+sizes): int64, as the kv values, the stat history and Kafka offsets hold them."""
+
+
+def prunable_entry_id(
+    flushed_entry_id: int, topic_latest_entry_id: int | None, memtable_bytes: int
+) -> int:
+    """`max(flushed_entry_id, topic_latest_entry_id or -1)` (DESIGN §1), where an idle claim
+    (`topic_latest_entry_id`) counts only with an empty memtable: DESIGN §1 has datanodes
+    report it only then, and a claim next to unflushed data is the race in which a region
+    lost its memtable's entries to a purge (it is ignored and counted instead)."""
+    if topic_latest_entry_id is None or memtable_bytes > 0:
+        return flushed_entry_id
+    return topic_latest_entry_id if topic_latest_entry_id > flushed_entry_id else flushed_entry_id
+
 
 def region_id_of(table_id: int, region_number: int) -> int:
     """`region_id = table_id << 32 | region_number` (DESIGN §1)."""
@@ -33,9 +49,15 @@ class RegionStat:
 
     @property
     def prunable_entry_id(self) -> int:
-        """`max(flushed_entry_id, topic_latest_entry_id or -1)` (DESIGN §1)."""
-        latest = self.topic_latest_entry_id
-        return self.flushed_entry_id if latest is None or latest < self.flushed_entry_id else latest
+        """The entry id below which this region needs nothing (`prunable_entry_id()`)."""
+        return prunable_entry_id(
+            self.flushed_entry_id, self.topic_latest_entry_id, self.memtable_bytes
+        )
+
+    @property
+    def idle_claim_ignored(self) -> bool:
+        """It reported `topic_latest_entry_id` with a non-empty memtable (not trusted)."""
+        return self.topic_latest_entry_id is not None and self.memtable_bytes > 0
 
 
 @dataclass(frozen=True, slots=True)

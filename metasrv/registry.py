@@ -79,13 +79,6 @@ RECEIVED: Final = 6
 PRUNABLE: Final = 7
 
 
-def prunable(flushed_entry_id: int, topic_latest_entry_id: int | None) -> int:
-    """`max(flushed_entry_id, topic_latest_entry_id or -1)` (DESIGN §1)."""
-    if topic_latest_entry_id is None or topic_latest_entry_id < flushed_entry_id:
-        return flushed_entry_id
-    return topic_latest_entry_id
-
-
 def row_of(stat: RegionStat) -> StatRow:
     """The stored form of a stat."""
     return (
@@ -96,7 +89,7 @@ def row_of(stat: RegionStat) -> StatRow:
         stat.memtable_bytes,
         stat.manifest_version,
         stat.received_at,
-        prunable(stat.flushed_entry_id, stat.topic_latest_entry_id),
+        stat.prunable_entry_id,
     )
 
 

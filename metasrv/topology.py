@@ -24,7 +24,7 @@ from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, Put
 from metasrv.locks import TopicLocks
-from metasrv.model import RegionRoute
+from metasrv.model import ID_MAX, RegionRoute
 from metasrv.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 """Kafka's legal topic names."""
 
-MAX_REGION_ID = (1 << 64) - 1
 
 _SCAN_PAGE = 5000
 
@@ -177,6 +176,10 @@ class Topology:
         extra = sorted(t for t in self._by_topic if t not in self._pool_set)
         return [*self._pool, *extra]
 
+    def has_topic(self, topic: str) -> bool:
+        """A pool topic, or one with regions mapped to it."""
+        return topic in self._pool_set or topic in self._by_topic
+
     def route(self, region_id: int) -> RegionRoute | None:
         """The region's route, or None when it is not registered."""
         return self._routes.get(region_id)
@@ -228,7 +231,7 @@ class Topology:
         Creates the Kafka topic on its first use. Raises `Conflict` if the region is
         already mapped to another topic, `InvalidArgument` for bad ids or topic names.
         """
-        if not 0 <= region_id <= MAX_REGION_ID:
+        if not 0 <= region_id <= ID_MAX:
             raise InvalidArgument(f"region_id must be in [0, 2^64): {region_id}")
         if node_id < 0:
             raise InvalidArgument(f"node_id must be >= 0: {node_id}")

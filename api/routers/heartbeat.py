@@ -23,6 +23,7 @@ from api.auth import BEARER_SECURITY, Access, authorize
 from api.errors import render_error
 from api.models import ERROR_RESPONSES, HeartbeatRequest, HeartbeatResponse, inline_schema
 from metasrv.errors import MetasrvError
+from metasrv.heartbeat_wire import COLUMNS_FORMAT
 from metasrv.runtime import Runtime
 
 router = APIRouter(tags=["datanode"])
@@ -38,7 +39,16 @@ PATH = "/v1/heartbeat"
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": inline_schema(HeartbeatRequest)}},
+            "content": {
+                "application/json": {"schema": inline_schema(HeartbeatRequest)},
+                "application/msgpack": {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": COLUMNS_FORMAT,
+                    }
+                },
+            },
         },
         "security": BEARER_SECURITY,
     },
@@ -51,7 +61,20 @@ async def heartbeat(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     runtime.require_serving()
     body = await request.body()
-    return Response(runtime.heartbeats.handle(body), media_type="application/json")
+    return Response(handle(runtime, request, body), media_type="application/json")
+
+
+MSGPACK_TYPES = frozenset(
+    {"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"}
+)
+
+
+def handle(runtime: Runtime, request: Request, body: bytes) -> bytes:
+    """The handler for the body's encoding: JSON (DESIGN §5), or msgpack columns."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.partition(";")[0].strip().lower() in MSGPACK_TYPES:
+        return runtime.heartbeats.handle_columns(body)
+    return runtime.heartbeats.handle(body)
 
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -73,7 +96,7 @@ class HeartbeatFastPath:
             runtime: Runtime = request.app.state.runtime
             runtime.require_serving()
             body = await request.body()
-            content = runtime.heartbeats.handle(body)
+            content = handle(runtime, request, body)
         except (MetasrvError, StarletteHTTPException) as exc:
             # Anything else is a bug: it propagates to Starlette's ServerErrorMiddleware,
             # which renders the app's 500 handler as for any route.

@@ -10,7 +10,6 @@ from api.auth import RequireOperator, RequireReplay, RequireViewer
 from api.deps import LeaderDep
 from api.models import (
     ERROR_RESPONSES,
-    MAX_REGION_ID,
     RegionList,
     RegionOut,
     RegisteredRegion,
@@ -19,10 +18,11 @@ from api.models import (
     TopicName,
 )
 from metasrv import queries
+from metasrv.model import ID_MAX
 
 router = APIRouter(tags=["regions"], responses=ERROR_RESPONSES)
 
-RegionIdPath = Annotated[int, Path(ge=0, le=MAX_REGION_ID, description="64-bit region id")]
+RegionIdPath = Annotated[int, Path(ge=0, le=ID_MAX, description="64-bit region id")]
 
 
 @router.post(

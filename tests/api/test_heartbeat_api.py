@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from metasrv import keys
+from metasrv.heartbeat_wire import encode_columns
 from metasrv.kv import EtcdKv
 from tests.api.conftest import (
     Server,
@@ -223,3 +224,30 @@ def test_heartbeat_fast_path_runs_inside_the_body_limit(make_settings: SettingsF
     app = create_app(make_settings())
     outermost_first: list[object] = [m.cls for m in app.user_middleware]
     assert outermost_first == [BodyLimitMiddleware, HeartbeatFastPath]
+
+
+def test_columns_heartbeat_over_http_and_the_untrusted_idle_claim_in_status(
+    client: httpx.Client,
+) -> None:
+    t0 = register(client, 1)
+    register(client, 2, t0)
+    body = encode_columns(
+        7, "dn7:4001", {t0: [(1, 10, 500, 4096, 3), (2, 10, 500, 0, 3), (999, 4, None, 0, None)]}
+    )
+    resp = client.post(
+        "/v1/heartbeat", content=body, headers={"content-type": "application/msgpack"}
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["rejected"] == [{"region_id": 999, "reason": "unknown_region"}]
+    busy = client.get("/v1/regions/1").json()
+    assert busy["stat"]["idle_claim_ignored"] is True
+    assert busy["stat"]["topic_latest_entry_id"] == 500
+    assert busy["prunable_entry_id"] == 10
+    idle = client.get("/v1/regions/2").json()
+    assert idle["stat"]["idle_claim_ignored"] is False and idle["prunable_entry_id"] == 500
+    assert "metasrv_idle_claims_ignored_total 1.0" in client.get("/metrics").text
+    # A body that is not msgpack under that content type is a 422 like any bad body.
+    bad = client.post(
+        "/v1/heartbeat", content=b'{"node_id": 1}', headers={"content-type": "application/msgpack"}
+    )
+    assert_error(bad, 422)

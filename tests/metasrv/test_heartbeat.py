@@ -6,8 +6,10 @@ The topic-region map comes from a real SQL kv backend (SQLite in memory), loaded
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -15,13 +17,14 @@ from metasrv import keys
 from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
 from metasrv.heartbeat import HeartbeatHandler
+from metasrv.heartbeat_wire import encode_columns
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import SqlKv
 from metasrv.locks import TopicLocks
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
+from metasrv.registry import PRUNABLE, RegionRegistry
 from metasrv.settings import load_settings
 from metasrv.topology import Topology, route_value
 
@@ -35,7 +38,8 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, kv: SqlKv, kafka_bootstrap: str) -> None:
+    def __init__(self, kv: SqlKv, kafka_bootstrap: str, encoding: str = "json") -> None:
+        self.encoding = encoding
         self.settings = load_settings(
             None, wal={"broker_endpoints": [kafka_bootstrap], "checkpoint_batch": 1000}
         )
@@ -63,8 +67,29 @@ class Setup:
         )
 
     def beat(self, regions: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """One heartbeat from datanode 1, in this setup's encoding."""
+        if self.encoding == "columns":
+            return self.beat_columns(regions, **extra)
         body = {"node_id": 1, "addr": "dn1:4001", "regions": regions, **extra}
         result: dict[str, Any] = orjson.loads(self.handler.handle(orjson.dumps(body)))
+        return result
+
+    def beat_columns(
+        self, regions: list[dict[str, Any]], *, node_id: int = 1, topics: Any = None
+    ) -> dict[str, Any]:
+        groups: dict[str, list[tuple[int, int, int | None, int, int | None]]] = {}
+        for r in regions:
+            groups.setdefault(r["topic"], []).append(
+                (
+                    r["region_id"],
+                    r["flushed_entry_id"],
+                    r["topic_latest_entry_id"],
+                    r["memtable_bytes"],
+                    r["manifest_version"],
+                )
+            )
+        body = encode_columns(node_id, "dn1:4001", groups, topics)
+        result: dict[str, Any] = orjson.loads(self.handler.handle_columns(body))
         return result
 
 
@@ -87,8 +112,10 @@ def region(
     }
 
 
-@pytest.fixture
-async def hb(kafka_bootstrap: str) -> Any:
+@pytest.fixture(params=["json", "columns"])
+async def hb(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Any:
+    """A handler over a three-region map; `beat` sends JSON or the columns encoding (every
+    test that uses `beat` checks both encodings give the same answers)."""
     kv = SqlKv.open("sqlite://", create=True)
     kv.batch_put(
         [
@@ -97,7 +124,7 @@ async def hb(kafka_bootstrap: str) -> Any:
             (keys.topic_region("t_1", 3), route_value(1, 7)),
         ]
     )
-    setup = Setup(kv, kafka_bootstrap)
+    setup = Setup(kv, kafka_bootstrap, request.param)
     await setup.topology.load()
     yield setup
     kv.close()
@@ -423,21 +450,124 @@ async def test_decoding_edge_cases_are_422_with_the_field(
     assert hb.metrics.heartbeats._value.get() == 0
 
 
-async def test_u64_values_above_i64_are_accepted_as_before(hb: Setup) -> None:
-    # orjson always parsed [2**63, 2**64) as integers; the decoder's int64 bounds send such
-    # a body to the field checks, which accept it.
-    big = 2**64 - 1
+OVER = 2**63  # one past ID_MAX
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"node_id": OVER, "regions": []}, ["node_id"]),
+        ({"node_id": 1, "regions": [region(OVER, 1)]}, ["regions", 0, "region_id"]),
+        ({"node_id": 1, "regions": [region(1, OVER)]}, ["regions", 0, "flushed_entry_id"]),
+        (
+            {"node_id": 1, "regions": [region(1, 1, latest=OVER, memtable=0)]},
+            ["regions", 0, "topic_latest_entry_id"],
+        ),
+        (
+            {"node_id": 1, "regions": [region(1, 1, memtable=OVER)]},
+            ["regions", 0, "memtable_bytes"],
+        ),
+        (
+            {"node_id": 1, "regions": [region(1, 1, manifest=OVER)]},
+            ["regions", 0, "manifest_version"],
+        ),
+        *[
+            (
+                {
+                    "node_id": 1,
+                    "regions": [],
+                    "topics": [
+                        {"topic": "t_0", "latest_entry_id": 1, "record_size": 1, "record_num": 1}
+                        | {name: OVER}
+                    ],
+                },
+                ["topics", 0, name],
+            )
+            for name in ("latest_entry_id", "record_size", "record_num")
+        ],
+    ],
+)
+async def test_every_id_and_counter_above_int64_is_a_422_naming_it(
+    hb: Setup, body: dict[str, Any], loc: list[Any]
+) -> None:
+    # One range at every entry point (metasrv.model.ID_MAX): a value the kv, the stat
+    # history or Kafka could not hold is refused before anything is stored.
+    with pytest.raises(InvalidArgument) as info:
+        hb.handler.handle(orjson.dumps(body))
+    assert info.value.details["errors"][0]["loc"] == ["body", *loc]
+    assert hb.registry.get(1) is None and hb.registry.topic_stats() == {}
+    assert hb.metrics.heartbeats._value.get() == 0
+
+
+async def test_the_highest_int64_values_are_accepted(hb: Setup) -> None:
+    top = 2**63 - 1
     resp = hb.beat(
-        [region(1, 2**63), region(big, 5), region(2, 7, memtable=big, manifest=2**63)],
-        topics=[{"topic": "t_0", "latest_entry_id": big, "record_size": big, "record_num": 1}],
+        [region(1, top, memtable=top, manifest=top)],
+        topics=[{"topic": "t_0", "latest_entry_id": top, "record_size": top, "record_num": 1}],
     )
-    assert rejected(resp) == {big: "unknown_region"}
-    stat1, stat2 = hb.registry.get(1), hb.registry.get(2)
-    assert stat1 is not None and stat1.flushed_entry_id == 2**63
-    assert stat2 is not None and stat2.memtable_bytes == big and stat2.manifest_version == 2**63
+    assert resp["rejected"] == []
+    stat = hb.registry.get(1)
+    assert stat is not None and stat.flushed_entry_id == top and stat.memtable_bytes == top
     topic = hb.registry.topic_stat("t_0")
-    assert topic is not None and topic.latest_entry_id == big
-    assert [s.region_id for s in hb.misrouted] == [big]
+    assert topic is not None and topic.latest_entry_id == top
+
+
+@pytest.mark.parametrize(
+    "regions",
+    [
+        [region(1, 10), region(2, 5), region(1, 11)],  # both accepted
+        [region(1, 10), region(1, 10, topic="t_1")],  # one accepted, one misrouted
+        [region(99, 1), region(99, 2)],  # both rejected
+    ],
+    ids=["both-accepted", "accepted-and-rejected", "both-rejected"],
+)
+async def test_a_region_reported_twice_is_a_422_and_nothing_is_stored(
+    hb: Setup, regions: list[dict[str, Any]]
+) -> None:
+    with pytest.raises(InvalidArgument, match="reported more than once"):
+        hb.beat(regions)
+    assert hb.registry.get(1) is None and hb.registry.get(2) is None
+    assert hb.checkpointer.dirty_count == 0
+    assert hb.metrics.heartbeats._value.get() == 0
+
+
+async def test_a_region_twice_in_the_steady_state_is_still_refused(hb: Setup) -> None:
+    hb.beat([region(1, 10), region(2, 5)])
+    with pytest.raises(InvalidArgument, match="region 2 is reported more than once"):
+        hb.beat([region(1, 11), region(2, 6), region(2, 7)])
+    stat = hb.registry.get(2)
+    assert stat is not None and stat.flushed_entry_id == 5
+
+
+async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Setup) -> None:
+    # DESIGN §1: topic_latest_entry_id is reported only with an empty memtable. A claim
+    # next to unflushed data would let a purge delete that data.
+    hb.beat([region(1, 10, latest=500, memtable=4096), region(2, 10, latest=500, memtable=0)])
+    busy, idle = hb.registry.get(1), hb.registry.get(2)
+    assert busy is not None and busy.topic_latest_entry_id == 500
+    assert busy.prunable_entry_id == 10 and busy.idle_claim_ignored
+    assert idle is not None and idle.prunable_entry_id == 500 and not idle.idle_claim_ignored
+    assert hb.metrics.idle_claims_ignored._value.get() == 1
+    # The rows the planner reads carry the same prunable ids.
+    rows = hb.registry.buckets["t_0"]
+    assert (rows[1][PRUNABLE], rows[2][PRUNABLE]) == (10, 500)
+    # Steady state (the columns fast path for that encoding): still not trusted.
+    hb.clock.now += 1
+    hb.beat([region(1, 10, latest=600, memtable=4096), region(2, 10, latest=600, memtable=0)])
+    assert hb.registry.buckets["t_0"][1][PRUNABLE] == 10
+    assert hb.registry.buckets["t_0"][2][PRUNABLE] == 600
+    assert hb.metrics.idle_claims_ignored._value.get() == 2
+
+
+async def test_topic_reports_for_topics_outside_the_map_are_not_kept(hb: Setup) -> None:
+    junk = [
+        {"topic": f"junk_{i}", "latest_entry_id": 1, "record_size": 10, "record_num": 1}
+        for i in range(500)
+    ]
+    known = {"topic": "t_0", "latest_entry_id": 7, "record_size": 10, "record_num": 1}
+    hb.beat([region(1, 1)], topics=[*junk, known])
+    assert set(hb.registry.topic_stats()) == {"t_0"}
+    assert hb.metrics.topic_reports_ignored._value.get() == 500
 
 
 async def test_unknown_fields_are_ignored_and_optional_fields_may_be_null_or_absent(
@@ -457,8 +587,133 @@ async def test_unknown_fields_are_ignored_and_optional_fields_may_be_null_or_abs
     assert hb.registry.nodes()[1].addr is None
 
 
-async def test_deep_nesting_inside_an_unknown_field_is_ignored_like_the_field(hb: Setup) -> None:
-    """1,000 levels: too deep for the fast decoder, parsed by the checked path, whose
-    answer is the usual one for an unknown field (ignored)."""
+async def test_deep_nesting_is_a_422_even_inside_an_unknown_field(hb: Setup) -> None:
     raw = b'{"node_id":1,"regions":[],"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
-    assert orjson.loads(hb.handler.handle(raw))["rejected"] == []
+    with pytest.raises(InvalidArgument, match="nested too deeply"):
+        hb.handler.handle(raw)
+    assert hb.metrics.heartbeats._value.get() == 0
+
+
+# The columns encoding: its own checks, and the same outcome as JSON for any sequence.
+
+
+def columns_body(**group: Any) -> bytes:
+    import msgspec
+
+    base = {
+        "topic": "t_0",
+        "region_id": np.array([1, 2], "<i8").tobytes(),
+        "flushed_entry_id": np.array([5, 6], "<i8").tobytes(),
+        "memtable_bytes": np.array([0, 0], "<i8").tobytes(),
+    }
+    return msgspec.msgpack.encode({"node_id": 1, "groups": [base | group]})
+
+
+@pytest.mark.parametrize(
+    ("group", "field"),
+    [
+        ({"flushed_entry_id": np.array([5], "<i8").tobytes()}, "flushed_entry_id"),
+        ({"region_id": b"\x01\x02\x03"}, "region_id"),
+        ({"memtable_bytes": np.array([0, -1], "<i8").tobytes()}, "memtable_bytes"),
+        ({"manifest_version": np.array([1, -5], "<i8").tobytes()}, "manifest_version"),
+        ({"topic_latest_entry_id": b"\x00" * 24}, "topic_latest_entry_id"),
+        ({"topic": ""}, "topic"),
+        ({"region_id": [1, 2]}, "region_id"),
+    ],
+    ids=["short", "ragged", "memtable", "manifest", "latest-length", "topic", "not-bin"],
+)
+async def test_a_malformed_column_is_a_422_naming_it(
+    hb: Setup, group: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        hb.handler.handle_columns(columns_body(**group))
+    assert info.value.details["errors"][0]["loc"] == ["body", "groups", 0, field]
+    assert hb.registry.get(1) is None and hb.metrics.heartbeats._value.get() == 0
+
+
+async def test_a_body_that_is_not_msgpack_is_a_422(hb: Setup) -> None:
+    with pytest.raises(InvalidArgument):
+        hb.handler.handle_columns(b'{"node_id": 1, "groups": []}')
+
+
+class count_fast_path:
+    """Counts how often the columns handler's whole-column path took a group."""
+
+    def __init__(self, handler: HeartbeatHandler) -> None:
+        self.taken = self.declined = 0
+        judge = handler._judge_columns
+
+        def counted(*args: Any) -> bool:
+            took = judge(*args)
+            if took:
+                self.taken += 1
+            else:
+                self.declined += 1
+            return took
+
+        handler._judge_columns = counted  # type: ignore[method-assign]
+
+
+async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootstrap: str) -> None:
+    """Two leaders, one fed JSON and one columns, end every step in the same state."""
+    rng = random.Random(7)
+    kv = SqlKv.open("sqlite://", create=True)
+    try:
+        kv.batch_put(
+            [(keys.topic_region(f"t_{i % 3}", i), route_value(1, None)) for i in range(1, 61)]
+        )
+        setups = [Setup(kv, kafka_bootstrap, e) for e in ("json", "columns")]
+        for setup in setups:
+            await setup.topology.load()
+        flushed = {i: 0 for i in range(1, 80)}
+        manifest = {i: 100 for i in range(1, 80)}
+        fast = count_fast_path(setups[1].handler)
+        for step in range(80):
+            # Most steps are the steady state (mapped regions, ids moving forward); some
+            # carry one fault: unmapped or misrouted ids, regressions, re-creations, bad ids.
+            fault = rng.random() if step % 3 == 0 else 1.0
+            regions = []
+            for i in rng.sample(range(1, 61), 40) + (
+                [rng.randrange(61, 80)] if fault < 0.2 else []
+            ):
+                roll = rng.random()
+                if fault < 0.4 and roll < 0.1:
+                    manifest[i] -= 1  # re-created: a lower manifest version and flushed id
+                    flushed[i] = rng.randrange(0, 5)
+                else:
+                    flushed[i] += rng.randrange(0, 3)
+                value = flushed[i]
+                if fault < 0.6 and roll > 0.9:
+                    value -= 3  # regressed, unless its manifest is null
+                if fault < 0.7 and roll > 0.97:
+                    value = -7  # negative_id
+                memtable = 0 if rng.random() < 0.5 else rng.randrange(1, 1000)
+                latest = rng.choice([None, value + rng.randrange(0, 50)])
+                topic = f"t_{i % 3}"
+                if fault < 0.8 and roll < 0.03:
+                    topic = f"t_{(i + 1) % 3}"  # topic_mismatch
+                regions.append(
+                    region(
+                        i,
+                        value,
+                        topic=topic,
+                        latest=latest,
+                        memtable=memtable,
+                        manifest=None if fault < 0.5 and roll < 0.2 else manifest[i],
+                    )
+                )
+            answers = []
+            for setup in setups:
+                setup.clock.now += 1
+                answers.append(rejected(setup.beat(regions)))
+            assert answers[0] == answers[1], step
+            json_side, columns_side = setups
+            assert json_side.registry.buckets == columns_side.registry.buckets, step
+            assert json_side.checkpointer.dirty_count == columns_side.checkpointer.dirty_count
+            assert (
+                json_side.metrics.idle_claims_ignored._value.get()
+                == columns_side.metrics.idle_claims_ignored._value.get()
+            )
+        assert fast.taken > 100 and fast.declined > 10  # both paths of the columns handler ran
+    finally:
+        kv.close()

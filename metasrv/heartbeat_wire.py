@@ -1,0 +1,252 @@
+"""The heartbeat body on the wire (DESIGN §5 `POST /v1/heartbeat`), in its two encodings.
+
+- **JSON** (`application/json`, the DESIGN §5 contract): one object per region.
+- **Columns** (`application/msgpack`): the same content grouped by topic, each region
+  field one column of little-endian int64s in a msgpack `bin`, so the leader compares and
+  copies whole columns instead of visiting each region in Python:
+
+      {"node_id": int, "addr": str | nil,
+       "groups": [{"topic": str, "region_id": bin, "flushed_entry_id": bin,
+                   "memtable_bytes": bin, "topic_latest_entry_id": bin | nil,
+                   "manifest_version": bin | nil}],
+       "topics": [{"topic": str, "latest_entry_id": int, "record_size": int,
+                   "record_num": int}] | nil}
+
+  A null `topic_latest_entry_id` or `manifest_version` of one region is `NULL` (-2**63)
+  in its column; a column left out (nil) is null for every region of the group.
+
+One range for every id and counter, `metasrv.model.ID_MAX` (2**63-1) as at every other
+entry point; entry ids may also be -1 ("nothing"). Values outside int64 and wrong types
+make the whole body a 422 naming the field; negative region ids and entry ids below -1
+are per-region rejections (`negative_id`, see `metasrv.heartbeat`). msgspec decodes and
+checks a body in one pass in C into structs the garbage collector does not track.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+
+import msgspec
+import numpy as np
+
+from metasrv.errors import InvalidArgument
+from metasrv.model import ID_MAX
+
+COLUMNS_FORMAT: Final = (
+    "The heartbeat of DESIGN §5 grouped by topic, as msgpack: {node_id, addr, groups: "
+    "[{topic, region_id, flushed_entry_id, memtable_bytes, topic_latest_entry_id?, "
+    "manifest_version?}], topics?}; each region field is a bin of little-endian int64s, "
+    "one per region; a null is -2**63, an absent column is null for every region. "
+    "The response is the same JSON."
+)
+"""The columns encoding in one paragraph (the OpenAPI description of the msgpack body)."""
+NULL: Final = -(2**63)
+"""A null in an int64 column of the columns encoding."""
+MAX_REGIONS: Final = 100_000
+"""Regions one heartbeat may report (a datanode hosts ~1,000 at the design load)."""
+MAX_TOPIC_REPORTS: Final = 100_000
+"""Topic reports one heartbeat may carry (at most one per pool topic: `num_topics`)."""
+
+_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=ID_MAX)]
+Id = Annotated[int, msgspec.Meta(ge=0, le=ID_MAX)]
+EntryId = Annotated[int, msgspec.Meta(ge=-1, le=ID_MAX)]
+Topic = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class Region(msgspec.Struct, gc=False):
+    """One `regions[]` entry of a JSON heartbeat; unknown fields are ignored."""
+
+    region_id: _Int
+    topic: str
+    flushed_entry_id: _Int
+    memtable_bytes: Id
+    topic_latest_entry_id: _Int | None = None
+    manifest_version: Id | None = None
+
+
+class TopicReport(msgspec.Struct, gc=False):
+    """One `topics[]` entry (both encodings)."""
+
+    topic: Topic
+    latest_entry_id: EntryId
+    record_size: Id
+    record_num: Id
+
+
+class Heartbeat(msgspec.Struct, gc=False):
+    """A JSON heartbeat (DESIGN §5)."""
+
+    node_id: Id
+    regions: Annotated[list[Region], msgspec.Meta(max_length=MAX_REGIONS)]
+    addr: str | None = None
+    topics: Annotated[list[TopicReport], msgspec.Meta(max_length=MAX_TOPIC_REPORTS)] | None = None
+
+
+class ColumnGroup(msgspec.Struct, gc=False):
+    """One topic's regions in the columns encoding (int64 little-endian columns)."""
+
+    topic: str
+    region_id: bytes
+    flushed_entry_id: bytes
+    memtable_bytes: bytes
+    topic_latest_entry_id: bytes | None = None
+    manifest_version: bytes | None = None
+
+
+class ColumnHeartbeat(msgspec.Struct, gc=False):
+    """A heartbeat in the columns encoding."""
+
+    node_id: Id
+    groups: list[ColumnGroup]
+    addr: str | None = None
+    topics: Annotated[list[TopicReport], msgspec.Meta(max_length=MAX_TOPIC_REPORTS)] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """A group's columns as int64 arrays (`latest`/`manifest` None: all null)."""
+
+    region_id: np.ndarray
+    flushed: np.ndarray
+    memtable: np.ndarray
+    latest: np.ndarray | None
+    manifest: np.ndarray | None
+
+    def regions(self, topic: str) -> list[Region]:
+        """The same regions one by one, as a JSON heartbeat would carry them."""
+        n = len(self.region_id)
+        return list(
+            map(
+                Region,
+                self.region_id.tolist(),
+                [topic] * n,
+                self.flushed.tolist(),
+                self.memtable.tolist(),
+                _nullable(self.latest, n),
+                _nullable(self.manifest, n),
+            )
+        )
+
+
+def _nullable(column: np.ndarray | None, n: int) -> list[int | None]:
+    if column is None:
+        return [None] * n
+    values: list[int | None] = column.tolist()
+    if (column == NULL).any():
+        values = [None if v == NULL else v for v in values]
+    return values
+
+
+_json_decode: Final = msgspec.json.Decoder(Heartbeat).decode
+_msgpack_decode: Final = msgspec.msgpack.Decoder(ColumnHeartbeat).decode
+_AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.DOTALL)
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[\.\.\.\]")
+_MISSING = re.compile(r"^Object missing required field `([^`]+)`$")
+
+
+def invalid(message: str, loc: list[Any]) -> InvalidArgument:
+    """A 422 naming the body field at `loc`."""
+    return InvalidArgument(message, details={"errors": [{"loc": ["body", *loc], "msg": message}]})
+
+
+def _refusal(exc: Exception, encoding: str) -> InvalidArgument:
+    """msgspec's reason for refusing a body, as a 422 naming the field."""
+    if isinstance(exc, UnicodeDecodeError):
+        return invalid(f"the body is not valid UTF-8 ({exc.reason})", [])
+    if isinstance(exc, RecursionError):
+        return invalid("the body is nested too deeply", [])
+    if not isinstance(exc, msgspec.ValidationError):
+        return InvalidArgument(f"request body is not valid {encoding}: {exc}")
+    match = _AT.match(str(exc))
+    assert match is not None  # the pattern matches any string
+    message, path = match.group(1), match.group(2) or ""
+    loc: list[Any] = [
+        int(index) if index else name for name, index in _STEP.findall(path) if name or index
+    ]
+    missing = _MISSING.match(message)
+    if missing is not None:
+        loc.append(missing.group(1))
+        message = "field required"
+    where = ".".join(str(step) for step in loc)
+    return invalid(f"{where}: {message}" if where else message, loc)
+
+
+def decode_json(body: bytes) -> Heartbeat:
+    """A JSON heartbeat, or `InvalidArgument` naming the first field that is wrong."""
+    try:
+        return _json_decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise _refusal(exc, "JSON") from None
+
+
+def decode_columns(body: bytes) -> ColumnHeartbeat:
+    """A columns heartbeat, or `InvalidArgument` naming the first field that is wrong."""
+    try:
+        return _msgpack_decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise _refusal(exc, "msgpack") from None
+
+
+def columns_of(index: int, group: ColumnGroup) -> Columns:
+    """The group's columns as arrays, checked: one int64 per region in every column, the
+    topic named, memtable sizes and manifest versions in range."""
+    loc: list[Any] = ["groups", index]
+    if not group.topic:
+        raise invalid("topic must be a non-empty string", [*loc, "topic"])
+    if len(group.region_id) % 8:
+        raise invalid("region_id must hold int64 values (8 bytes each)", [*loc, "region_id"])
+    n = len(group.region_id) // 8
+
+    def column(name: str, raw: bytes) -> np.ndarray:
+        if len(raw) != 8 * n:
+            raise invalid(f"{name} must hold {n} int64 values, as region_id", [*loc, name])
+        return np.frombuffer(raw, dtype="<i8")
+
+    latest, manifest = group.topic_latest_entry_id, group.manifest_version
+    cols = Columns(
+        region_id=np.frombuffer(group.region_id, dtype="<i8"),
+        flushed=column("flushed_entry_id", group.flushed_entry_id),
+        memtable=column("memtable_bytes", group.memtable_bytes),
+        latest=None if latest is None else column("topic_latest_entry_id", latest),
+        manifest=None if manifest is None else column("manifest_version", manifest),
+    )
+    if n and cols.memtable.min() < 0:
+        raise invalid("memtable_bytes must be >= 0", [*loc, "memtable_bytes"])
+    if cols.manifest is not None and n and ((cols.manifest < 0) & (cols.manifest != NULL)).any():
+        raise invalid("manifest_version must be >= 0 or null", [*loc, "manifest_version"])
+    return cols
+
+
+def encode_columns(
+    node_id: int,
+    addr: str | None,
+    groups: dict[str, list[tuple[int, int, int | None, int, int | None]]],
+    topics: list[dict[str, Any]] | None = None,
+) -> bytes:
+    """A columns heartbeat body from regions grouped by topic, each
+    `(region_id, flushed_entry_id, topic_latest_entry_id, memtable_bytes,
+    manifest_version)`: what a datanode written in Python would send."""
+
+    def column(values: list[int | None]) -> bytes:
+        return np.array([NULL if v is None else v for v in values], dtype="<i8").tobytes()
+
+    wire_groups = []
+    for topic, regions in groups.items():
+        if not regions:
+            continue
+        ids, flushed, latest, memtable, manifest = (list(c) for c in zip(*regions, strict=True))
+        wire_groups.append(
+            {
+                "topic": topic,
+                "region_id": column(ids),
+                "flushed_entry_id": column(flushed),
+                "memtable_bytes": column(memtable),
+                "topic_latest_entry_id": column(latest),
+                "manifest_version": column(manifest),
+            }
+        )
+    return msgspec.msgpack.encode(
+        {"node_id": node_id, "addr": addr, "groups": wire_groups, "topics": topics}
+    )
