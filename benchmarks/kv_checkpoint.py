@@ -71,8 +71,6 @@ def one_by_one(kv: KvBackend) -> Callable[[Sequence[tuple[str, bytes]]], None]:
     return write
 
 
-
-
 def report(name: str, rates: list[float]) -> float:
     median = statistics.median(rates)
     runs = ", ".join(f"{r:,.0f}" for r in rates)

@@ -38,9 +38,7 @@ import numpy as np
 import orjson
 
 from metasrv.checkpoints import Checkpointer
-from metasrv.errors import InvalidArgument
 from metasrv.heartbeat_wire import (
-    MAX_REGIONS,
     NULL,
     Columns,
     Region,
@@ -156,22 +154,16 @@ class HeartbeatHandler:
         return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
 
     def handle_columns(self, body: bytes) -> bytes:
-        """Apply one heartbeat in the columns encoding (`metasrv.heartbeat_wire`); the
+        """Apply one heartbeat in the columns encoding (`metasrv.heartbeat_wire`): the
         same checks and answers as `handle`, whole columns at a time."""
         doc = decode_columns(body)
-        groups = [(g.topic, columns_of(i, g)) for i, g in enumerate(doc.groups)]
-        total = sum(len(cols.region_id) for _, cols in groups)
-        if total > MAX_REGIONS:
-            raise InvalidArgument(f"a heartbeat may report at most {MAX_REGIONS} regions")
+        cols = columns_of(doc)
         now = self._clock()
         outcome = _Outcome()
-        for topic, cols in groups:
-            if not self._judge_columns(doc.node_id, topic, cols, now, outcome):
-                self._judge(doc.node_id, cols.regions(topic), now, outcome)
-        if outcome.count() + len(outcome.rejected) != total or outcome.rejected:
-            self._refuse_duplicates(
-                region_id for _, cols in groups for region_id in cols.region_id.tolist()
-            )
+        if not self._judge_columns(doc.node_id, cols, now, outcome):
+            self._judge(doc.node_id, cols.regions(), now, outcome)
+        if outcome.count() + len(outcome.rejected) != len(cols.region_id) or outcome.rejected:
+            self._refuse_duplicates(cols.region_id.tolist())
         return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
 
     @staticmethod
@@ -261,62 +253,78 @@ class HeartbeatHandler:
                 changed.append(region_id)
         out.ignored_claims += ignored_claims
 
-    def _judge_columns(
-        self, node_id: int, topic: str, cols: Columns, now: float, out: _Outcome
-    ) -> bool:
-        """The steady state of one topic's columns, a column at a time: every region
-        already has a row here, none went backwards and no id is negative. Returns False,
+    def _judge_columns(self, node_id: int, cols: Columns, now: float, out: _Outcome) -> bool:
+        """The steady state, a column at a time: every region already has a row under
+        the topic it names, none went backwards and no id is negative. Returns False,
         having recorded nothing, when that is not so; `_judge` then takes the regions
         one by one."""
-        bucket = self._registry.buckets.get(topic)
-        ids = cols.region_id
-        n = len(ids)
-        if bucket is None or n == 0:
-            return n == 0
-        flushed = cols.flushed
-        if ids.min() < 0 or flushed.min() < -1:
+        n = len(cols.region_id)
+        if n == 0:
+            return True
+        if cols.region_id.min() < 0 or cols.flushed.min() < -1:
             return False
-        latest = cols.latest
-        claims = None
-        if latest is not None:
-            claims = latest != NULL
-            if not claims.any():
-                latest = claims = None
-            elif latest[claims].min() < -1:
+        claimed = cols.latest
+        claims = None if claimed is None else claimed != NULL
+        if claimed is not None and claims is not None and claims.any():
+            if claimed[claims].min() < -1:
                 return False
+        else:
+            claimed = claims = None
+
+        # Regions in runs of one topic; each run is looked up in its topic's bucket.
+        order = np.argsort(cols.topic, kind="stable")
+        topic_index = cols.topic[order]
+        cuts = (np.flatnonzero(np.diff(topic_index)) + 1).tolist()
+        starts, ends = [0, *cuts], [*cuts, n]
+        ids = cols.region_id[order]
         id_list = ids.tolist()
-        found = list(map(bucket.get, id_list))
-        if not all(found):  # a region without a row: unmapped, moved or new here
-            return False
-        olds = cast(list[StatRow], found)
+        names = cols.topic_names
+        buckets = self._registry.buckets
+        olds: list[StatRow] = []
+        run_topics = []
+        for index, start, end in zip(topic_index[starts].tolist(), starts, ends, strict=True):
+            bucket = buckets.get(names[index])
+            if bucket is None:
+                return False
+            found = list(map(bucket.get, id_list[start:end]))
+            if not all(found):  # a region without a row: unmapped, moved or new here
+                return False
+            olds.extend(cast(list[StatRow], found))
+            run_topics.append(olds[start][TOPIC])  # the map's own string, shared by rows
+
+        flushed = cols.flushed[order]
         if (flushed < np.fromiter(map(_FLUSHED_OF, olds), np.int64, n)).any():
             return False  # stat_regressed, unless the manifest says re-created
-        memtable = cols.memtable
+        memtable = cols.memtable[order]
         prunable = flushed
-        if latest is not None and claims is not None:
+        latest: list[int | None] | None = None
+        if claimed is not None and claims is not None:
+            claims = claims[order]
+            claimed = claimed[order]
             idle = claims & (memtable == 0)
             out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
-            prunable = np.where(idle & (latest > flushed), latest, flushed)
+            prunable = np.where(idle & (claimed > flushed), claimed, flushed)
+            latest = _nullable_list(claimed, claims)
+        manifest = None if cols.manifest is None else _nullable_list(cols.manifest[order])
         dirty = np.fromiter(map(_PRUNABLE_OF, olds), np.int64, n) != prunable
         dirty |= np.fromiter(map(_NODE_OF, olds), np.int64, n) != node_id
-        mapped_topic = olds[0][TOPIC]  # the map's own string, shared by every row
-        rows = dict(
-            zip(
-                id_list,
-                zip(
-                    repeat(node_id),
-                    repeat(mapped_topic),
-                    flushed.tolist(),
-                    repeat(None) if latest is None else _nullable_list(latest, claims),
-                    memtable.tolist(),
-                    repeat(None) if cols.manifest is None else _nullable_list(cols.manifest),
-                    repeat(now),
-                    prunable.tolist(),
-                ),
+
+        flushed_list, memtable_list = flushed.tolist(), memtable.tolist()
+        prunable_list = prunable.tolist()
+        node, at, none = repeat(node_id), repeat(now), repeat(None)
+        for topic, start, end in zip(run_topics, starts, ends, strict=True):
+            rows = zip(
+                node,
+                repeat(topic),
+                flushed_list[start:end],
+                none if latest is None else latest[start:end],
+                memtable_list[start:end],
+                none if manifest is None else manifest[start:end],
+                at,
+                prunable_list[start:end],
                 strict=False,
             )
-        )
-        out.add(mapped_topic, rows)
+            out.add(topic, dict(zip(id_list[start:end], rows, strict=False)))
         out.changed.extend(ids[dirty].tolist())
         return True
 

@@ -1,19 +1,21 @@
 """The heartbeat body on the wire (DESIGN §5 `POST /v1/heartbeat`), in its two encodings.
 
 - **JSON** (`application/json`, the DESIGN §5 contract): one object per region.
-- **Columns** (`application/msgpack`): the same content grouped by topic, each region
-  field one column of little-endian int64s in a msgpack `bin`, so the leader compares and
-  copies whole columns instead of visiting each region in Python:
+- **Columns** (`application/msgpack`): the same content with each region field as one
+  column of little-endian int64s in a msgpack `bin` (one value per region, in the same
+  order in every column), and each region's topic as an index into `topic_names`, so the
+  leader compares and copies whole columns instead of visiting each region in Python:
 
-      {"node_id": int, "addr": str | nil,
-       "groups": [{"topic": str, "region_id": bin, "flushed_entry_id": bin,
+      {"node_id": int, "addr": str | nil, "topic_names": [str],
+       "regions": {"topic": bin, "region_id": bin, "flushed_entry_id": bin,
                    "memtable_bytes": bin, "topic_latest_entry_id": bin | nil,
-                   "manifest_version": bin | nil}],
+                   "manifest_version": bin | nil},
        "topics": [{"topic": str, "latest_entry_id": int, "record_size": int,
                    "record_num": int}] | nil}
 
   A null `topic_latest_entry_id` or `manifest_version` of one region is `NULL` (-2**63)
-  in its column; a column left out (nil) is null for every region of the group.
+  in its column; a column left out (nil) is null for every region. The answer is the
+  same JSON as for a JSON heartbeat.
 
 One range for every id and counter, `metasrv.model.ID_MAX` (2**63-1) as at every other
 entry point; entry ids may also be -1 ("nothing"). Values outside int64 and wrong types
@@ -35,11 +37,11 @@ from metasrv.errors import InvalidArgument
 from metasrv.model import ID_MAX
 
 COLUMNS_FORMAT: Final = (
-    "The heartbeat of DESIGN §5 grouped by topic, as msgpack: {node_id, addr, groups: "
-    "[{topic, region_id, flushed_entry_id, memtable_bytes, topic_latest_entry_id?, "
-    "manifest_version?}], topics?}; each region field is a bin of little-endian int64s, "
-    "one per region; a null is -2**63, an absent column is null for every region. "
-    "The response is the same JSON."
+    "The heartbeat of DESIGN §5 as msgpack columns: {node_id, addr, topic_names: [str], "
+    "regions: {topic, region_id, flushed_entry_id, memtable_bytes, topic_latest_entry_id?, "
+    "manifest_version?}, topics?}; each regions field is a bin of little-endian int64s, one "
+    "per region (topic: an index into topic_names); a null is -2**63, an absent column is "
+    "null for every region. The response is the same JSON."
 )
 """The columns encoding in one paragraph (the OpenAPI description of the msgpack body)."""
 NULL: Final = -(2**63)
@@ -84,10 +86,10 @@ class Heartbeat(msgspec.Struct, gc=False):
     topics: Annotated[list[TopicReport], msgspec.Meta(max_length=MAX_TOPIC_REPORTS)] | None = None
 
 
-class ColumnGroup(msgspec.Struct, gc=False):
-    """One topic's regions in the columns encoding (int64 little-endian columns)."""
+class RegionColumns(msgspec.Struct, gc=False):
+    """The `regions` of a columns heartbeat: int64 little-endian columns."""
 
-    topic: str
+    topic: bytes
     region_id: bytes
     flushed_entry_id: bytes
     memtable_bytes: bytes
@@ -99,29 +101,34 @@ class ColumnHeartbeat(msgspec.Struct, gc=False):
     """A heartbeat in the columns encoding."""
 
     node_id: Id
-    groups: list[ColumnGroup]
+    topic_names: Annotated[list[Topic], msgspec.Meta(max_length=MAX_TOPIC_REPORTS)]
+    regions: RegionColumns
     addr: str | None = None
     topics: Annotated[list[TopicReport], msgspec.Meta(max_length=MAX_TOPIC_REPORTS)] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Columns:
-    """A group's columns as int64 arrays (`latest`/`manifest` None: all null)."""
+    """A columns heartbeat's regions as int64 arrays (`latest`/`manifest` None: all
+    null), with `topic` indexing `topic_names`."""
 
+    topic_names: list[str]
+    topic: np.ndarray
     region_id: np.ndarray
     flushed: np.ndarray
     memtable: np.ndarray
     latest: np.ndarray | None
     manifest: np.ndarray | None
 
-    def regions(self, topic: str) -> list[Region]:
+    def regions(self) -> list[Region]:
         """The same regions one by one, as a JSON heartbeat would carry them."""
         n = len(self.region_id)
+        names = self.topic_names
         return list(
             map(
                 Region,
                 self.region_id.tolist(),
-                [topic] * n,
+                [names[i] for i in self.topic.tolist()],
                 self.flushed.tolist(),
                 self.memtable.tolist(),
                 _nullable(self.latest, n),
@@ -189,32 +196,40 @@ def decode_columns(body: bytes) -> ColumnHeartbeat:
         raise _refusal(exc, "msgpack") from None
 
 
-def columns_of(index: int, group: ColumnGroup) -> Columns:
-    """The group's columns as arrays, checked: one int64 per region in every column, the
-    topic named, memtable sizes and manifest versions in range."""
-    loc: list[Any] = ["groups", index]
-    if not group.topic:
-        raise invalid("topic must be a non-empty string", [*loc, "topic"])
-    if len(group.region_id) % 8:
+def columns_of(doc: ColumnHeartbeat) -> Columns:
+    """The heartbeat's region columns as arrays, checked: one int64 per region in every
+    column, topic indexes into `topic_names`, memtable sizes and manifest versions in
+    range, at most `MAX_REGIONS` regions."""
+    raw = doc.regions
+    loc: list[Any] = ["regions"]
+    if len(raw.region_id) % 8:
         raise invalid("region_id must hold int64 values (8 bytes each)", [*loc, "region_id"])
-    n = len(group.region_id) // 8
+    n = len(raw.region_id) // 8
+    if n > MAX_REGIONS:
+        raise invalid(f"a heartbeat may report at most {MAX_REGIONS} regions", loc)
 
-    def column(name: str, raw: bytes) -> np.ndarray:
-        if len(raw) != 8 * n:
+    def column(name: str, data: bytes) -> np.ndarray:
+        if len(data) != 8 * n:
             raise invalid(f"{name} must hold {n} int64 values, as region_id", [*loc, name])
-        return np.frombuffer(raw, dtype="<i8")
+        return np.frombuffer(data, dtype="<i8")
 
-    latest, manifest = group.topic_latest_entry_id, group.manifest_version
+    latest, manifest = raw.topic_latest_entry_id, raw.manifest_version
     cols = Columns(
-        region_id=np.frombuffer(group.region_id, dtype="<i8"),
-        flushed=column("flushed_entry_id", group.flushed_entry_id),
-        memtable=column("memtable_bytes", group.memtable_bytes),
+        topic_names=doc.topic_names,
+        topic=column("topic", raw.topic),
+        region_id=np.frombuffer(raw.region_id, dtype="<i8"),
+        flushed=column("flushed_entry_id", raw.flushed_entry_id),
+        memtable=column("memtable_bytes", raw.memtable_bytes),
         latest=None if latest is None else column("topic_latest_entry_id", latest),
         manifest=None if manifest is None else column("manifest_version", manifest),
     )
-    if n and cols.memtable.min() < 0:
+    if n == 0:
+        return cols
+    if cols.topic.min() < 0 or cols.topic.max() >= len(doc.topic_names):
+        raise invalid("topic must index topic_names", [*loc, "topic"])
+    if cols.memtable.min() < 0:
         raise invalid("memtable_bytes must be >= 0", [*loc, "memtable_bytes"])
-    if cols.manifest is not None and n and ((cols.manifest < 0) & (cols.manifest != NULL)).any():
+    if cols.manifest is not None and ((cols.manifest < 0) & (cols.manifest != NULL)).any():
         raise invalid("manifest_version must be >= 0 or null", [*loc, "manifest_version"])
     return cols
 
@@ -222,31 +237,38 @@ def columns_of(index: int, group: ColumnGroup) -> Columns:
 def encode_columns(
     node_id: int,
     addr: str | None,
-    groups: dict[str, list[tuple[int, int, int | None, int, int | None]]],
+    regions: list[tuple[int, str, int, int | None, int, int | None]],
     topics: list[dict[str, Any]] | None = None,
 ) -> bytes:
-    """A columns heartbeat body from regions grouped by topic, each
-    `(region_id, flushed_entry_id, topic_latest_entry_id, memtable_bytes,
-    manifest_version)`: what a datanode written in Python would send."""
+    """A columns heartbeat body from regions, each `(region_id, topic, flushed_entry_id,
+    topic_latest_entry_id, memtable_bytes, manifest_version)`: what a datanode written
+    in Python would send."""
+    names: dict[str, int] = {}
+    columns: list[list[int | None]] = [[] for _ in range(6)]
+    for region_id, topic, flushed, latest, memtable, manifest in regions:
+        index = names.setdefault(topic, len(names))
+        for values, value in zip(
+            columns, (index, region_id, flushed, memtable, latest, manifest), strict=True
+        ):
+            values.append(value)
 
     def column(values: list[int | None]) -> bytes:
         return np.array([NULL if v is None else v for v in values], dtype="<i8").tobytes()
 
-    wire_groups = []
-    for topic, regions in groups.items():
-        if not regions:
-            continue
-        ids, flushed, latest, memtable, manifest = (list(c) for c in zip(*regions, strict=True))
-        wire_groups.append(
-            {
-                "topic": topic,
-                "region_id": column(ids),
-                "flushed_entry_id": column(flushed),
-                "memtable_bytes": column(memtable),
-                "topic_latest_entry_id": column(latest),
-                "manifest_version": column(manifest),
-            }
-        )
+    fields = (
+        "topic",
+        "region_id",
+        "flushed_entry_id",
+        "memtable_bytes",
+        "topic_latest_entry_id",
+        "manifest_version",
+    )
     return msgspec.msgpack.encode(
-        {"node_id": node_id, "addr": addr, "groups": wire_groups, "topics": topics}
+        {
+            "node_id": node_id,
+            "addr": addr,
+            "topic_names": list(names),
+            "regions": {name: column(values) for name, values in zip(fields, columns, strict=True)},
+            "topics": topics,
+        }
     )

@@ -302,6 +302,8 @@ class RegionRegistry:
         acc.received_at = now
 
         last = acc.nodes.get(node_id)
+        if last is not None and last[0] == record_size and last[1] == record_num:
+            return  # no growth: the sums and the average stand (most reports, most topics)
         acc.nodes[node_id] = (record_size, record_num)
         if last is None:
             size_growth = num_growth = 0

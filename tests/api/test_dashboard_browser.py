@@ -80,9 +80,11 @@ def test_dashboard_renders_live_state(served: tuple[str, World]) -> None:
             # the browser's doing, not a failed request.
             page.on(
                 "requestfailed",
-                lambda r: None
-                if r.failure == "net::ERR_ABORTED"
-                else failed_requests.append(f"{r.url}: {r.failure}"),
+                lambda r: (
+                    None
+                    if r.failure == "net::ERR_ABORTED"
+                    else failed_requests.append(f"{r.url}: {r.failure}")
+                ),
             )
 
             # Without a token the data calls are refused and the page says so.

@@ -232,7 +232,9 @@ def test_columns_heartbeat_over_http_and_the_untrusted_idle_claim_in_status(
     t0 = register(client, 1)
     register(client, 2, t0)
     body = encode_columns(
-        7, "dn7:4001", {t0: [(1, 10, 500, 4096, 3), (2, 10, 500, 0, 3), (999, 4, None, 0, None)]}
+        7,
+        "dn7:4001",
+        [(1, t0, 10, 500, 4096, 3), (2, t0, 10, 500, 0, 3), (999, t0, 4, None, 0, None)],
     )
     resp = client.post(
         "/v1/heartbeat", content=body, headers={"content-type": "application/msgpack"}

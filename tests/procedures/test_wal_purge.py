@@ -24,9 +24,7 @@ async def purge(h: Harness, topic: str, timeout: float = 30.0) -> ProcedureState
     return view.state
 
 
-async def flushing_world(
-    factory: HarnessFactory, wait: str, flushed: int
-) -> tuple[Harness, str]:
+async def flushing_world(factory: HarnessFactory, wait: str, flushed: int) -> tuple[Harness, str]:
     """One region on topic 0, 100 records of 100 B, far enough behind to be asked to flush."""
     h = await factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": wait})
     topic = h.topic(0)
@@ -440,7 +438,6 @@ async def test_followers_refuse_to_submit(harness_factory: HarnessFactory) -> No
     with pytest.raises(NotLeader) as info:
         await follower.manager.submit_purge(None, reason="test")
     assert info.value.leader == h.name
-
 
 
 async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
