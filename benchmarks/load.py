@@ -93,6 +93,18 @@ class ClientStats:
         self.errors[key] = self.errors.get(key, 0) + 1
 
 
+COLUMN_FIELDS = (
+    "region_id",
+    "flushed_entry_id",
+    "memtable_bytes",
+    "topic_latest_entry_id",
+    "manifest_version",
+)
+NULL = -(2**63)
+CONTENT_TYPES = {"json": "application/json", "columns": "application/msgpack"}
+JSON_HEADERS = {"content-type": "application/json"}
+
+
 class Fleet:
     """The synthetic regions of one load generator and the high watermarks they follow."""
 
@@ -102,6 +114,8 @@ class Fleet:
         self.topics = [f"{args.prefix}_wal_{n}" for n in range(args.topics)]
         self.latest: dict[str, int] = dict.fromkeys(self.topics, -1)
         self.bodies: dict[int, dict[str, Any]] = {}
+        self._cols: dict[int, dict[str, Any]] = {}
+        self._names: dict[int, list[str]] = {}
         for node in range(first, last):
             regions: list[dict[str, Any]] = []
             for i in range(args.regions):
@@ -146,11 +160,40 @@ class Fleet:
         body = self.bodies[node]
         regions = body["regions"]
         count = max(1, round(len(regions) * self.args.change))
-        for index in self.rng.sample(range(len(regions)), count):
+        moved = self.rng.sample(range(len(regions)), count)
+        for index in moved:
             self.advance(regions[index])
         for report in body["topics"]:
             report["latest_entry_id"] = self.latest[report["topic"]]
-        return orjson.dumps(body)
+        if self.args.encoding == "json":
+            return orjson.dumps(body)
+        return self._columns(node, body, moved)
+
+    def _columns(self, node: int, body: dict[str, Any], moved: list[int]) -> bytes:
+        """The same heartbeat in the msgpack columns encoding (`metasrv.heartbeat_wire`):
+        int64 arrays kept per node, only the moved regions copied in per heartbeat."""
+        import msgspec
+        import numpy as np
+
+        regions = body["regions"]
+        cols = self._cols.get(node)
+        if cols is None:
+            names = sorted({r["topic"] for r in regions})
+            index = {t: i for i, t in enumerate(names)}
+            cols = self._cols[node] = {
+                "topic": np.array([index[r["topic"]] for r in regions], "<i8"),
+                **{f: np.zeros(len(regions), "<i8") for f in COLUMN_FIELDS},
+            }
+            self._names[node] = names
+            moved = list(range(len(regions)))
+        for i in moved:
+            region = regions[i]
+            for name in COLUMN_FIELDS:
+                value = region[name]
+                cols[name][i] = NULL if value is None else value
+        wire = {k: v.tobytes() for k, v in cols.items()}
+        head = {k: body[k] for k in ("node_id", "addr", "topics")}
+        return msgspec.msgpack.encode({**head, "topic_names": self._names[node], "regions": wire})
 
     def prime(self) -> None:
         """Every region observed once (after the first high watermark read)."""
@@ -170,7 +213,7 @@ async def run_client(args: argparse.Namespace) -> None:
     fleet.prime()
     stats = ClientStats()
     start_at, end_at = args.start_at, args.start_at + args.duration
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": CONTENT_TYPES[args.encoding]}
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     stop = asyncio.Event()
 
@@ -249,7 +292,9 @@ async def run_client(args: argparse.Namespace) -> None:
                 while time.time() < end_at:
                     payload = orjson.dumps(fleet.bodies[first])
                     try:
-                        resp = await other.post("/v1/heartbeat", content=payload, headers=headers)
+                        resp = await other.post(
+                            "/v1/heartbeat", content=payload, headers=JSON_HEADERS
+                        )
                     except httpx.HTTPError as exc:
                         key = type(exc).__name__
                     else:
@@ -449,6 +494,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             "duration_s": args.duration,
             "topics": args.topics,
             "client_processes": args.clients,
+            "encoding": args.encoding,
             "prune_interval": args.prune_interval,
             "writers": f"{args.writer_nodes} simulated datanodes x {args.writer_regions} regions, "
             f"{args.write_rate:g} rows/s",
@@ -581,6 +627,8 @@ def _shared_flags(args: argparse.Namespace) -> list[str]:
         str(args.duration),
         "--follower-rate",
         str(args.follower_rate),
+        "--encoding",
+        args.encoding,
     ]
 
 
@@ -832,6 +880,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--change", type=float, default=0.05, help="regions moved per heartbeat")
     parser.add_argument("--topics", type=int, default=64)
     parser.add_argument("--clients", type=int, default=2, help="load generator processes")
+    parser.add_argument(
+        "--encoding",
+        choices=tuple(CONTENT_TYPES),
+        default="json",
+        help="heartbeat body: DESIGN §5 JSON, or the msgpack columns encoding",
+    )
     parser.add_argument("--follower-rate", type=float, default=2.0, help="heartbeats/s to it")
     parser.add_argument("--prune-interval", default="30s")
     parser.add_argument("--writer-nodes", type=int, default=4)
