@@ -206,8 +206,8 @@ class Kafka(Service):
             self._java(
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                cluster_id,
+                # One token: an id starting with "-" (1 in 64) would read as an option.
+                f"--cluster-id={cluster_id}",
                 "-c",
                 str(self.properties),
                 "--ignore-formatted",
