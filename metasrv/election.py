@@ -1,54 +1,57 @@
 """Leader election: which metasrv process may purge, hand out instructions and write state.
 
-`EtcdElection` campaigns for the `__metasrv_election` key (under the kv key prefix) with
-a create-if-absent transaction, binding the key to a lease of `election.lease_secs`.
-Followers poll the key and campaign when it is gone (the leader resigned, or was killed
-and its lease expired). A leader steps down as soon as a keepalive fails, its lease is
-gone, the key no longer holds its value, or it has not renewed the lease for a whole TTL.
+Every backend elects one leader with a lease and fences its writes (DESIGN §4):
 
-Leadership never waits behind work: campaigning and keepalives run on a thread of their
-own, over a gRPC channel of their own, doing nothing but blocking etcd calls. A busy
-event loop, a full default thread pool or a slow Kafka call cannot delay a renewal (a
-busy loop holding the GIL yields it to this thread every few milliseconds). So that a
-wedged process does not hold the cluster hostage either, a watchdog stops renewing (and
-resigns) once the event loop has not run for `watchdog_secs` (3x the lease by default);
-a process that is gone or frozen (SIGKILL, SIGSTOP) renews nothing and loses the lease.
+- `EtcdElection` (etcd kv) campaigns for the `__metasrv_election` key (under the kv key
+  prefix) with a create-if-absent transaction, binding the key to an etcd lease of
+  `election.lease_secs`; the term is the lease id.
+- `SqlElection` (SQL kv, metasrv/sql_election.py) holds a lease row in
+  `metasrv_election` (term, holder, expiry on the database's clock) and writes its term
+  into the `__metasrv_election` kv key before it leads.
+
+Both run on a dedicated thread with a connection of their own and a watchdog on
+event-loop lag (metasrv/_lease_election.py). Followers poll and campaign when the lease
+is free (the leader resigned, or was killed and its lease expired). A leader steps down
+as soon as a renewal fails for good, its lease is gone, or it has not renewed for a
+whole TTL.
 
 Leadership seen by a process can be stale (a paused process still believes it leads),
 so every leader-only kv write carries `fence()`: a compare on the election key's value,
-which embeds the lease id, so a deposed leader's writes fail in the store itself.
+which embeds the term, so a deposed leader's writes fail in the store itself.
 
-`SingleLeader` is for the SQL backend without etcd: the process is always the leader.
-Limitation: run only one metasrv process against one SQL kv database.
+`SingleLeader` is only for an in-memory SQLite kv (tests, tools): no other process can
+reach that store, so the process is always the leader.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
 import socket
-import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from pyetcd import etcdrpc
 
+from metasrv._lease_election import Attempt, LeaseElection, Listener, Listeners
 from metasrv.errors import KvUnavailable
 from metasrv.keys import ELECTION_KEY
-from metasrv.kv import Compare, EtcdKv, KvBackend
+from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
 from metasrv.kv._etcd import make_client, translate_etcd_error
 from metasrv.settings import Settings
+from metasrv.sql_election import SqlElection
 
 logger = logging.getLogger(__name__)
 
-_RENEW_RETRY = 0.2
-"""Seconds between retries of a keepalive that failed in transit."""
-
-Listener = Callable[[bool], Awaitable[None]]
-"""Called with True when this process gains leadership, False when it loses it."""
+__all__ = [
+    "Election",
+    "EtcdElection",
+    "Listener",
+    "SingleLeader",
+    "SqlElection",
+    "advertised_addr",
+    "build_election",
+]
 
 
 @runtime_checkable
@@ -112,8 +115,9 @@ def build_election(
     addr: str | None = None,
     loop_stalled_for: Callable[[], float] | None = None,
 ) -> Election:
-    """`EtcdElection` on an etcd kv backend, else `SingleLeader`. `loop_stalled_for`
-    (seconds since the event loop last ran) arms the leader's watchdog."""
+    """`EtcdElection` on etcd, `SqlElection` on a SQL database, `SingleLeader` on an
+    in-memory SQLite kv. `loop_stalled_for` (seconds since the event loop last ran) arms
+    the leader's watchdog."""
     addr = addr or advertised_addr(settings)
     if isinstance(kv, EtcdKv):
         return EtcdElection(
@@ -123,62 +127,26 @@ def build_election(
             lease_secs=settings.election.lease_secs,
             loop_stalled_for=loop_stalled_for,
         )
+    if isinstance(kv, SqlKv) and not kv.in_memory:
+        return SqlElection(
+            kv.url,
+            kv.key_prefix,
+            node_name=settings.node_name,
+            addr=addr,
+            lease_secs=settings.election.lease_secs,
+            loop_stalled_for=loop_stalled_for,
+        )
     return SingleLeader(node_name=settings.node_name, addr=addr)
 
 
-class _Listeners:
-    """Listener callbacks, run in order on a queue so slow ones never delay keepalives."""
-
-    def __init__(self) -> None:
-        self._callbacks: list[Listener] = []
-        self._queue: asyncio.Queue[bool] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    def add(self, callback: Listener) -> None:
-        self._callbacks.append(callback)
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="election-listeners")
-
-    def notify(self, leader: bool) -> None:
-        self._queue.put_nowait(leader)
-
-    async def _run(self) -> None:
-        while True:
-            leader = await self._queue.get()
-            await self._call_all(leader)
-            self._queue.task_done()
-
-    async def _call_all(self, leader: bool) -> None:
-        for callback in list(self._callbacks):
-            try:
-                await callback(leader)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("election listener failed", extra={"leader": leader})
-
-    async def drain_and_stop(self) -> None:
-        """Deliver what is queued, then stop."""
-        if self._task is None:
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._queue.join(), timeout=30)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
-
-
 class SingleLeader:
-    """Always the leader: for one metasrv process on the SQL kv backend (no etcd)."""
+    """Always the leader: for an in-memory SQLite kv, which no other process can reach."""
 
     def __init__(self, *, node_name: str, addr: str) -> None:
         self.node_name = node_name
         self.addr = addr
         self._leader = False
-        self._listeners = _Listeners()
+        self._listeners = Listeners()
 
     @property
     def is_leader(self) -> bool:
@@ -193,7 +161,7 @@ class SingleLeader:
             return
         self._listeners.start()
         self._leader = True
-        logger.info("single-process leader (SQL kv backend, no election)")
+        logger.info("single-process leader (in-memory kv, no election)")
         self._listeners.notify(True)
 
     async def stop(self) -> None:
@@ -209,12 +177,12 @@ class SingleLeader:
         self._listeners.add(callback)
 
     def fence(self) -> list[Compare]:
-        # Nothing to fence against: no other process may share this store.
+        # Nothing to fence against: no other process can reach this store.
         return []
 
 
-class EtcdElection:
-    """Lease-based election on etcd, run on a dedicated thread (see the module docstring)."""
+class EtcdElection(LeaseElection):
+    """Lease-based election on etcd (see the module docstring); the term is the lease id."""
 
     def __init__(
         self,
@@ -227,119 +195,36 @@ class EtcdElection:
         loop_stalled_for: Callable[[], float] | None = None,
         watchdog_secs: float | None = None,
     ) -> None:
-        self.node_name = node_name
-        self.addr = addr
-        self.lease_secs = lease_secs
-        self.poll_interval = poll_interval
-        self.watchdog_secs = 3.0 * lease_secs if watchdog_secs is None else watchdog_secs
-        """Seconds without an event-loop tick after which the leader stops renewing."""
-        self._loop_stalled_for = loop_stalled_for
+        super().__init__(
+            node_name=node_name,
+            addr=addr,
+            lease_secs=lease_secs,
+            poll_interval=poll_interval,
+            loop_stalled_for=loop_stalled_for,
+            watchdog_secs=watchdog_secs,
+        )
         self._kv = kv
         self._key = (kv.key_prefix + ELECTION_KEY).encode()
-        # Keepalive cadence: three renewals per TTL, each with a deadline short enough
-        # that two failed renewals are noticed well before the lease could expire.
-        self._renew_every = lease_secs / 3
-        self._rpc_timeout = max(0.5, lease_secs / 3)
         self._client: Any = None  # this thread's own gRPC channel, opened by `start`
-        self._listeners = _Listeners()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-        # Written by the election thread, read anywhere: each is one atomic attribute store.
-        self._leader = False
-        self._lease_id = 0
-        self._value = b""
-        self._deadline = 0.0  # monotonic time after which our lease may have expired
-        self._leader_addr: str | None = None
-        self._leader_term = 0
 
-    # --- public API ------------------------------------------------------------------
-
-    @property
-    def is_leader(self) -> bool:
-        return self._leader and time.monotonic() < self._deadline
-
-    @property
-    def term(self) -> int:
-        return self._lease_id if self._leader else self._leader_term
-
-    def leader_addr(self) -> str | None:
-        return self.addr if self.is_leader else self._leader_addr
-
-    def add_listener(self, callback: Listener) -> None:
-        self._listeners.add(callback)
-
-    def fence(self) -> list[Compare]:
-        # Our value embeds our lease id, so it matches only our own, current term;
-        # before the first win it is a value no election key ever holds.
-        return [Compare(ELECTION_KEY, value=self._value or b"\0not-leader")]
-
-    async def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._loop = asyncio.get_running_loop()
-        self._listeners.start()
-        self._stopping.clear()
+    def _open(self) -> None:
         if self._client is None:
             self._client = make_client(self._kv.endpoints, self._rpc_timeout)
-        self._thread = threading.Thread(target=self._run, name="metasrv-election", daemon=True)
-        self._thread.start()
 
-    async def stop(self) -> None:
-        """Resign (the thread revokes the lease on its way out) and stop campaigning."""
-        self._stopping.set()
-        thread, self._thread = self._thread, None
-        while thread is not None and thread.is_alive():
-            # Its longest wait is one RPC deadline; polled, so no pool thread is needed.
-            await asyncio.sleep(0.02)
-        await self._listeners.drain_and_stop()
+    def _close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
+            client.close()
 
-    # --- the election thread ------------------------------------------------------
-
-    def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                try:
-                    if self._campaign():
-                        self._lead()
-                    else:
-                        self._stopping.wait(self.poll_interval)
-                except Exception as exc:
-                    # KvUnavailable mostly; keep campaigning once etcd answers again.
-                    logger.warning("election: %s", exc)
-                    if self._leader:
-                        self._step_down(f"error: {exc}")
-                    self._stopping.wait(self.poll_interval)
-        finally:
-            if self._leader:
-                self._step_down("resigned")
-
-    def _stalled(self) -> float | None:
-        """Seconds the event loop has not run, when past the watchdog bound; else None."""
-        if self._loop_stalled_for is None:
-            return None
-        stalled = self._loop_stalled_for()
-        return stalled if stalled > self.watchdog_secs else None
-
-    def _campaign(self) -> bool:
-        """Observe the key; when it is free, try to take it. True when we won."""
+    def _read_holder(self) -> bytes | None:
         holder = self._guarded(self._read_key)
-        if holder is not None:
-            self._observe(holder)
-            return False
-        if self._stalled() is not None or self._stopping.is_set():
-            return False  # a wedged (or stopping) process must not take over
+        return None if holder is None else holder[0]
+
+    def _acquire(self) -> Attempt:
         # The lease's TTL runs from its grant, so our deadline counts from before it.
         granted = time.monotonic()
         lease_id = self._guarded(self._grant)
-        value = json.dumps(
-            {"node": self.node_name, "addr": self.addr, "term": lease_id},
-            separators=(",", ":"),
-        ).encode()
+        value = self._value_for(lease_id)
         try:
             won, holder = self._guarded(self._try_create, value, lease_id)
         except BaseException:
@@ -349,50 +234,12 @@ class EtcdElection:
             raise
         if not won:
             self._revoke_quietly(lease_id)
-            if holder is not None:
-                self._observe(holder)
-            return False
-        self._lease_id, self._value = lease_id, value
-        self._deadline = granted + self.lease_secs
-        self._leader_addr, self._leader_term = self.addr, lease_id
-        self._leader = True
-        logger.info(
-            "elected leader", extra={"node": self.node_name, "term": lease_id, "addr": self.addr}
-        )
-        self._notify(True)
-        return True
+            return Attempt(won=False, value=b"" if holder is None else holder[0])
+        return Attempt(won=True, term=lease_id, value=value, since=granted)
 
-    def _lead(self) -> None:
-        """Keep the lease alive and the key ours; return after stepping down or on stop.
-
-        A renewal that fails in transit (timeout, connection reset) is retried while the
-        lease may still be alive: one slow etcd answer must not cost the cluster its
-        leader. `is_leader` turns False by itself at the deadline whatever happens here,
-        and etcd expires the key (the write fence) at the same time.
-        """
-        wait = self._renew_every
-        while self._leader and not self._stopping.wait(wait):
-            try:
-                reason = self._renew()
-            except KvUnavailable as exc:
-                if time.monotonic() < self._deadline:
-                    logger.warning("election: keepalive failed, retrying: %s", exc)
-                    wait = _RENEW_RETRY
-                    continue
-                reason = f"keepalive failed until the lease ran out: {exc}"
-            wait = self._renew_every
-            if reason is not None:
-                self._step_down(reason)
-                return
-
-    def _renew(self) -> str | None:
-        """One keepalive round: the reason to step down, or None. Raises `KvUnavailable`
-        when etcd did not answer (the caller decides whether to retry)."""
-        stalled = self._stalled()
-        if stalled is not None:
-            return f"event loop has not run for {stalled:.1f}s (watchdog {self.watchdog_secs:g}s)"
+    def _renew_lease(self) -> str | None:
         sent = time.monotonic()
-        ttl = self._guarded(self._keepalive, self._lease_id)
+        ttl = self._guarded(self._keepalive, self._term)
         holder = self._guarded(self._read_key)
         if ttl <= 0:
             return "lease expired or revoked"
@@ -401,43 +248,11 @@ class EtcdElection:
         self._deadline = sent + ttl
         return None
 
-    def _step_down(self, reason: str) -> None:
-        if not self._leader:
-            return
-        self._leader = False
-        self._deadline = 0.0
-        self._leader_addr = None
-        logger.warning(
-            "leadership lost",
-            extra={"node": self.node_name, "term": self._lease_id, "reason": reason},
-        )
-        self._notify(False)
-        # Free the key at once (the lease carries it) so a successor need not wait the TTL.
-        self._revoke_quietly(self._lease_id)
-
-    def _notify(self, leader: bool) -> None:
-        """Queue the listeners' call on the event loop (they are coroutines of the loop)."""
-        self._call_soon(self._listeners.notify, leader)
-
-    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(fn, *args)
-
-    def _observe(self, holder: tuple[bytes, int]) -> None:
-        value, _lease = holder
-        try:
-            info: Any = json.loads(value)
-            self._leader_addr = str(info["addr"])
-            self._leader_term = int(info["term"])
-        except (ValueError, KeyError, TypeError):
-            logger.warning("election key holds an unreadable value: %r", value[:200])
-            self._leader_addr, self._leader_term = None, 0
+    def _release(self) -> None:
+        # The lease carries the key: revoking it frees the key at once.
+        self._revoke_quietly(self._term)
 
     # --- etcd calls (blocking, on the election thread) --------------------------------
-
     def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)

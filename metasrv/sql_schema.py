@@ -6,6 +6,8 @@ that the migrated schema matches this metadata, so code and migrations cannot dr
 - `metasrv_kv` + `metasrv_kv_revision`: the SQL kv backend (metasrv/kv/_sql.py). The
   single-row revision table is a global counter so `mod_revision` grows monotonically
   across all keys, as etcd's store revision does.
+- `metasrv_election`: the SQL backend's leader lease rows, one per kv key prefix
+  (metasrv/sql_election.py).
 - `procedure_history`, `purge_history`, `wal_events`: the history store (finished
   procedures, completed purges, WAL data-loss and similar events) read by the API.
 """
@@ -62,6 +64,20 @@ kv_revision_table = Table(
     # Always exactly one row, id = 1; locked by every writing transaction.
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("revision", BigInteger, nullable=False),
+)
+
+election_table = Table(
+    "metasrv_election",
+    metadata,
+    # Key prefix + "__metasrv_election": clusters sharing one database elect apart.
+    Column("name", KV_KEY_TYPE, primary_key=True),
+    # Grows by one on every takeover; the leader's fence value names it.
+    Column("term", BigInteger, nullable=False),
+    Column("holder", String(255), nullable=False),
+    # The leader's `{"node", "addr", "term"}` JSON, also written to the election kv key.
+    Column("value", LargeBinary, nullable=False),
+    # Epoch seconds on the database's clock; the lease is free once it has passed.
+    Column("expires_at", Float, nullable=False),
 )
 
 procedure_history_table = Table(

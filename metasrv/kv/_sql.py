@@ -51,7 +51,8 @@ _UNAVAILABLE_ERRORS: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
-def _translate(exc: sa_exc.SQLAlchemyError) -> Exception:
+def translate_sql_error(exc: sa_exc.SQLAlchemyError) -> Exception:
+    """The `KvUnavailable` a database error means (through the table above), else `exc`."""
     for cls, message in _UNAVAILABLE_ERRORS:
         if isinstance(exc, cls):
             detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
@@ -72,8 +73,12 @@ def _is_memory_sqlite(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
-def create_kv_engine(url: str) -> Engine:
-    """An engine tuned for the kv workload (SQLite: WAL, busy timeout, IMMEDIATE writers)."""
+def create_kv_engine(url: str, *, timeout: float | None = None) -> Engine:
+    """An engine tuned for the kv workload (SQLite: WAL, busy timeout, IMMEDIATE writers).
+
+    `timeout` (seconds) bounds connecting, lock waits and statements, for callers that
+    must not block longer (the election thread); None keeps the generous defaults.
+    """
     url = normalize_url(url)
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
@@ -82,20 +87,33 @@ def create_kv_engine(url: str) -> Engine:
             # One shared connection, else every pooled connection is a new empty database.
             kwargs["poolclass"] = StaticPool
         engine = create_engine(url, **kwargs)
-        _tune_sqlite(engine)
+        busy_ms = _SQLITE_BUSY_TIMEOUT_MS if timeout is None else max(1, int(timeout * 1000))
+        _tune_sqlite(engine, busy_ms)
         return engine
     if backend == "postgresql":
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+        if timeout is None:
+            return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+        ms = max(1, int(timeout * 1000))
+        # connect_args replace the URL's own `options` (e.g. a search_path): keep both.
+        given = make_url(url).query.get("options", "")
+        options = " ".join([*([given] if isinstance(given, str) else given)])
+        connect_args = {
+            "connect_timeout": max(1, round(timeout)),
+            "options": f"{options} -c statement_timeout={ms} -c lock_timeout={ms}".strip(),
+        }
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=1, max_overflow=1, connect_args=connect_args
+        )
     raise InvalidArgument(f"unsupported kv database {backend!r}: use sqlite or postgresql")
 
 
-def _tune_sqlite(engine: Engine) -> None:
+def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, emit BEGIN, so writers can ask for IMMEDIATE.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
@@ -113,10 +131,10 @@ class SqlKv:
 
     max_txn_ops: int = SQL_MAX_TXN_OPS
 
-    def __init__(self, url: str, key_prefix: str = "") -> None:
+    def __init__(self, url: str, key_prefix: str = "", *, timeout: float | None = None) -> None:
         self.url = normalize_url(url)
         self.key_prefix = key_prefix
-        self._engine = create_kv_engine(self.url)
+        self._engine = create_kv_engine(self.url, timeout=timeout)
         self._dialect = self._engine.dialect.name
         # SQLite in memory shares one connection between threads: serialize its use.
         self._mutex: AbstractContextManager[Any] = (
@@ -147,8 +165,13 @@ class SqlKv:
 
     @property
     def engine(self) -> Engine:
-        """The underlying engine (tests and tools only)."""
+        """The underlying engine (tests, tools and the SQL election's own instance)."""
         return self._engine
+
+    @property
+    def in_memory(self) -> bool:
+        """True for an in-memory SQLite database, which no other process can reach."""
+        return _is_memory_sqlite(self.url)
 
     # --- key prefix ------------------------------------------------------------------
 
@@ -182,7 +205,7 @@ class SqlKv:
                 with conn.begin():
                     return fn(conn)
         except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc) from exc
+            raise translate_sql_error(exc) from exc
 
     def _lock_revision(self, conn: Connection) -> int:
         """Lock the revision counter row for this transaction; return its value."""

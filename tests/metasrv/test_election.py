@@ -1,4 +1,4 @@
-"""Leader election on real etcd (and the single-process leader for the SQL backend)."""
+"""Leader election on real etcd (and the single-process leader for an in-memory kv)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import cast
 
 import pytest
@@ -208,7 +207,7 @@ async def test_single_leader() -> None:
     assert rec.events == [True, False]
 
 
-async def test_build_election_picks_by_backend(tmp_path: Path, etcd_kv: EtcdKv) -> None:
+async def test_build_election_picks_by_backend(etcd_kv: EtcdKv) -> None:
     settings = load_settings(
         http={"addr": "0.0.0.0:4123"}, election={"lease_secs": 3, "node_name": "n1"}
     )
@@ -226,7 +225,8 @@ async def test_build_election_picks_by_backend(tmp_path: Path, etcd_kv: EtcdKv) 
     with pytest.raises(ConfigError):
         load_settings(http={"advertise_addr": "no-port"})
 
-    sql = SqlKv.open(f"sqlite:///{tmp_path / 'kv.db'}", create=True)
+    # Only an in-memory kv, which no other process can reach, has no election.
+    sql = SqlKv.open("sqlite://", create=True)
     try:
         single = build_election(settings, sql, addr="10.1.2.3:4000")
         assert isinstance(single, SingleLeader)
