@@ -169,7 +169,10 @@ class LeaseElection:
         return self._term if self._leader else self._leader_term
 
     def leader_addr(self) -> str | None:
-        return self.addr if self.is_leader else self._leader_addr
+        if self._leader:
+            # Past our deadline and not yet stepped down: the successor is not known yet.
+            return self.addr if self.is_leader else None
+        return self._leader_addr
 
     def add_listener(self, callback: Listener) -> None:
         self._listeners.add(callback)

@@ -1,11 +1,14 @@
-"""Two `metasrv start` processes on one etcd: SIGKILL the leader, the other takes over.
+"""Two `metasrv start` processes on one etcd, or on one PostgreSQL kv: one leads.
 
-Real processes, real etcd lease expiry: the survivor must answer heartbeats as leader
-(with the topic-region map loaded, so the region is accepted) within the lease TTL + 5 s.
+Real processes, real lease expiry (an etcd lease, or the SQL backend's lease row): after
+a SIGKILL the survivor must answer heartbeats as leader (with the topic-region map
+loaded, so the region is accepted) within the lease TTL + 5 s; a SIGSTOPped leader is
+deposed the same way and, continued, refers callers to its successor and commits nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,15 +20,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+import migrations
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from tests.api.conftest import free_port, heartbeat, region
+from tests.metasrv.kv._pgschema import fresh_schema
 
 LEASE_SECS = 2
 METASRV = str(Path(sys.executable).with_name("metasrv"))
 
 
-def write_config(path: Path, port: int, prefix: str, etcd: str, kafka: str) -> None:
+def write_config(path: Path, port: int, prefix: str, kv_toml: str, kafka: str) -> None:
     path.write_text(
         f"""
 [wal]
@@ -36,9 +41,7 @@ checkpoint_interval = "200ms"
 [http]
 addr = "127.0.0.1:{port}"
 [kv]
-backend = "etcd"
-etcd_endpoints = ["{etcd}"]
-key_prefix = "{prefix}/"
+{kv_toml}
 [history]
 url = "sqlite:///{path.parent}/history-{port}.db"
 [election]
@@ -48,16 +51,35 @@ node_name = "node-{port}"
     )
 
 
+@pytest.fixture(params=["etcd", "postgresql", "sqlite"])
+def kv_toml(request: pytest.FixtureRequest, unique_prefix: str, tmp_path: Path) -> Iterator[str]:
+    """The `[kv]` section both daemons share: an etcd key prefix, a migrated PostgreSQL
+    schema of its own, or one SQLite file (which each daemon migrates as it opens it)."""
+    if request.param == "sqlite":
+        yield f'backend = "sql"\nsql_url = "sqlite:///{tmp_path / "kv.db"}"'
+        return
+    if request.param == "postgresql":
+        with fresh_schema(request.getfixturevalue("postgres_url")) as url:
+            migrations.upgrade(url)
+            yield f'backend = "sql"\nsql_url = "{url}"'
+        return
+    etcd = request.getfixturevalue("etcd_endpoint")
+    yield f'backend = "etcd"\netcd_endpoints = ["{etcd}"]\nkey_prefix = "{unique_prefix}/"'
+    kv = EtcdKv(etcd, f"{unique_prefix}/")
+    kv.delete_prefix("")
+    kv.close()
+
+
 @pytest.fixture
 def two_daemons(
-    tmp_path: Path, unique_prefix: str, etcd_endpoint: str, kafka_bootstrap: str
+    tmp_path: Path, unique_prefix: str, kv_toml: str, kafka_bootstrap: str
 ) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for _ in range(2):
             port = free_port()
             cfg = tmp_path / f"metasrv-{port}.toml"
-            write_config(cfg, port, unique_prefix, etcd_endpoint, kafka_bootstrap)
+            write_config(cfg, port, unique_prefix, kv_toml, kafka_bootstrap)
             log = (tmp_path / f"metasrv-{port}.log").open("wb")
             procs[f"127.0.0.1:{port}"] = subprocess.Popen(
                 [METASRV, "start", "-c", str(cfg)], stdout=log, stderr=subprocess.STDOUT
@@ -66,6 +88,7 @@ def two_daemons(
     finally:
         for proc in procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a paused one could not stop
                 proc.send_signal(signal.SIGTERM)
         for proc in procs.values():
             try:
@@ -73,9 +96,6 @@ def two_daemons(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
-        kv.delete_prefix("")
-        kv.close()
         kafka = KafkaAdmin(kafka_bootstrap)
         kafka.delete_topics(t for t in kafka.list_topics() if t.startswith(unique_prefix))
 
@@ -147,3 +167,46 @@ def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
         f"http://{survivor}/v1/purge/plan", params={"topic": topic}, timeout=10
     ).json()["topics"]
     assert plan["blocked_by"] == []
+
+
+@pytest.mark.faults
+def test_a_paused_leader_is_deposed_and_commits_nothing_after_sigcont(
+    two_daemons: dict[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    addrs = list(two_daemons)
+    leader = leader_of(addrs, timeout=60)
+    survivor = next(a for a in addrs if a != leader)
+    old = two_daemons[leader]
+    old_log = tmp_path / f"metasrv-{leader.rpartition(':')[2]}.log"
+
+    os.kill(old.pid, signal.SIGSTOP)
+    paused_at = time.monotonic()
+    assert leader_of([survivor], timeout=LEASE_SECS + 5) == survivor
+    took = time.monotonic() - paused_at
+    # The new term writes.
+    created = httpx.post(
+        f"http://{survivor}/v1/regions", json={"region_id": 77, "node_id": 1}, timeout=30
+    )
+    assert created.status_code == 201, created.text
+
+    continued_from = old_log.stat().st_size
+    os.kill(old.pid, signal.SIGCONT)
+    # Continued, it still believes nothing it believed: no leader work...
+    refused = httpx.post(
+        f"http://{leader}/v1/regions", json={"region_id": 78, "node_id": 1}, timeout=30
+    )
+    assert refused.status_code == 421, refused.text
+    # ...and it soon refers callers to its successor.
+    deadline = time.monotonic() + LEASE_SECS + 5
+    while refused.json()["error"].get("leader") != survivor and time.monotonic() < deadline:
+        time.sleep(0.1)
+        refused = httpx.post(f"http://{leader}/v1/heartbeat", json=heartbeat(1, []), timeout=5)
+    assert refused.status_code == 421 and refused.json()["error"]["leader"] == survivor
+    assert httpx.get(f"http://{survivor}/v1/regions/78", timeout=5).status_code == 404
+    assert httpx.get(f"http://{survivor}/v1/regions/77", timeout=5).status_code == 200
+    after = old_log.read_bytes()[continued_from:].decode(errors="replace").splitlines()
+    messages = [json.loads(line).get("msg") for line in after if line.startswith("{")]
+    assert "leadership lost" in messages
+    commits = {"procedure submitted", "procedure finished", "deleted WAL records", "elected leader"}
+    assert commits.isdisjoint(messages), messages
+    print(f"SIGSTOP: {survivor} serving {took:.2f}s after the leader was paused")
