@@ -8,10 +8,13 @@ Roles and the endpoints they may call:
 - viewer tokens: the read endpoints.
 
 A role whose token list is EMPTY leaves that role's endpoints OPEN: the embedded default
-configuration has no tokens at all, so a bare `metasrv start` is usable locally. Set
-tokens for every role in production. `open_read = true` opens the read endpoints even
-when viewer tokens are set. Tokens are compared with `hmac.compare_digest`, against every
-configured token, so the time taken does not depend on how much of a token matched.
+configuration has no tokens at all, so a bare `metasrv start` is usable locally. Closed by
+default elsewhere: `metasrv start` bound to anything but loopback refuses to start while
+any role is open unless `auth.allow_open = true` (`check_exposure`), and logs every open
+role as a warning at start. `open_read = true` opens the read endpoints even when viewer
+tokens are set. Tokens may come from files (`*_token_files`, metasrv/settings.py).
+Tokens are compared with `hmac.compare_digest`, against every configured token, so the
+time taken does not depend on how much of a token matched.
 Missing or unknown token: 401; a valid token of a role the endpoint does not admit: 403.
 `/healthz`, `/readyz` and the dashboard page need no token.
 """
@@ -19,14 +22,18 @@ Missing or unknown token: 401; a valid token of a role the endpoint does not adm
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import logging
 from enum import StrEnum
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from metasrv.errors import PermissionDenied, Unauthenticated
+from metasrv.errors import ConfigError, PermissionDenied, Unauthenticated
 from metasrv.settings import AuthSettings
+
+logger = logging.getLogger(__name__)
 
 
 class Role(StrEnum):
@@ -101,6 +108,48 @@ class Authenticator:
                 f"a {'/'.join(sorted(roles))} token may not call this endpoint",
                 details={"required": sorted(_ADMITS[access])},
             )
+
+
+def open_roles(auth: AuthSettings) -> list[str]:
+    """What is reachable without a token, e.g. `["operator (no operator_tokens)"]`."""
+    found = []
+    for role, tokens in (
+        ("datanode", auth.datanode_tokens),
+        ("operator", auth.operator_tokens),
+        ("viewer", auth.viewer_tokens),
+    ):
+        if not tokens:
+            found.append(f"{role} (no {role}_tokens)")
+    if auth.open_read and auth.viewer_tokens:
+        found.append("viewer (open_read = true)")
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback IPs (127.0.0.0/8, ::1); wildcards are not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_exposure(auth: AuthSettings, host: str) -> None:
+    """Refuse (`ConfigError`) to serve open roles on a non-loopback `host` unless
+    `auth.allow_open`; log each open role as a warning either way."""
+    opened = open_roles(auth)
+    if not opened:
+        return
+    if not is_loopback(host) and not auth.allow_open:
+        raise ConfigError(
+            f"refusing to serve on {host} with endpoints open to anyone: "
+            + ", ".join(opened)
+            + ". Set tokens for every role ([auth] *_tokens or *_token_files), bind "
+            "http.addr to loopback, or set [auth] allow_open = true to accept this"
+        )
+    for role in opened:
+        logger.warning("endpoints open without a token: %s", role, extra={"host": host})
 
 
 def bearer_token(request: Request) -> str | None:

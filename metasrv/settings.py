@@ -11,7 +11,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from metasrv.errors import ConfigError
@@ -73,11 +80,55 @@ class HistorySettings(_Section):
     url: str = "sqlite:///metasrv-history.db"
 
 
+_ROLES = ("datanode", "operator", "viewer")
+
+
 class AuthSettings(_Section):
+    """Per-role bearer tokens. `*_token_files` name files read at load time, one token per
+    line (blank lines and `#` comments skipped), e.g. a mounted k8s Secret key; their
+    tokens join the role's inline list. `allow_open`: see api/auth.py `check_exposure`."""
+
     datanode_tokens: list[str] = Field(default_factory=list)
     operator_tokens: list[str] = Field(default_factory=list)
     viewer_tokens: list[str] = Field(default_factory=list)
+    datanode_token_files: list[str] = Field(default_factory=list)
+    operator_token_files: list[str] = Field(default_factory=list)
+    viewer_token_files: list[str] = Field(default_factory=list)
     open_read: bool = False
+    allow_open: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_token_files(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        merged = dict(data)
+        for role in _ROLES:
+            files = merged.get(f"{role}_token_files") or []
+            if not isinstance(files, list):
+                continue  # the field's own validation reports it
+            tokens = list(merged.get(f"{role}_tokens") or [])
+            for name in files:
+                tokens.extend(_tokens_in(f"{role}_token_files", str(name)))
+            merged[f"{role}_tokens"] = tokens
+        return merged
+
+
+def _tokens_in(setting: str, path: str) -> list[str]:
+    """The tokens of one token file; a file that is missing, unreadable or empty is an
+    error naming the setting (a Secret that failed to mount must not open a role)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{setting}: cannot read {path}: {exc}") from exc
+    tokens = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not tokens:
+        raise ValueError(f"{setting}: {path} holds no token")
+    return tokens
 
 
 class ElectionSettings(_Section):

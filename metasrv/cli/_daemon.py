@@ -74,8 +74,10 @@ def serve(settings: Settings) -> None:
     import uvicorn
 
     from api import create_app
+    from api.auth import check_exposure
 
     host, port = split_addr(settings.http.addr)
+    check_exposure(settings.auth, host)
     # Heartbeats allocate a stat object per region; with millions of long-lived stats the
     # default gen-0 threshold (700) triggers collections so often that their cost shows in
     # latency. Stats hold no reference cycles, so collecting rarely loses nothing.

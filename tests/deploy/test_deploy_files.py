@@ -384,6 +384,16 @@ def test_k8s_pod_env_and_secret_configure_an_etcd_replica(
     }
     assert refs == {secret["metadata"]["name"]}
     env = _k8s_env(container, secret["stringData"], pod_ip="10.1.2.3")
+    # Mount the Secret's token files as the kubelet would, under tmp_path.
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    (tokens,) = [v for v in pod["volumes"] if "secret" in v]
+    assert tokens["secret"]["secretName"] == secret["metadata"]["name"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == tokens["name"]]
+    mounted = tmp_path / "tokens"
+    mounted.mkdir()
+    for item in tokens["secret"]["items"]:
+        (mounted / item["path"]).write_text(secret["stringData"][item["key"]])
+    env = {k: v.replace(mount["mountPath"], str(mounted)) for k, v in env.items()}
     settings = settings_from(_configmap_toml(tmp_path), env)
     assert settings.kv.backend == "etcd"
     assert settings.history.url.startswith("postgresql+psycopg://metasrv:")
