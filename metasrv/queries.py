@@ -21,6 +21,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan, TopicStat
 from metasrv.prune_plan import plan_topics
 from metasrv.runtime import Runtime
+from metasrv.schema_check import require_schema
 
 logger = logging.getLogger(__name__)
 
@@ -247,10 +248,14 @@ async def refresh_metrics(rt: Runtime) -> None:
 
 
 async def readiness(rt: Runtime) -> dict[str, str]:
-    """`{"kv": "ok"|error, "kafka": "ok"|error}`: both must be reachable to be ready."""
+    """`{"kv", "kafka", "history"}` -> "ok" or the reason: kv and Kafka reachable, and the
+    history database migrated to the newest schema; all must hold to be ready."""
 
     def kv_check() -> None:
         rt.kv.get(ELECTION_KEY)
+
+    def history_check() -> None:
+        require_schema(rt.history, "history")
 
     async def check(fn: Callable[[], object], name: str) -> tuple[str, str]:
         try:
@@ -261,5 +266,7 @@ async def readiness(rt: Runtime) -> dict[str, str]:
             return name, str(exc)
         return name, "ok"
 
-    results = await asyncio.gather(check(kv_check, "kv"), check(rt.kafka.ping, "kafka"))
+    results = await asyncio.gather(
+        check(kv_check, "kv"), check(rt.kafka.ping, "kafka"), check(history_check, "history")
+    )
     return dict(results)

@@ -1,7 +1,7 @@
 """`metasrv start -c FILE`: the daemon (one uvicorn worker on `http.addr`, JSON-line logs).
 
-Without `-c` it runs the embedded default: the SQL kv backend on a SQLite file in the
-working directory and a single always-leader process (no etcd).
+Without `-c` it runs the embedded default: the SQL kv backend and the history store on
+SQLite files in the working directory, both migrated at start (no etcd, no setup).
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from metasrv.errors import ConfigError
 from metasrv.settings import Settings, load_settings
@@ -101,6 +104,36 @@ def serve(settings: Settings) -> None:
         raise typer.Exit(code=1)
 
 
+def prepare_history(settings: Settings, config: Path | None) -> None:
+    """The embedded default (no config file) migrates its SQLite history file itself; any
+    other history database that lacks the newest schema gets the exact `metasrv db
+    upgrade` command logged (and `/readyz` stays not ready until it has run)."""
+    import migrations
+    from metasrv.errors import Unavailable
+    from metasrv.kv._sql import normalize_url
+    from metasrv.schema_check import schema_problem, upgrade_command
+
+    url = normalize_url(settings.history.url)
+    log = logging.getLogger(__name__)
+    if config is None and make_url(url).get_backend_name() == "sqlite":
+        migrations.upgrade(url)
+        return
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        problem = schema_problem(engine)
+    except Unavailable as exc:
+        log.warning("history database not checked", extra={"error": str(exc)})
+        return
+    finally:
+        engine.dispose()
+    if problem is not None:
+        log.warning(
+            "history database not migrated: run `%s`; /readyz is not ready until then",
+            upgrade_command(config),
+            extra={"reason": problem, "command": upgrade_command(config)},
+        )
+
+
 def register(app: typer.Typer) -> None:
     """Add `metasrv start`."""
 
@@ -132,6 +165,7 @@ def register(app: typer.Typer) -> None:
             },
         )
         try:
+            prepare_history(settings, config)
             serve(settings)
         except ConfigError as exc:
             typer.echo(f"metasrv: {exc}", err=True)

@@ -21,6 +21,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+import migrations
 from api import create_app
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
@@ -123,7 +124,10 @@ def make_settings(
         }
         for name, values in sections.items():
             base.setdefault(name, {}).update(values)
-        return load_settings(None, **base)
+        settings = load_settings(None, **base)
+        if settings.history.url.startswith("sqlite:///"):
+            migrations.upgrade(settings.history.url)  # else /readyz is 503 (not migrated)
+        return settings
 
     yield make
     kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")

@@ -18,7 +18,7 @@ def test_health_ready_leader(server: Server, client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {
         "status": "ready",
-        "checks": {"kv": "ok", "kafka": "ok"},
+        "checks": {"kv": "ok", "kafka": "ok", "history": "ok"},
         "is_leader": True,
     }
     leader = client.get("/v1/leader").json()
