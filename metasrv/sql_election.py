@@ -35,7 +35,6 @@ from metasrv._lease_election import Attempt, LeaseElection
 from metasrv.errors import KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, Put, SqlKv
-from metasrv.kv._sql import translate_sql_error
 from metasrv.sql_schema import election_table
 
 logger = logging.getLogger(__name__)
@@ -151,15 +150,7 @@ class SqlElection(LeaseElection):
     def _tx(self, fn: Callable[[Connection], _T], *, write: bool) -> _T:
         if self._kv is None:
             raise KvUnavailable("election is not started")
-        try:
-            with self._kv.engine.connect() as conn:
-                if write:
-                    # SQLite: BEGIN IMMEDIATE (see metasrv/kv/_sql.py).
-                    conn = conn.execution_options(metasrv_write=True)
-                with conn.begin():
-                    return fn(conn)
-        except sa_exc.SQLAlchemyError as exc:
-            raise translate_sql_error(exc) from exc
+        return self._kv.run_in_transaction(fn, write=write)
 
     def _take_lease(self, conn: Connection) -> Attempt:
         """One transaction: the row's holder while its lease lives, else the lease, ours."""

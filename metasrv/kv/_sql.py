@@ -51,8 +51,7 @@ _UNAVAILABLE_ERRORS: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
-def translate_sql_error(exc: sa_exc.SQLAlchemyError) -> Exception:
-    """The `KvUnavailable` a database error means (through the table above), else `exc`."""
+def _translate(exc: sa_exc.SQLAlchemyError) -> Exception:
     for cls, message in _UNAVAILABLE_ERRORS:
         if isinstance(exc, cls):
             detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
@@ -195,7 +194,9 @@ class SqlKv:
 
     # --- plumbing --------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[Connection], _T], *, write: bool) -> _T:
+    def run_in_transaction(self, fn: Callable[[Connection], _T], *, write: bool) -> _T:
+        """`fn(conn)` in one transaction (a writer's: IMMEDIATE on SQLite, when `write`),
+        database errors translated to `KvUnavailable`."""
         if self._closed:
             raise KvUnavailable("kv backend is closed")
         try:
@@ -205,7 +206,7 @@ class SqlKv:
                 with conn.begin():
                     return fn(conn)
         except sa_exc.SQLAlchemyError as exc:
-            raise translate_sql_error(exc) from exc
+            raise _translate(exc) from exc
 
     def _lock_revision(self, conn: Connection) -> int:
         """Lock the revision counter row for this transaction; return its value."""
@@ -280,7 +281,7 @@ class SqlKv:
             ).first()
             return None if row is None else KeyValue(key, bytes(row[0]), int(row[1]))
 
-        return self._run(do, write=False)
+        return self.run_in_transaction(do, write=False)
 
     def range(
         self, prefix: str, *, start_after: str | None = None, limit: int = 1000
@@ -300,7 +301,7 @@ class SqlKv:
         def do(conn: Connection) -> list[KeyValue]:
             return [KeyValue(self._bare(k), bytes(v), int(r)) for k, v, r in conn.execute(stmt)]
 
-        return self._run(do, write=False)
+        return self.run_in_transaction(do, write=False)
 
     def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
         return scan_pages(self.range, prefix, page_size)
@@ -318,7 +319,7 @@ class SqlKv:
                 self._bump_revision(conn, rev + 1)
             return removed > 0
 
-        return self._run(do, write=True)
+        return self.run_in_transaction(do, write=True)
 
     def delete_prefix(self, prefix: str) -> int:
         cond = self._prefix_clause(prefix)
@@ -330,7 +331,7 @@ class SqlKv:
                 self._bump_revision(conn, rev + 1)
             return int(removed)
 
-        return self._run(do, write=True)
+        return self.run_in_transaction(do, write=True)
 
     def txn(
         self,
@@ -353,7 +354,7 @@ class SqlKv:
                 self._bump_revision(conn, rev)
             return TxnResult(succeeded=ok, revision=rev)
 
-        return self._run(do, write=True)
+        return self.run_in_transaction(do, write=True)
 
     def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
         step = self.max_txn_ops
@@ -367,7 +368,7 @@ class SqlKv:
                 self._upsert(conn, rows)
                 self._bump_revision(conn, rev)
 
-            self._run(do, write=True)
+            self.run_in_transaction(do, write=True)
 
     def close(self) -> None:
         if not self._closed:
@@ -381,7 +382,7 @@ class SqlKv:
             stmt = select(kv_revision_table.c.revision).where(kv_revision_table.c.id == 1)
             return int(conn.execute(stmt).scalar_one_or_none() or 0)
 
-        return self._run(do, write=False)
+        return self.run_in_transaction(do, write=False)
 
     def __repr__(self) -> str:
         return f"SqlKv({make_url(self.url)!r}, key_prefix={self.key_prefix!r})"
