@@ -51,13 +51,10 @@ node_name = "node-{port}"
     )
 
 
-@pytest.fixture(params=["etcd", "postgresql", "sqlite"])
-def kv_toml(request: pytest.FixtureRequest, unique_prefix: str, tmp_path: Path) -> Iterator[str]:
-    """The `[kv]` section both daemons share: an etcd key prefix, a migrated PostgreSQL
-    schema of its own, or one SQLite file (which each daemon migrates as it opens it)."""
-    if request.param == "sqlite":
-        yield f'backend = "sql"\nsql_url = "sqlite:///{tmp_path / "kv.db"}"'
-        return
+@pytest.fixture(params=["etcd", "postgresql"])
+def kv_toml(request: pytest.FixtureRequest, unique_prefix: str) -> Iterator[str]:
+    """The `[kv]` section both daemons share: an etcd key prefix, or a migrated PostgreSQL
+    schema of its own."""
     if request.param == "postgresql":
         with fresh_schema(request.getfixturevalue("postgres_url")) as url:
             migrations.upgrade(url)
