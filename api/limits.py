@@ -1,10 +1,13 @@
 """Request body limit (`http.body_limit`): 413 before the body is read when the declared
-length is too large, and as soon as a chunked body passes the limit."""
+length is too large, and as soon as a chunked body passes the limit. A client that goes
+away before its body has arrived (or is cut off by `http.read_timeout`, api/serving.py)
+ends its request quietly: there is nobody left to answer."""
 
 from __future__ import annotations
 
 import orjson
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -69,6 +72,8 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
+        except ClientDisconnect:
+            return
         except PayloadTooLarge:
             # Normally the app's handler renders it; this covers a read outside a route.
             if started:

@@ -67,6 +67,11 @@ class HttpSettings(_Section):
     # "" means `addr`. GreptimeDB calls it `server_addr`.
     advertise_addr: str = Field(default="", pattern=r"^$|^\S+:\d{1,5}$")
     body_limit: Size = parse_size("16MB")
+    # Not in DESIGN §6: limits on what else a client controls (api/serving.py).
+    header_limit: Size = Field(default=parse_size("64KB"), ge=1024)  # line + headers; 431
+    max_headers: int = Field(default=100, ge=1)  # header fields per request; over it: 431
+    url_limit: Size = Field(default=parse_size("8KB"), ge=256)  # request target; over it: 414
+    read_timeout: Duration = Field(default=parse_duration("30s"), gt=0)  # whole request; 408
 
 
 class KvSettings(_Section):

@@ -78,6 +78,7 @@ def serve(settings: Settings) -> None:
 
     from api import create_app
     from api.auth import check_exposure
+    from api.serving import uvicorn_config
 
     host, port = split_addr(settings.http.addr)
     check_exposure(settings.auth, host)
@@ -85,16 +86,12 @@ def serve(settings: Settings) -> None:
     # default gen-0 threshold (700) triggers collections so often that their cost shows in
     # latency. Stats hold no reference cycles, so collecting rarely loses nothing.
     gc.set_threshold(50_000, 20, 20)
-    config = uvicorn.Config(
+    config = uvicorn_config(
         create_app(settings),
-        host=host,
-        port=port,
+        settings.http,
+        host,
+        port,
         loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-        server_header=False,
         timeout_graceful_shutdown=15,
     )
     server = uvicorn.Server(config)

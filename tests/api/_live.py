@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 
 import migrations
 from api.app import create_app
+from api.serving import uvicorn_config
 from metasrv.client import MetasrvClient, ProcedureInfo
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
@@ -114,7 +115,7 @@ def serve(settings: Settings, *, ready_timeout: float = 60.0) -> Iterator[str]:
     """Serve the app until the block ends; yields its base URL once it leads and serves."""
     host, _, port = settings.http.addr.rpartition(":")
     app = create_app(settings)
-    config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on")
+    config = uvicorn_config(app, settings.http, host, int(port), log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="metasrv-uvicorn", daemon=True)
     thread.start()

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 
 import migrations
 from api import create_app
+from api.serving import uvicorn_config
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.runtime import Runtime
@@ -62,17 +63,7 @@ def start_server(settings: Settings, *, wait_serving: bool = True) -> Iterator[S
     """Run the app under uvicorn in a thread until the block ends."""
     host, _, port = settings.http.addr.rpartition(":")
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=int(port),
-        loop="asyncio",
-        http="httptools",
-        ws="none",
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-    )
+    config = uvicorn_config(app, settings.http, host, int(port), loop="asyncio")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"metasrv-{port}", daemon=True)
     thread.start()

@@ -1,0 +1,196 @@
+"""Hostile input (issue #15), replayed against a real metasrv on real etcd and Kafka.
+
+Each test is one reproducer of the issue, scaled to run in seconds: it asserts the 4xx,
+that nothing changed, and, where a leader is involved, that it still leads the same term
+afterwards. Raw sockets stand in for the abusive client, so nothing between the test and
+the server (an HTTP client's own limits) hides what the server does.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.api.conftest import (
+    Server,
+    SettingsFactory,
+    assert_error,
+    heartbeat,
+    region,
+    start_server,
+)
+
+MB = 1 << 20
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process (the server runs in a thread of it)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def _connect(server: Server, timeout: float = 10.0) -> socket.socket:
+    host, _, port = server.addr.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=timeout)
+    sock.settimeout(timeout)
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return b"".join(chunks)
+
+
+def stream_request(server: Server, prefix: bytes, filler: int, suffix: bytes = b"") -> Any:
+    """Send `prefix`, then up to `filler` bytes of `A`, then `suffix`, stopping as soon as
+    the server answers or stops reading; return (status, body, bytes sent, seconds)."""
+    chunk = b"A" * (256 * 1024)
+    started = time.monotonic()
+    with _connect(server) as sock:
+        sock.sendall(prefix)
+        sent = len(prefix)
+        left = filler
+        try:
+            while left > 0:
+                if select.select([sock], [], [], 0)[0]:
+                    break  # answered early
+                n = sock.send(chunk[: min(len(chunk), left)])
+                left -= n
+                sent += n
+            if left == 0:
+                sock.sendall(suffix)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass
+        raw = _read_all(sock)
+    elapsed = time.monotonic() - started
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else None
+    return status, body, sent, elapsed
+
+
+def _leader_state(client: httpx.Client) -> tuple[bool, int]:
+    leader = client.get("/v1/leader").json()
+    return leader["is_leader"] and leader["serving"], leader["term"]
+
+
+@pytest.fixture
+def topic(client: httpx.Client) -> Iterator[str]:
+    """A pool topic with region 1 registered and reporting."""
+    name: str = client.post("/v1/regions", json={"region_id": 1, "node_id": 1}).json()["topic"]
+    assert client.post("/v1/heartbeat", json=heartbeat(1, [region(1, name, 4)])).status_code == 200
+    yield name
+
+
+# --- 1. a huge header costs nothing ------------------------------------------------------
+
+
+@pytest.mark.parametrize("size_mb", [1, 16, 192])
+def test_huge_header_gets_431_fast_and_the_leader_keeps_leading(
+    server: Server, client: httpx.Client, topic: str, size_mb: int
+) -> None:
+    before = _leader_state(client)
+    rss_before = _rss_bytes()
+    status, body, sent, elapsed = stream_request(
+        server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ", size_mb * MB, b"\r\n\r\n"
+    )
+    assert status == 431, body
+    assert orjson.loads(body)["error"]["code"] == "request_header_fields_too_large"
+    assert elapsed < 3.0, f"{size_mb} MB header answered after {elapsed:.1f}s"
+    # The server stopped reading long before the end (its 64 KB budget plus socket buffers
+    # and the few MB it drains after answering).
+    assert sent < 16 * MB or size_mb == 1
+    assert _rss_bytes() - rss_before < 64 * MB
+    assert _leader_state(client) == before
+    assert client.get(f"/v1/regions/{1}").json()["stat"]["flushed_entry_id"] == 4
+
+
+def test_many_small_headers_get_431(client: httpx.Client, server: Server) -> None:
+    headers = b"".join(b"X-H%d: v\r\n" % i for i in range(101))
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
+    status, body, _, _ = stream_request(server, request, 0)
+    assert status == 431, body
+    assert b"more than 100 header fields" in body
+    # At the limit, the same request is served.
+    headers = b"".join(b"X-H%d: v\r\n" % i for i in range(90))
+    status, body, _, _ = stream_request(
+        server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + b"\r\n", 0
+    )
+    assert status == 200, body
+
+
+def test_long_url_gets_414(server: Server, client: httpx.Client) -> None:
+    resp = client.get("/v1/regions", params={"topic": "a" * 9000})
+    assert_error(resp, 414, "uri_too_long")
+    # A URL far over the head limit never reaches the parser: 431.
+    status, _, _, elapsed = stream_request(
+        server, b"GET /healthz?x=", 32 * MB, b" HTTP/1.1\r\n\r\n"
+    )
+    assert status == 431
+    assert elapsed < 3.0
+
+
+def test_body_limit_still_413(client: httpx.Client) -> None:
+    # The test server's body limit is 1 MB.
+    resp = client.post(
+        "/v1/heartbeat",
+        content=b"[" + b"0," * MB + b"0]",
+        headers={"content-type": "application/json"},
+    )
+    assert_error(resp, 413, "payload_too_large")
+
+
+# --- slow clients --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quick_timeout_server(make_settings: SettingsFactory) -> Iterator[Server]:
+    with start_server(make_settings(http={"read_timeout": "1s", "body_limit": "1MB"})) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        b"",  # connects and says nothing
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n",  # a head that never ends
+        b"POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",  # body
+    ],
+    ids=["idle", "slow-head", "slow-body"],
+)
+def test_slow_client_gets_408_and_is_closed(quick_timeout_server: Server, partial: bytes) -> None:
+    started = time.monotonic()
+    with _connect(quick_timeout_server) as sock:
+        sock.sendall(partial)
+        raw = _read_all(sock)
+    elapsed = time.monotonic() - started
+    assert raw.startswith(b"HTTP/1.1 408 "), raw
+    assert b'"request_timeout"' in raw
+    assert 0.9 < elapsed < 5.0
+    with quick_timeout_server.client() as client:
+        assert client.get("/healthz").status_code == 200
+
+
+def test_a_slow_but_steady_request_within_the_timeout_is_served(
+    quick_timeout_server: Server,
+) -> None:
+    with _connect(quick_timeout_server) as sock:
+        for part in (b"GET /healthz HTTP/1.1\r\n", b"Host: x\r\n", b"Connection: close\r\n\r\n"):
+            sock.sendall(part)
+            time.sleep(0.2)
+        raw = _read_all(sock)
+    assert raw.startswith(b"HTTP/1.1 200 "), raw
