@@ -20,8 +20,17 @@ RegionId = Annotated[StrictInt, Field(ge=0, le=ID_MAX, examples=[(1024 << 32) | 
 NodeId = Annotated[StrictInt, Field(ge=0, le=ID_MAX)]
 """Datanode id."""
 TopicName = Annotated[
-    str, Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$", examples=["wal_0"])
+    str,
+    Field(
+        min_length=1,
+        max_length=249,
+        # Kafka's legal names: [A-Za-z0-9._-], but not "." or ".." (no look-around here:
+        # the pattern is also the OpenAPI document's, for every client's validator).
+        pattern=r"^([A-Za-z0-9_-]|\.[A-Za-z0-9_-]|\.\.[A-Za-z0-9._-])[A-Za-z0-9._-]*$",
+        examples=["wal_0"],
+    ),
 ]
+"""A topic name Kafka accepts (a collision with an existing topic is found on creation)."""
 EntryId = Annotated[int, Field(ge=-1, le=ID_MAX)]
 _Count = Annotated[int, Field(ge=0, le=ID_MAX)]
 

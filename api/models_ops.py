@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.models import TopicName
 from procedures import ProcedureView
@@ -43,7 +43,9 @@ class PurgeRequest(BaseModel):
         max_length=MAX_PURGE_TOPICS,
         description="Topics to purge (deduplicated); null purges every topic with regions.",
     )
-    dry_run: bool = Field(default=False, description="Return the plan; submit nothing.")
+    dry_run: StrictBool = Field(
+        default=False, description="Return the plan; submit nothing (JSON true or false only)."
+    )
 
 
 class PurgeSubmitted(_Out):

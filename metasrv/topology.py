@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -21,16 +20,13 @@ import orjson
 
 from metasrv import keys
 from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
-from metasrv.kafka import KafkaAdmin
+from metasrv.kafka import KafkaAdmin, topic_name_problem
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, Put
 from metasrv.locks import TopicLocks
 from metasrv.model import ID_MAX, RegionRoute
 from metasrv.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-"""Kafka's legal topic names."""
 
 
 _SCAN_PAGE = 5000
@@ -229,14 +225,16 @@ class Topology:
         """Map a region to `topic`, or to the least-loaded pool topic; idempotent.
 
         Creates the Kafka topic on its first use. Raises `Conflict` if the region is
-        already mapped to another topic, `InvalidArgument` for bad ids or topic names.
+        already mapped to another topic or the new topic's name collides with an existing
+        one (`a.b` vs `a_b`), `InvalidArgument` for bad ids or names Kafka refuses.
         """
         if not 0 <= region_id <= ID_MAX:
             raise InvalidArgument(f"region_id must be in [0, 2^64): {region_id}")
         if node_id < 0:
             raise InvalidArgument(f"node_id must be >= 0: {node_id}")
-        if topic is not None and not _TOPIC_NAME.match(topic):
-            raise InvalidArgument(f"not a valid Kafka topic name: {topic!r}")
+        problem = None if topic is None else topic_name_problem(topic)
+        if problem is not None:
+            raise InvalidArgument(f"not a valid Kafka topic name: {topic!r} ({problem})")
         existing = self._existing(region_id, topic)
         if existing is not None:
             return existing

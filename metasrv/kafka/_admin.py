@@ -3,12 +3,14 @@
 Calls block (they wait on the client's futures); async callers use `asyncio.to_thread`.
 Every call takes explicit timeouts. Library errors are translated once, through
 `_RETRYABLE_CODES` / `_REJECTED_CODES`, into `KafkaUnavailable` (retryable) or
-`KafkaRejected` (not retryable).
+`KafkaRejected` (not retryable); a topic name Kafka refuses is the caller's error
+(`InvalidArgument`), never a temporary one.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -19,7 +21,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from metasrv.errors import InvalidArgument, KafkaRejected, KafkaUnavailable, MetasrvError, NotFound
+from metasrv.errors import (
+    Conflict,
+    InvalidArgument,
+    KafkaRejected,
+    KafkaUnavailable,
+    MetasrvError,
+    NotFound,
+)
 from metasrv.model import PartitionOffsets
 
 logger = logging.getLogger(__name__)
@@ -36,6 +45,10 @@ _REJECTED_CODES = {
     KafkaError.INVALID_REQUEST,
     KafkaError.UNSUPPORTED_VERSION,
     KafkaError._INVALID_ARG,
+}
+_INVALID_INPUT_CODES = {
+    # InvalidTopicException: an illegal name, or one colliding with an existing topic.
+    KafkaError.TOPIC_EXCEPTION,
 }
 _NOT_FOUND_CODES = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -60,6 +73,7 @@ _STALE_METADATA_CODES = {
     KafkaError._NOENT,
 }
 _MIN_REBUILD_INTERVAL = 5.0
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
@@ -70,10 +84,26 @@ def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
         text = f"{what}: {err.name()}: {err.str()}"
         if code in _NOT_FOUND_CODES:
             return NotFound(text, details={"kafka_error": err.name()})
+        if code in _INVALID_INPUT_CODES:
+            return InvalidArgument(text, details={"kafka_error": err.name()})
         if code in _REJECTED_CODES:
             return KafkaRejected(text, details={"kafka_error": err.name()})
         return KafkaUnavailable(text, details={"kafka_error": err.name()})
     return KafkaUnavailable(f"{what}: {exc}")
+
+
+def collision_key(topic: str) -> str:
+    """Kafka refuses a topic whose name equals an existing one's with '.' read as '_'."""
+    return topic.replace(".", "_")
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Why Kafka would refuse `topic` as a name, or None when it is legal."""
+    if not _TOPIC_NAME.match(topic):
+        return "a Kafka topic name is 1 to 249 characters of [A-Za-z0-9._-]"
+    if topic in (".", ".."):
+        return "Kafka does not allow '.' or '..' as a topic name"
+    return None
 
 
 class KafkaAdmin:
@@ -147,6 +177,15 @@ class KafkaAdmin:
         missing = [t for t in wanted if t not in existing]
         if not missing:
             return []
+        by_collision_key = {collision_key(t): t for t in existing}
+        for topic in missing:
+            other = by_collision_key.get(collision_key(topic))
+            if other is not None:
+                raise Conflict(
+                    f"topic {topic!r} collides with existing topic {other!r}: "
+                    "Kafka treats '.' and '_' in topic names as the same",
+                    details={"topic": topic, "existing_topic": other},
+                )
         new = [
             NewTopic(
                 t,

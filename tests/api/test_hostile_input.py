@@ -18,6 +18,9 @@ import httpx
 import orjson
 import pytest
 
+import migrations
+from metasrv.errors import InvalidArgument
+from metasrv.kafka import KafkaAdmin
 from tests.api.conftest import (
     Server,
     SettingsFactory,
@@ -28,6 +31,15 @@ from tests.api.conftest import (
 )
 
 MB = 1 << 20
+
+
+@pytest.fixture
+def server(make_settings: SettingsFactory) -> Iterator[Server]:
+    """A serving leader, no tokens, with its history database migrated (procedure lists)."""
+    settings = make_settings()
+    migrations.upgrade(settings.history.url)
+    with start_server(settings) as srv:
+        yield srv
 
 
 def _rss_bytes() -> int:
@@ -194,3 +206,50 @@ def test_a_slow_but_steady_request_within_the_timeout_is_served(
             time.sleep(0.2)
         raw = _read_all(sock)
     assert raw.startswith(b"HTTP/1.1 200 "), raw
+
+
+# --- 6. topic names Kafka refuses are the caller's error, never "retry later" -------------
+
+
+@pytest.mark.parametrize("name", [".", "..", "t" * 250, "a b", ""])
+def test_topic_names_kafka_refuses_get_422(client: httpx.Client, name: str) -> None:
+    resp = client.post("/v1/regions", json={"region_id": 5, "node_id": 1, "topic": name})
+    error = assert_error(resp, 422, "validation_error")
+    assert "Retry-After" not in resp.headers
+    assert "topic" in error["message"]
+    assert_error(client.get("/v1/regions/5"), 404)
+
+
+def test_topic_name_colliding_with_an_existing_topic_gets_409(
+    client: httpx.Client, unique_prefix: str, kafka_admin: KafkaAdmin
+) -> None:
+    underscore, dotted = f"{unique_prefix}_c_d", f"{unique_prefix}_c.d"
+    resp = client.post("/v1/regions", json={"region_id": 10, "node_id": 1, "topic": underscore})
+    assert resp.status_code == 201, resp.text
+    resp = client.post("/v1/regions", json={"region_id": 11, "node_id": 1, "topic": dotted})
+    error = assert_error(resp, 409, "conflict")
+    assert "Retry-After" not in resp.headers
+    assert underscore in error["message"] and "collides" in error["message"]
+    assert_error(client.get("/v1/regions/11"), 404)
+    assert dotted not in kafka_admin.list_topics()
+
+
+def test_kafka_refusing_a_topic_name_is_invalid_argument(kafka_admin: KafkaAdmin) -> None:
+    # The adapter's translation, for a name that reaches Kafka by another way than the API.
+    with pytest.raises(InvalidArgument, match=r"'\.\.' is not allowed"):
+        kafka_admin.ensure_topics([".."])
+
+
+# --- 7. dry_run is a JSON boolean, nothing else --------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", "true", None, 0.0])
+def test_dry_run_takes_only_json_booleans(client: httpx.Client, topic: str, value: Any) -> None:
+    resp = client.post("/v1/purge", json={"topics": [topic], "dry_run": value})
+    error = assert_error(resp, 422, "validation_error")
+    assert "dry_run" in error["message"]
+    # Nothing was submitted (`0` used to be read as false: a real purge).
+    listed = client.get("/v1/procedures")
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["procedures"] == []
+    assert client.post("/v1/purge", json={"topics": [topic], "dry_run": True}).status_code == 200
