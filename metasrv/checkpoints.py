@@ -19,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
+from metasrv.background import ErrorSink, log_only
 from metasrv.errors import MetasrvError
 from metasrv.metrics import Metrics
 from metasrv.registry import RegionRegistry
@@ -43,6 +44,7 @@ class Checkpointer:
         metrics: Metrics,
         *,
         may_write: Callable[[], bool] = _always,
+        on_error: ErrorSink | None = None,
     ) -> None:
         self._topology = topology
         self._registry = registry
@@ -53,6 +55,7 @@ class Checkpointer:
         """Least seconds between two flushes (except the final one on `stop`)."""
         self._last_flush = float("-inf")
         self._may_write = may_write
+        self._on_error = on_error or log_only("checkpointer")
         self._dirty: set[int] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -60,6 +63,11 @@ class Checkpointer:
         self._flush_lock = asyncio.Lock()
         self.flushes = 0
         """Completed flushes that wrote at least one key (tests and status)."""
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The running writer, if started."""
+        return self._task
 
     @property
     def dirty_count(self) -> int:
@@ -145,7 +153,8 @@ class Checkpointer:
             self._last_flush = asyncio.get_running_loop().time()
             try:
                 await self.flush()
-            except MetasrvError as exc:
-                logger.warning("checkpoint flush failed; will retry", extra={"error": str(exc)})
+            except Exception as exc:
+                # The regions stay dirty; counted, and the next flush retries them.
+                self._on_error(exc)
                 # Back off so a dead kv is not hammered by a full dirty set.
                 await asyncio.sleep(min(self._interval or 1.0, 5.0))

@@ -33,6 +33,11 @@ class LoopLagMonitor:
         """The longest lag seen since start, in seconds."""
         return self._max_lag
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The probe, if started."""
+        return self._task
+
     def stalled_for(self) -> float:
         """Seconds since the loop last ran the probe (0 before `start`); safe from any thread."""
         last = self._last_tick

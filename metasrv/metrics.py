@@ -105,6 +105,12 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.background_task_errors = Counter(
+            "metasrv_background_task_errors",
+            "Failed rounds (and deaths) of background tasks; each keeps running",
+            ["task"],
+            registry=r,
+        )
         self.checkpoint_writes = Counter(
             "metasrv_checkpoint_keys_written", "Region checkpoints persisted", registry=r
         )

@@ -248,8 +248,44 @@ async def refresh_metrics(rt: Runtime) -> None:
 
 
 async def readiness(rt: Runtime) -> dict[str, str]:
-    """`{"kv", "kafka", "history"}` -> "ok" or the reason: kv and Kafka reachable, and the
-    history database migrated to the newest schema; all must hold to be ready."""
+    """`{"kv", "kafka", "history", "background_tasks"}`, each "ok" or why not: kv and Kafka
+    reachable, the history database migrated to the newest schema, no background task
+    dead; all must hold to be ready.
+
+    The answer needs no token, so it names the failing store, never its address or user:
+    kv and Kafka errors are logged and answered as "unreachable" (the history check's own
+    messages carry no address: metasrv/schema_check.py).
+    """
+
+    def kv_check() -> None:
+        rt.kv.get(ELECTION_KEY)
+
+    def history_check() -> None:
+        require_schema(rt.history, "history")
+
+    async def check(
+        fn: Callable[[], object], name: str, *, say_why: bool = False
+    ) -> tuple[str, str]:
+        try:
+            await asyncio.wait_for(asyncio.to_thread(fn), _READY_TIMEOUT)
+        except TimeoutError:
+            logger.warning("readiness: %s timed out", name)
+            return name, f"timed out after {_READY_TIMEOUT:g}s"
+        except MetasrvError as exc:
+            logger.warning("readiness: %s not ready: %s", name, exc)
+            return name, str(exc) if say_why else "unreachable"
+        return name, "ok"
+
+    results = dict(
+        await asyncio.gather(
+            check(kv_check, "kv"),
+            check(rt.kafka.ping, "kafka"),
+            check(history_check, "history", say_why=True),
+        )
+    )
+    dead = rt.background.dead()
+    results["background_tasks"] = f"dead: {', '.join(dead)}" if dead else "ok"
+    return results
 
     def kv_check() -> None:
         rt.kv.get(ELECTION_KEY)
@@ -261,12 +297,9 @@ async def readiness(rt: Runtime) -> dict[str, str]:
         try:
             await asyncio.wait_for(asyncio.to_thread(fn), _READY_TIMEOUT)
         except TimeoutError:
-            return name, f"timed out after {_READY_TIMEOUT}s"
+            logger.warning("readiness: %s timed out", name)
+            return name, f"timed out after {_READY_TIMEOUT:g}s"
         except MetasrvError as exc:
-            return name, str(exc)
+            logger.warning("readiness: %s unreachable: %s", name, exc)
+            return name, "unreachable"
         return name, "ok"
-
-    results = await asyncio.gather(
-        check(kv_check, "kv"), check(rt.kafka.ping, "kafka"), check(history_check, "history")
-    )
-    return dict(results)

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
+from metasrv.background import BackgroundTasks
 from metasrv.checkpoints import Checkpointer
 from metasrv.election import Election, build_election
 from metasrv.errors import MetasrvError, NotLeader, Unavailable
@@ -86,6 +87,8 @@ class Runtime:
     """Region stat snapshots for the reconcile job; None when its interval is 0s."""
     loop_lag: LoopLagMonitor
     """Event-loop lag probe; the leader's watchdog reads it."""
+    background: BackgroundTasks
+    """Failures of the background loops (counted; a dead one makes /readyz not ready)."""
     serving: bool = False
     """True while this process leads AND has loaded the map: it may take heartbeats."""
     started_at: float = field(default_factory=time.time)
@@ -101,6 +104,7 @@ class Runtime:
             kafka = KafkaAdmin(settings.wal.broker_endpoints)
             locks = TopicLocks()
             metrics = Metrics()
+            background = BackgroundTasks(metrics.background_task_errors)
             registry = RegionRegistry()
             loop_lag = LoopLagMonitor(metrics.event_loop_lag)
             election = build_election(
@@ -109,7 +113,12 @@ class Runtime:
             topology = Topology(kv, kafka, locks, settings, fence=election.fence)
             mailbox = Mailbox(registry, metrics=metrics)
             checkpointer = Checkpointer(
-                topology, registry, settings, metrics, may_write=lambda: election.is_leader
+                topology,
+                registry,
+                settings,
+                metrics,
+                may_write=lambda: election.is_leader,
+                on_error=background.sink("checkpointer"),
             )
             registry.topic_of = lambda region_id: (
                 None if (route := topology.route(region_id)) is None else route.topic
@@ -126,6 +135,7 @@ class Runtime:
                     # A follower's view is empty or outdated: it records nothing.
                     lambda: registry.snapshot() if election.is_leader else {},
                     retention=recon.stat_history_retention,
+                    on_error=background.sink("stat_history"),
                 )
                 if recon.stat_history_interval > 0
                 else None
@@ -152,7 +162,10 @@ class Runtime:
                 metrics,
                 settings,
             )
-            ticker = PurgeTicker.from_settings(procedures, settings.wal)
+            procedures.on_sweep_error = background.sink("procedure_sweeper")
+            ticker = PurgeTicker.from_settings(
+                procedures, settings.wal, on_error=background.sink("ticker")
+            )
         except BaseException:
             kv.close()
             raise
@@ -173,6 +186,7 @@ class Runtime:
             ticker=ticker,
             stat_history=stat_history,
             loop_lag=loop_lag,
+            background=background,
         )
 
     async def start(self) -> None:
@@ -186,6 +200,13 @@ class Runtime:
         if self.stat_history is not None:
             await self.stat_history.start()
         await self.election.start()
+        watch = self.background.watch
+        watch("loop_lag", self.loop_lag.task)
+        watch("checkpointer", self.checkpointer.task)
+        watch("procedure_sweeper", self.procedures.sweeper)
+        watch("ticker", self.ticker.task)
+        if self.stat_history is not None:
+            watch("stat_history", self.stat_history.task)
 
     async def close(self) -> None:
         """Stop in reverse dependency order; repeat-safe. Checkpoints are flushed while

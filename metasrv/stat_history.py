@@ -38,6 +38,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from metasrv.background import ErrorSink, log_only
 from metasrv.model import RegionStat
 from metasrv.registry import RECEIVED, StatSnapshot, stat_of
 
@@ -144,6 +145,7 @@ class StatHistoryWriter:
         source: Callable[[], Mapping[int, RegionStat]] | None = None,
         *,
         retention: float = DEFAULT_RETENTION,
+        on_error: ErrorSink | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
@@ -153,6 +155,7 @@ class StatHistoryWriter:
         self.interval = interval
         self.retention = retention
         self._source = source
+        self._on_error = on_error or log_only("stat_history")
         self._written: dict[int, float] = {}
         self._rejected: dict[int, RegionStat] = {}
         self._task: asyncio.Task[None] | None = None
@@ -235,6 +238,11 @@ class StatHistoryWriter:
                     removed += 1
         return removed
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The running writer, if started."""
+        return self._task
+
     async def start(self) -> None:
         """Start the periodic writer task (needs a `source`)."""
         if self._source is None:
@@ -260,15 +268,15 @@ class StatHistoryWriter:
                 return
             # A registry snapshot copies one dict per topic (C-level) here; the RegionStat
             # of each region is built by the writer thread, never on the event loop.
-            snapshot = self._source()
             try:
+                snapshot = self._source()
                 written = await asyncio.to_thread(
                     self.write_snapshot, snapshot, time.time(), time.monotonic()
                 )
-            except Exception:
+            except Exception as exc:
                 # A full or unwritable disk, or a value the history cannot hold, must not
                 # take the leader down or stop the history; the reconcile job sees the
-                # gap in `snapshots` and skips the staleness check.
-                logger.exception("stat history write failed", extra={"dir": str(self.directory)})
+                # gap in `snapshots` and skips the staleness check. Logged and counted.
+                self._on_error(exc)
                 continue
             logger.debug("stat history written", extra={"rows": written})

@@ -22,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from metasrv.errors import MetasrvError
+from metasrv.background import ErrorSink, log_only
 from metasrv.model import TopicPlan
 from metasrv.settings import WalSettings
 from procedures import ProcedureManager
@@ -58,6 +58,7 @@ class PurgeTicker:
         parallelism: int,
         size_trigger: int = 0,
         size_check_interval: float = SIZE_CHECK_INTERVAL,
+        on_error: ErrorSink | None = None,
     ) -> None:
         if parallelism < 1:
             raise ValueError("parallelism must be >= 1")
@@ -66,18 +67,27 @@ class PurgeTicker:
         self.parallelism = parallelism
         self.size_trigger = size_trigger
         self.size_check_interval = size_check_interval
+        self._on_error = on_error or log_only("ticker")
         self._shutdown = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported_loss: set[tuple[str, int | None, tuple[int, ...]]] = set()
 
     @classmethod
-    def from_settings(cls, manager: ProcedureManager, wal: WalSettings) -> PurgeTicker:
+    def from_settings(
+        cls, manager: ProcedureManager, wal: WalSettings, *, on_error: ErrorSink | None = None
+    ) -> PurgeTicker:
         return cls(
             manager,
             interval=wal.auto_prune_interval,
             parallelism=wal.auto_prune_parallelism,
             size_trigger=wal.size_trigger,
+            on_error=on_error,
         )
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The running loop, if started."""
+        return self._task
 
     @property
     def enabled(self) -> bool:
@@ -131,9 +141,9 @@ class PurgeTicker:
             full = time.monotonic() >= next_full
             try:
                 await self.tick(size_only=not full)
-            except MetasrvError as exc:
-                # Kafka or kv unavailable: the next round tries again.
-                logger.warning("purge round failed: %s", exc)
+            except Exception as exc:
+                # Kafka or kv unavailable, or a bug: counted, and the next round tries again.
+                self._on_error(exc)
             if full:
                 next_full = time.monotonic() + self.interval
 

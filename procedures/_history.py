@@ -205,8 +205,10 @@ class History:
         try:
             return await asyncio.to_thread(functools.partial(fn, *args))
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
+            # The detail names the server and the user: logged, not answered.
             detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-            raise Unavailable(f"history database unavailable: {detail}") from exc
+            logger.warning("history database call failed: %s", detail)
+            raise Unavailable("history database unavailable") from exc
 
     # -- procedures ---------------------------------------------------------------------
 

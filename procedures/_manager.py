@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from metasrv.background import ErrorSink, log_only
 from metasrv.errors import (
     Cancelled,
     Conflict,
@@ -131,6 +132,8 @@ class ProcedureManager:
         self._slots = asyncio.Semaphore(self._settings.max_running_procedures)
         self._history_written: set[str] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self.on_sweep_error: ErrorSink = log_only("procedure_sweeper")
+        """Called with what a sweep of finished records raised (the runtime counts it)."""
         self._shutdown = asyncio.Event()
         self._leadership_lock = asyncio.Lock()
 
@@ -147,6 +150,11 @@ class ProcedureManager:
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="procedure-sweeper")
         if self.services.election.is_leader:
             await self.on_leadership(True)
+
+    @property
+    def sweeper(self) -> asyncio.Task[None] | None:
+        """The finished-record sweeper task, if started."""
+        return self._sweeper
 
     async def stop(self) -> None:
         """Stop every task (no state written: a later leader resumes them). Repeat-safe."""
@@ -426,8 +434,7 @@ class ProcedureManager:
                     return
                 delay = backoff_delay(failures, self._settings.retry_delay)
                 logger.warning(
-                    "procedure state not persisted, restarting from the stored record in "
-                    "%.2fs: %s",
+                    "procedure state not persisted, restarting from the stored record in %.2fs: %s",
                     delay,
                     exc,
                     extra={"procedure_id": procedure_id},
@@ -498,8 +505,8 @@ class ProcedureManager:
                 continue
             try:
                 await self.sweep()
-            except MetasrvError as exc:
-                logger.warning("procedure sweep failed: %s", exc)
+            except Exception as exc:
+                self.on_sweep_error(exc)
 
     async def sweep(self, now: float | None = None) -> int:
         """Write missing history rows; delete finished kv records older than the TTL."""

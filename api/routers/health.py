@@ -1,5 +1,5 @@
-"""`/healthz` (the process answers) and `/readyz` (kv and Kafka reachable, history migrated).
-No token."""
+"""`/healthz` (the process answers) and `/readyz` (kv and Kafka reachable, history migrated, no
+background task dead). No token, so failures name the store or task, never an address or user."""
 
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ async def healthz() -> HealthOut:
 
 @router.get(
     "/readyz",
-    summary="Readiness: the kv backend and Kafka answer, the history schema is current",
+    summary="Readiness: kv and Kafka answer, the history schema is current, no task died",
     response_model=ReadyOut,
     responses={
         503: {"model": ErrorBody, "description": "A dependency is unreachable or unmigrated."}
     },
 )
 async def readyz(runtime: RuntimeDep) -> Any:
-    """200 when kv and Kafka answer and the history database has the newest schema; 503 with
-    the failing checks (and why) otherwise."""
+    """200 when kv and Kafka answer, the history database has the newest schema and every
+    background task runs; 503 with the failing checks (and why) otherwise."""
     checks = await queries.readiness(runtime)
     leader = runtime.election.is_leader
     if all(v == "ok" for v in checks.values()):

@@ -150,9 +150,11 @@ def latest_run(
     try:
         return _latest_run(engine, kind, severity, limit, offset)
     except sa_exc.SQLAlchemyError as exc:
+        # The driver's message names the server and the user: logged, not answered.
+        logger.warning("reading reconcile runs failed: %s", sql_error_detail(exc))
         raise Unavailable(
-            f"cannot read reconcile runs from the history database: {sql_error_detail(exc)} "
-            "(has `metasrv db upgrade` been run?)"
+            "cannot read reconcile runs from the history database "
+            "(is it reachable, and has `metasrv db upgrade` been run?)"
         ) from exc
 
 

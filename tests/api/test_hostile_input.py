@@ -253,3 +253,52 @@ def test_dry_run_takes_only_json_booleans(client: httpx.Client, topic: str, valu
     assert listed.status_code == 200, listed.text
     assert listed.json()["procedures"] == []
     assert client.post("/v1/purge", json={"topics": [topic], "dry_run": True}).status_code == 200
+
+
+# --- 2. a background task that fails keeps running, counted; a dead one is not ready -----
+
+
+def _errors_of(client: httpx.Client, task: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f'metasrv_background_task_errors_total{{task="{task}"}} '):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_failing_stat_history_writer_is_counted_and_keeps_running(
+    make_settings: SettingsFactory, tmp_path: Any
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("the history directory cannot be created here")
+    settings = make_settings(
+        reconcile={"stat_history_dir": str(blocker), "stat_history_interval": "100ms"}
+    )
+    with start_server(settings) as srv, srv.client() as client:
+        deadline = time.monotonic() + 10
+        while _errors_of(client, "stat_history") < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Three failed rounds in a row: the writer survived each one.
+        assert _errors_of(client, "stat_history") >= 3
+        assert client.get("/readyz").json()["checks"]["background_tasks"] == "ok"
+        assert _leader_state(client)[0]
+
+
+def test_a_dead_background_task_makes_readyz_name_it(server: Server, client: httpx.Client) -> None:
+    assert client.get("/readyz").status_code == 200
+    runtime = server.runtime
+    loop = runtime.loop_lag.task.get_loop()  # type: ignore[union-attr]
+
+    async def dies() -> None:
+        raise OverflowError("int too big to convert")
+
+    def start() -> None:
+        runtime.background.watch("ticker", loop.create_task(dies()))
+
+    loop.call_soon_threadsafe(start)
+    deadline = time.monotonic() + 5
+    while client.get("/readyz").status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    error = assert_error(client.get("/readyz"), 503, "not_ready")
+    assert error["checks"]["background_tasks"] == "dead: ticker"
+    assert "ticker" in error["message"]
+    assert _errors_of(client, "ticker") == 1
