@@ -1,18 +1,31 @@
 """`GET /dashboard`: the self-contained operator page (DESIGN §5).
 
 The page itself needs no token: it holds no data. Its JavaScript calls the read API with
-the viewer token the user typed (kept in localStorage) or passed as `?token=`.
+the viewer token the user typed, kept in the page's own localStorage and sent only in the
+Authorization header. A token in the URL (`?token=`) is refused with 400: URLs end up in
+browser history, proxy logs and Referer headers.
+
+The page is served with a Content-Security-Policy that runs only its own inline script
+(by hash) and talks only to this origin, and may not be framed (clickjacking).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from functools import cache
 from importlib import resources
 
-from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from api.errors import error_response
+from api.models import ErrorBody
 
 router = APIRouter(tags=["dashboard"])
+
+_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 
 
 @cache
@@ -21,12 +34,51 @@ def dashboard_html() -> str:
     return (resources.files("api.static") / "dashboard.html").read_text(encoding="utf-8")
 
 
+@cache
+def security_headers() -> dict[str, str]:
+    """The dashboard's response headers; the CSP allows exactly the page's inline scripts."""
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in _SCRIPT.findall(dashboard_html())
+    )
+    policy = "; ".join(
+        [
+            "default-src 'none'",
+            f"script-src {hashes}",
+            # The page positions its offset bars with style attributes.
+            "style-src 'unsafe-inline'",
+            "connect-src 'self'",
+            "img-src 'self' data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        ]
+    )
+    return {
+        "Content-Security-Policy": policy,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+    }
+
+
 @router.get(
     "/dashboard",
     response_class=HTMLResponse,
     summary="Operator dashboard (HTML; no auth: its data calls carry the token)",
-    responses={200: {"content": {"text/html": {}}, "description": "The dashboard page."}},
+    responses={
+        200: {"content": {"text/html": {}}, "description": "The dashboard page."},
+        400: {"model": ErrorBody, "description": "A token was passed in the URL."},
+    },
 )
-async def dashboard() -> HTMLResponse:
+async def dashboard(request: Request) -> Response:
     """Serve the dashboard page."""
-    return HTMLResponse(dashboard_html(), headers={"Cache-Control": "no-cache"})
+    if "token" in request.query_params:
+        return error_response(
+            400,
+            "token_in_url",
+            "tokens are not accepted in URLs; type the viewer token into the page's field",
+            headers={"Referrer-Policy": "no-referrer"},
+        )
+    return HTMLResponse(dashboard_html(), headers=security_headers())

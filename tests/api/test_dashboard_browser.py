@@ -87,6 +87,15 @@ def test_dashboard_renders_live_state(served: tuple[str, World]) -> None:
                 ),
             )
 
+            # The page's Content-Security-Policy must not block the page itself.
+            csp_violations: list[str] = []
+            page.on(
+                "console",
+                lambda m: (
+                    csp_violations.append(m.text) if "Content Security Policy" in m.text else None
+                ),
+            )
+
             # Without a token the data calls are refused and the page says so.
             page.goto(f"{url}/dashboard?refresh=1")
             expect(page.get_by_test_id("error")).to_contain_text("Not authorized")
@@ -146,11 +155,11 @@ def test_dashboard_renders_live_state(served: tuple[str, World]) -> None:
                 f"region {newcomer}: no_stat", timeout=15_000
             )
 
-            # A fresh browser profile given `?token=` needs no typing.
+            # A token in the URL is refused (it would stay in history and proxy logs).
             other = browser.new_context().new_page()
-            other.goto(f"{url}/dashboard?token={VIEWER_TOKEN}")
-            other.wait_for_selector("body[data-loaded=true]", timeout=15_000)
-            expect(other.locator(f'tr[data-topic="{w.loss_topic}"]')).to_be_visible()
+            refused = other.goto(f"{url}/dashboard?token={VIEWER_TOKEN}")
+            assert refused is not None and refused.status == 400
             assert failed_requests == [], failed_requests
+            assert csp_violations == [], csp_violations
         finally:
             browser.close()

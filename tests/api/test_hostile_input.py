@@ -302,3 +302,25 @@ def test_a_dead_background_task_makes_readyz_name_it(server: Server, client: htt
     assert error["checks"]["background_tasks"] == "dead: ticker"
     assert "ticker" in error["message"]
     assert _errors_of(client, "ticker") == 1
+
+
+# --- the dashboard: security headers, no token in URLs -------------------------------------
+
+
+def test_dashboard_sends_security_headers(client: httpx.Client) -> None:
+    resp = client.get("/dashboard")
+    assert resp.status_code == 200
+    csp = resp.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+    directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+    # Only the page's own script, by hash: an injected one would not run.
+    assert directives["script-src"].startswith("'sha256-")
+    assert "unsafe" not in directives["script-src"]
+    assert resp.headers["x-frame-options"] == "DENY"
+    assert resp.headers["x-content-type-options"] == "nosniff"
+    assert resp.headers["referrer-policy"] == "no-referrer"
+
+
+def test_dashboard_refuses_a_token_in_the_url(client: httpx.Client) -> None:
+    error = assert_error(client.get("/dashboard", params={"token": "secret"}), 400, "token_in_url")
+    assert "secret" not in error["message"]
