@@ -43,6 +43,10 @@ def state_key(procedure_id: str) -> str:
     return f"{keys.procedure_prefix(procedure_id)}{STATE_SUFFIX}"
 
 
+_CREATE_ATTEMPTS = 3
+"""Tries of `create` while locks are released under it (each try is one kv txn)."""
+
+
 class RecordConflict(Conflict):
     """Someone else wrote the procedure's record since we read it (lost CAS)."""
 
@@ -141,21 +145,26 @@ class ProcedureStore:
         """Create the record and its kv locks atomically, unless a lock is taken."""
         key = state_key(record.id)
         holder_value = orjson.dumps({"procedure_id": record.id})
-        compares = [Compare(key, revision=0)]
-        compares += [Compare(lock, revision=0) for lock in record.kv_locks]
-        compares += list(self._fence())
         ops: list[TxnOp] = [Put(key, record.to_json())]
         ops += [Put(lock, holder_value) for lock in record.kv_locks]
-        result = await self._txn(compares, ops)
-        if result.succeeded:
-            return Created(True, record.id, result.revision)
-        for lock in record.kv_locks:
-            holder = await self.lock_holder(lock)
-            if holder is not None:
-                return Created(False, holder, 0)
-        if await self._call(self._kv.get, key) is not None:
-            raise RecordConflict(f"procedure {record.id} already exists")
-        # Every key compare held, so the fence did not: we are no longer leader.
+        for _ in range(_CREATE_ATTEMPTS):
+            compares = [Compare(key, revision=0)]
+            compares += [Compare(lock, revision=0) for lock in record.kv_locks]
+            compares += list(self._fence())
+            result = await self._txn(compares, ops)
+            if result.succeeded:
+                return Created(True, record.id, result.revision)
+            for lock in record.kv_locks:
+                holder = await self.lock_holder(lock)
+                if holder is not None:
+                    return Created(False, holder, 0)
+            if await self._call(self._kv.get, key) is not None:
+                raise RecordConflict(f"procedure {record.id} already exists")
+            # No lock is held now and the key is free: either the fence failed (we no
+            # longer lead) or a lock was released between our txn and our read of it
+            # (its procedure finished). Only the fence alone tells which.
+            if not (await self._txn(list(self._fence()), [])).succeeded:
+                break
         raise LeadershipLost("not leader any more; procedure not submitted")
 
     async def save(self, record: ProcedureRecord, revision: int) -> int:

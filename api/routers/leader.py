@@ -6,12 +6,17 @@ from fastapi import APIRouter
 
 from api.auth import RequireViewer
 from api.deps import RuntimeDep
-from api.models import LeaderOut
+from api.models import ERROR_RESPONSES, LeaderOut
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/v1/leader", dependencies=[RequireViewer], summary="Current leader address")
+@router.get(
+    "/v1/leader",
+    dependencies=[RequireViewer],
+    summary="Current leader address",
+    responses={s: ERROR_RESPONSES[s] for s in (401, 403)},
+)
 async def leader(runtime: RuntimeDep) -> LeaderOut:
     """The leader's address as this process knows it."""
     election = runtime.election

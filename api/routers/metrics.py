@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import RequireViewer
 from api.deps import RuntimeDep
+from api.models import ERROR_RESPONSES
 from metasrv import queries
 
 router = APIRouter(tags=["health"])
@@ -17,7 +18,10 @@ router = APIRouter(tags=["health"])
     dependencies=[RequireViewer],
     summary="Prometheus metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={
+        200: {"content": {"text/plain": {}}},
+        **{s: ERROR_RESPONSES[s] for s in (401, 403)},
+    },
 )
 async def metrics(runtime: RuntimeDep) -> Response:
     """On the leader, recompute the per-topic gauges first (Kafka trouble only skips that)."""
