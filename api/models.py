@@ -65,6 +65,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or unknown bearer token."},
     403: {"model": ErrorBody, "description": "The token's role may not call this endpoint."},
     413: {"model": ErrorBody, "description": "Request body over `http.body_limit`."},
+    414: {"model": ErrorBody, "description": "Request target over `http.url_limit`."},
     421: {"model": ErrorBody, "description": "This metasrv is a follower; `leader` names it."},
     422: {"model": ErrorBody, "description": "Request does not match the schema."},
     503: {"model": ErrorBody, "description": "New leader still loading, or a dependency is down."},

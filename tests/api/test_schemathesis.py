@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from metasrv.model import ID_MAX
 from tests.api._live import (
     DATANODE_TOKEN,
     OPERATOR_TOKEN,
@@ -36,12 +37,16 @@ BUDGET_S = 150.0
 """The whole fuzzing run must stay under this."""
 AUTH_EXAMPLES = 8
 """Examples per operation and mode in the generated-credentials pass."""
-UNBOUNDED_DOC = {"/v1/heartbeat"}
-"""Operations whose documented body does not yet state the id range its parser enforces
-(0..2^63-1: the heartbeat wire types are being bounded in issue #15's heartbeat part);
-positive data acceptance is off for them until then, every other check stays on."""
+UNDOCUMENTED_BOUNDS = {"/v1/heartbeat"}
+"""Operations whose documented body does not state a bound its parser enforces: the
+heartbeat's `region_id` and `flushed_entry_id` have no documented minimum, but values
+below -2^63 get a 422 (the heartbeat wire types are another change's; once they document
+it, remove this). Positive data acceptance is off for these only."""
 OPEN_PATHS = {"/healthz", "/readyz", "/dashboard", "/openapi.json"}
 """Endpoints that need no token (DESIGN §5)."""
+
+
+_EXACT_FLOAT_INTS = 1 << 53
 
 
 def _json_integers(value: Any) -> Any:
@@ -49,7 +54,15 @@ def _json_integers(value: Any) -> Any:
     JSON integers (strict models, strict heartbeat parser), so a generated whole float is
     sent as the integer it stands for; with that, valid data must be accepted."""
     if isinstance(value, float) and value.is_integer():
+        # Past 2^53 a float is not the integer the generator meant (9223372036854775807
+        # becomes 2^63, over the maximum): such an example is skipped, not sent.
+        assume(abs(value) <= _EXACT_FLOAT_INTS)
         return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        # The generator reads the documented maximum 2^63-1 through a float and may
+        # produce 9223372036854776000, over it: not valid data, so not sent either.
+        assume(value <= ID_MAX)
+        return value
     if isinstance(value, dict):
         return {k: _json_integers(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -100,7 +113,7 @@ def _fuzz(
     )
     def run(case: Any) -> None:
         _confine(case, target)
-        excluded = [positive_data_acceptance] if operation.path in UNBOUNDED_DOC else []
+        excluded = [positive_data_acceptance] if operation.path in UNDOCUMENTED_BOUNDS else []
         response = case.call_and_validate(headers=headers, excluded_checks=excluded)
         if not our_token and operation.path not in OPEN_PATHS:
             sent = (case.headers or {}).get("Authorization")
@@ -116,6 +129,9 @@ def _operations(target: LiveMetasrv, *, generated_auth: bool) -> list[Any]:
     schema.config.generation.update(
         allow_extra_parameters=False, with_security_parameters=generated_auth
     )
+    # A URL over `http.url_limit` is refused with 414 (documented): invalid data rejected.
+    rejection = schema.config.checks.negative_data_rejection
+    rejection.expected_statuses = [*rejection.expected_statuses, "414"]
     return [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]
 
 
