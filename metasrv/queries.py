@@ -286,20 +286,3 @@ async def readiness(rt: Runtime) -> dict[str, str]:
     dead = rt.background.dead()
     results["background_tasks"] = f"dead: {', '.join(dead)}" if dead else "ok"
     return results
-
-    def kv_check() -> None:
-        rt.kv.get(ELECTION_KEY)
-
-    def history_check() -> None:
-        require_schema(rt.history, "history")
-
-    async def check(fn: Callable[[], object], name: str) -> tuple[str, str]:
-        try:
-            await asyncio.wait_for(asyncio.to_thread(fn), _READY_TIMEOUT)
-        except TimeoutError:
-            logger.warning("readiness: %s timed out", name)
-            return name, f"timed out after {_READY_TIMEOUT:g}s"
-        except MetasrvError as exc:
-            logger.warning("readiness: %s unreachable: %s", name, exc)
-            return name, "unreachable"
-        return name, "ok"
