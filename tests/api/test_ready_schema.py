@@ -111,7 +111,12 @@ def test_the_embedded_default_creates_its_sqlite_schemas(
         )
     resp = readyz(port)
     assert resp.status_code == 200, resp.text
-    assert resp.json()["checks"] == {"kv": "ok", "kafka": "ok", "history": "ok"}
+    assert resp.json()["checks"] == {
+        "kv": "ok",
+        "kafka": "ok",
+        "history": "ok",
+        "background_tasks": "ok",
+    }
     engine = create_engine(f"sqlite:///{tmp_path / 'metasrv-history.db'}")
     try:
         assert {"purge_history", "procedure_history", "wal_events"} <= set(
