@@ -33,6 +33,7 @@ TopicName = Annotated[
 """A topic name Kafka accepts (a collision with an existing topic is found on creation)."""
 EntryId = Annotated[int, Field(ge=-1, le=ID_MAX)]
 _Count = Annotated[int, Field(ge=0, le=ID_MAX)]
+_Int64 = Annotated[int, Field(ge=-ID_MAX - 1, le=ID_MAX)]
 
 
 class _In(BaseModel):
@@ -79,12 +80,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class RegionReport(_In):
     """One region's stat in a heartbeat."""
 
-    region_id: Annotated[int, Field(le=ID_MAX)]
-    """Negative: rejected as `negative_id`."""
+    region_id: _Int64
+    """Negative: rejected as `negative_id`. Each region at most once per heartbeat."""
     topic: str
-    flushed_entry_id: Annotated[int, Field(le=ID_MAX)]
+    flushed_entry_id: _Int64
     """Below -1: rejected as `negative_id`."""
-    topic_latest_entry_id: Annotated[int, Field(le=ID_MAX)] | None = None
+    topic_latest_entry_id: _Int64 | None = None
     """Used only with `memtable_bytes == 0` (DESIGN §1)."""
     memtable_bytes: _Count
     manifest_version: _Count | None = None

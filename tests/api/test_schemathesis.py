@@ -38,10 +38,9 @@ BUDGET_S = 150.0
 AUTH_EXAMPLES = 8
 """Examples per operation and mode in the generated-credentials pass."""
 UNDOCUMENTED_BOUNDS = {"/v1/heartbeat"}
-"""Operations whose documented body does not state a bound its parser enforces: the
-heartbeat's `region_id` and `flushed_entry_id` have no documented minimum, but values
-below -2^63 get a 422 (the heartbeat wire types are another change's; once they document
-it, remove this). Positive data acceptance is off for these only."""
+"""Operations whose body has a rule JSON Schema cannot state: a heartbeat names each
+region at most once (a repeated region_id is a 422). Positive data acceptance is off for
+these only."""
 OPEN_PATHS = {"/healthz", "/readyz", "/dashboard", "/openapi.json"}
 """Endpoints that need no token (DESIGN §5)."""
 
