@@ -7,6 +7,7 @@ Durations ("30m") become float seconds and sizes ("512MB") become int bytes.
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,13 +17,17 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from metasrv.errors import ConfigError
+from metasrv.greptimedb_wal import ALIASES, IGNORED_KEYS, split_wal_section, suggest
 from metasrv.units import parse_duration, parse_size
+
+logger = logging.getLogger(__name__)
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
@@ -32,12 +37,49 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class KafkaTlsSettings(_Section):
+    """GreptimeDB's `[wal.tls]`: present (even empty) means TLS to every broker."""
+
+    server_ca_cert_path: str | None = None
+    """PEM CA bundle that signed the brokers' certificates; None: the system's CA store."""
+    client_cert_path: str | None = None
+    """PEM client certificate (mutual TLS); needs `client_key_path`."""
+    client_key_path: str | None = None
+
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> KafkaTlsSettings:
+        if (self.client_cert_path is None) != (self.client_key_path is None):
+            raise ValueError("client_cert_path and client_key_path go together")
+        return self
+
+
+class KafkaSaslSettings(_Section):
+    """GreptimeDB's `[wal.sasl]`."""
+
+    type: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    username: str = Field(min_length=1)
+    password: SecretStr
+
+
 class WalSettings(_Section):
     provider: Literal["kafka"] = "kafka"
     broker_endpoints: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"], min_length=1)
     num_topics: int = Field(default=64, ge=1, le=100_000)
     topic_name_prefix: str = Field(default="greptimedb_wal_topic", pattern=r"^[A-Za-z0-9._-]+$")
     replication_factor: int = Field(default=1, ge=1)
+    # GreptimeDB: create the whole pool when this process becomes leader. False: the
+    # pool's topics must exist (metasrv never creates one).
+    auto_create_topics: bool = True
+    # Partitions of each created topic (GreptimeDB); entries live in partition 0 only.
+    num_partitions: int = Field(default=1, ge=1)
+    selector_type: Literal["round_robin"] = "round_robin"
+    create_topic_timeout: Duration = parse_duration("30s")
+    connect_timeout: Duration = parse_duration("3s")
+    # Kafka topic settings applied when metasrv creates a topic, over metasrv's own
+    # `cleanup.policy=delete`, `retention.ms=-1`. Values are strings, as Kafka takes them.
+    topic_config: dict[str, str] = Field(default_factory=dict)
+    tls: KafkaTlsSettings | None = None
+    sasl: KafkaSaslSettings | None = None
     auto_prune_interval: Duration = parse_duration("30m")
     auto_prune_parallelism: int = Field(default=10, ge=1)
     flush_trigger_size: Size = parse_size("512MB")
@@ -51,6 +93,34 @@ class WalSettings(_Section):
     # after how many dirty regions a flush happens early.
     checkpoint_interval: Duration = parse_duration("5s")
     checkpoint_batch: int = Field(default=10_000, ge=1)
+
+    @model_validator(mode="after")
+    def _topic_config_keeps_deletion(self) -> WalSettings:
+        policy = self.topic_config.get("cleanup.policy", "delete")
+        if policy != "delete":
+            # DeleteRecords is refused on compacted topics, and compaction drops WAL entries.
+            raise ValueError(f"topic_config cleanup.policy must be 'delete', got {policy!r}")
+        if self.logical_delete and not has_finite_retention(self.topic_config):
+            # A logical delete only moves the marker; without a finite retention on the
+            # topics nothing is ever reclaimed and the WAL grows forever.
+            raise ValueError(
+                "logical_delete = true needs a finite retention in topic_config "
+                '(e.g. topic_config = {"retention.ms" = "604800000"}): metasrv then only moves '
+                "the marker and Kafka's retention is what deletes entries"
+            )
+        return self
+
+    def topic_creation_config(self) -> dict[str, str]:
+        """Kafka settings of a topic metasrv creates."""
+        return {"cleanup.policy": "delete", "retention.ms": "-1", **self.topic_config}
+
+
+def has_finite_retention(topic_config: dict[str, str]) -> bool:
+    """True when `retention.ms` or `retention.bytes` is set to something other than -1."""
+    return any(
+        topic_config.get(key, "-1").strip() not in ("-1", "")
+        for key in ("retention.ms", "retention.bytes")
+    )
 
 
 class ProcedureSettings(_Section):
@@ -74,9 +144,34 @@ class HttpSettings(_Section):
     read_timeout: Duration = Field(default=parse_duration("30s"), gt=0)  # whole request; 408
 
 
+class EtcdTlsSettings(_Section):
+    """`[kv.etcd_tls]`: present means TLS to etcd (GreptimeDB's `backend_tls` key names)."""
+
+    ca_cert_path: str = Field(min_length=1)
+    """PEM CA bundle that signed etcd's server certificate."""
+    cert_path: str | None = None
+    """PEM client certificate (etcd `--client-cert-auth`); needs `key_path`."""
+    key_path: str | None = None
+
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> EtcdTlsSettings:
+        if (self.cert_path is None) != (self.key_path is None):
+            raise ValueError("cert_path and key_path go together")
+        return self
+
+
+class EtcdAuthSettings(_Section):
+    """`[kv.etcd_auth]`: etcd user and password (etcd `auth enable`)."""
+
+    username: str = Field(min_length=1)
+    password: SecretStr
+
+
 class KvSettings(_Section):
     backend: Literal["etcd", "sql"] = "sql"
     etcd_endpoints: list[str] = Field(default_factory=lambda: ["127.0.0.1:2379"], min_length=1)
+    etcd_tls: EtcdTlsSettings | None = None
+    etcd_auth: EtcdAuthSettings | None = None
     sql_url: str = "sqlite:///metasrv-kv.db"
     key_prefix: str = ""
 
@@ -215,10 +310,49 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         merged = dict(data.get(section, {}))
         merged.update(values)
         data[section] = merged
+    ignored: list[str] = []
+    if isinstance(data.get("wal"), dict):
+        data["wal"], ignored = split_wal_section(data["wal"])
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        raise ConfigError(f"invalid configuration: {_describe(exc)}") from exc
+    if ignored:
+        logger.warning(
+            "ignoring GreptimeDB [wal] keys metasrv does not use (datanode-side or not "
+            "implemented): %s",
+            ", ".join(ignored),
+            extra={"ignored_keys": ignored},
         )
-        raise ConfigError(f"invalid configuration: {problems}") from exc
+    return settings
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        hint = ""
+        if err["type"] == "extra_forbidden":
+            hint = suggest(str(err["loc"][-1]), _known_keys(err["loc"][:-1]))
+        problems.append(f"{where}: {err['msg']}{hint}")
+    return "; ".join(problems)
+
+
+def _known_keys(path: tuple[int | str, ...]) -> list[str]:
+    """Field names of the section at `path` (for "did you mean")."""
+    model: type[BaseModel] = Settings
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        nested = [
+            a
+            for a in (getattr(annotation, "__args__", None) or (annotation,))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if not nested:
+            return []
+        model = nested[0]
+    known = list(model.model_fields)
+    if model is WalSettings:
+        known += [*IGNORED_KEYS, *ALIASES]
+    return known

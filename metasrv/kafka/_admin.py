@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from metasrv.errors import (
@@ -29,7 +31,9 @@ from metasrv.errors import (
     MetasrvError,
     NotFound,
 )
+from metasrv.kafka._client_config import ClientConfig, client_config
 from metasrv.model import PartitionOffsets
+from metasrv.settings import WalSettings
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +78,16 @@ _STALE_METADATA_CODES = {
 }
 _MIN_REBUILD_INTERVAL = 5.0
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Errors that a retry cannot fix: the client's own credentials or certificates are wrong.
+# Each names the settings to check; librdkafka reports them through `error_cb` (requests
+# then only time out), or as the request's error.
+_CREDENTIAL_HINTS = {
+    KafkaError._AUTHENTICATION: "check wal.sasl (type, username, password)",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "check wal.sasl (type, username, password)",
+    KafkaError.UNSUPPORTED_SASL_MECHANISM: "check wal.sasl.type",
+    KafkaError.ILLEGAL_SASL_STATE: "check wal.sasl and whether the listener expects SASL",
+    KafkaError._SSL: "check wal.tls (server_ca_cert_path, client_cert_path, client_key_path)",
+}
 
 
 def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
@@ -82,6 +96,10 @@ def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
     if isinstance(err, KafkaError):
         code = err.code()
         text = f"{what}: {err.name()}: {err.str()}"
+        if code in _CREDENTIAL_HINTS:
+            return KafkaRejected(
+                f"{text} ({_CREDENTIAL_HINTS[code]})", details={"kafka_error": err.name()}
+            )
         if code in _NOT_FOUND_CODES:
             return NotFound(text, details={"kafka_error": err.name()})
         if code in _INVALID_INPUT_CODES:
@@ -107,23 +125,56 @@ def topic_name_problem(topic: str) -> str | None:
 
 
 class KafkaAdmin:
-    """One admin client for the configured brokers."""
+    """One admin client for the configured brokers.
 
-    def __init__(self, bootstrap: str | list[str], *, request_timeout: float = 10.0) -> None:
+    `security` holds librdkafka's TLS/SASL properties (`client_config`); `from_settings`
+    builds both from `[wal]`.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        *,
+        request_timeout: float = 10.0,
+        security: ClientConfig | None = None,
+    ) -> None:
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         self.bootstrap = servers
         self.request_timeout = request_timeout
-        self._conf: dict[str, str | int | float | bool] = {
+        self._conf: dict[str, Any] = {
             "bootstrap.servers": servers,
             "socket.timeout.ms": int(request_timeout * 1000),
             # Fail fast instead of librdkafka's default endless reconnect backoff logging.
             "reconnect.backoff.max.ms": 2000,
             "log_level": 3,
+            **(security or {}),
+            "error_cb": self._on_client_error,
         }
+        self._credential_error: KafkaError | None = None
         self._client = AdminClient(self._conf)
         # Replaced clients stay referenced while calls started on them may still finish.
         self._retired: list[AdminClient] = []
         self._rebuilt_at = 0.0
+
+    @classmethod
+    def from_settings(cls, wal: WalSettings, *, request_timeout: float = 10.0) -> KafkaAdmin:
+        """An admin client of `wal.broker_endpoints` with `[wal.tls]` / `[wal.sasl]`."""
+        return cls(
+            wal.broker_endpoints, request_timeout=request_timeout, security=client_config(wal)
+        )
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        # librdkafka's thread: one attribute store. Authentication and TLS failures
+        # surface only here; the failed request itself just times out.
+        if err.code() in _CREDENTIAL_HINTS:
+            self._credential_error = err
+
+    def _unavailable(self, what: str, exc: BaseException) -> MetasrvError:
+        """A request that failed without a verdict: blame the credentials if the broker did."""
+        err = self._credential_error
+        if err is not None:
+            return translate_kafka_error(KafkaException(err), what)
+        return translate_kafka_error(exc, what)
 
     def _refresh_if_stale(self, exc: KafkaException) -> None:
         err = exc.args[0] if exc.args else None
@@ -144,9 +195,9 @@ class KafkaAdmin:
                 results[key] = future.result(timeout=self.request_timeout + 5)
             except KafkaException as exc:
                 self._refresh_if_stale(exc)
-                raise translate_kafka_error(exc, f"{what} {key}") from exc
+                raise self._unavailable(f"{what} {key}", exc) from exc
             except TimeoutError as exc:
-                raise KafkaUnavailable(f"{what} {key}: timed out") from exc
+                raise self._unavailable(f"{what} {key}", KafkaUnavailable("timed out")) from exc
         return results
 
     def ping(self) -> int:
@@ -154,7 +205,7 @@ class KafkaAdmin:
         try:
             md = self._client.list_topics(timeout=self.request_timeout)
         except KafkaException as exc:
-            raise translate_kafka_error(exc, "metadata request") from exc
+            raise self._unavailable("metadata request", exc) from exc
         return len(md.brokers)
 
     def list_topics(self) -> set[str]:
@@ -162,13 +213,22 @@ class KafkaAdmin:
         try:
             md = self._client.list_topics(timeout=self.request_timeout)
         except KafkaException as exc:
-            raise translate_kafka_error(exc, "metadata request") from exc
+            raise self._unavailable("metadata request", exc) from exc
         return set(md.topics)
 
-    def ensure_topics(self, topics: Iterable[str], *, replication_factor: int = 1) -> list[str]:
-        """Create the missing ones (1 partition, delete policy, no time retention).
+    def ensure_topics(
+        self,
+        topics: Iterable[str],
+        *,
+        replication_factor: int = 1,
+        num_partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        create_timeout: float | None = None,
+    ) -> list[str]:
+        """Create the missing ones with `config` (default: delete policy, no time retention).
 
-        Returns the topics this call created. Already-existing topics are fine.
+        Returns the topics this call created. Already-existing topics are fine (and keep
+        their own settings).
         """
         wanted = sorted(set(topics))
         if not wanted:
@@ -186,28 +246,47 @@ class KafkaAdmin:
                     "Kafka treats '.' and '_' in topic names as the same",
                     details={"topic": topic, "existing_topic": other},
                 )
+        topic_config = dict(config or {"cleanup.policy": "delete", "retention.ms": "-1"})
         new = [
             NewTopic(
                 t,
-                num_partitions=1,
+                num_partitions=num_partitions,
                 replication_factor=replication_factor,
-                config={"cleanup.policy": "delete", "retention.ms": "-1"},
+                config=topic_config,
             )
             for t in missing
         ]
-        futures = self._client.create_topics(new, request_timeout=self.request_timeout)
+        timeout = self.request_timeout if create_timeout is None else create_timeout
+        futures = self._client.create_topics(
+            new, request_timeout=timeout, operation_timeout=timeout
+        )
         created: list[str] = []
         for topic, future in futures.items():
             try:
-                future.result(timeout=self.request_timeout + 5)
+                future.result(timeout=timeout + 5)
                 created.append(topic)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                     continue
                 raise translate_kafka_error(exc, f"create topic {topic}") from exc
+            except TimeoutError as exc:
+                timed_out = KafkaUnavailable("timed out")
+                raise self._unavailable(f"create topic {topic}", timed_out) from exc
         logger.info("created kafka topics", extra={"topics": created})
         return created
+
+    def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Each topic's effective Kafka settings (DescribeConfigs), name -> value."""
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(set(topics))]
+        if not resources:
+            return {}
+        futures = self._client.describe_configs(resources, request_timeout=self.request_timeout)
+        results = self._wait(futures, "describe_configs")
+        return {
+            res.name: {name: entry.value for name, entry in entries.items()}
+            for res, entries in results.items()
+        }
 
     def offsets(self, topics: Iterable[str]) -> dict[str, PartitionOffsets]:
         """Log start and high watermark of partition 0 of each topic, in two batched calls."""

@@ -11,6 +11,9 @@ KAFKA_VERSION = "4.3.1"
 
 _ENV_PREFIX = "METASRV_STACK_"
 
+SASL_USERS: dict[str, str] = {"metasrv": "metasrv-secret"}
+"""Users the SASL_SSL listener knows (for every mechanism), name -> password."""
+
 
 def _repo_root() -> Path:
     # Editable install: metasrv/stack/_config.py -> repo root holds pyproject.toml.
@@ -47,12 +50,23 @@ class StackConfig:
     """etcd peer URL port."""
     postgres_port: int = 15432
     """PostgreSQL TCP port."""
+    kafka_ssl_port: int = 0
+    """Kafka SSL listener (mutual TLS, certificates from `pki_dir`); 0: none."""
+    kafka_sasl_ssl_port: int = 0
+    """Kafka SASL_SSL listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 for `SASL_USERS`); 0: none."""
+    etcd_tls: bool = False
+    """etcd serves its client port over TLS and requires a client certificate."""
     kafka_version: str = KAFKA_VERSION
     """Apache Kafka release installed from Maven Central."""
     ready_timeout: float = 120.0
     """Seconds to wait for a started service to answer a real request."""
     foreign_wait: float = 30.0
     """Seconds to wait for a service we did not start, found on our port, to answer."""
+
+    @property
+    def pki_dir(self) -> Path:
+        """Where the stack's throw-away CA and certificates live (`metasrv.stack.make_pki`)."""
+        return self.state_dir / "pki"
 
     @classmethod
     def from_env(cls, **overrides: object) -> StackConfig:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyetcd
 
 from metasrv.errors import ServiceError
+from metasrv.stack._certs import make_pki
 from metasrv.stack._process import spawn
 from metasrv.stack._service import Service
 
@@ -55,7 +56,8 @@ class Etcd(Service):
 
     def launch(self) -> None:
         c = self.cfg
-        client = f"http://{c.host}:{c.etcd_port}"
+        scheme = "https" if c.etcd_tls else "http"
+        client = f"{scheme}://{c.host}:{c.etcd_port}"
         peer = f"http://{c.host}:{c.etcd_peer_port}"
         argv = [
             "etcd",
@@ -86,6 +88,7 @@ class Etcd(Service):
             "revision",
             "--auto-compaction-retention",
             "10000",
+            *self._tls_args(),
         ]
         env = dict(os.environ)
         machine = platform.machine()
@@ -93,8 +96,30 @@ class Etcd(Service):
             env["ETCD_UNSUPPORTED_ARCH"] = _GO_ARCH.get(machine, machine)
         spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir, env=env)
 
+    def _tls_args(self) -> list[str]:
+        if not self.cfg.etcd_tls:
+            return []
+        pki = make_pki(self.cfg.pki_dir)
+        return [
+            "--cert-file",
+            str(pki.server_cert),
+            "--key-file",
+            str(pki.server_key),
+            "--trusted-ca-file",
+            str(pki.ca_cert),
+            "--client-cert-auth",
+        ]
+
     def healthy(self, timeout: float = 5.0) -> bool:
-        client = pyetcd.client(self.cfg.host, self.cfg.etcd_port, timeout=timeout)
+        tls: dict[str, str] = {}
+        if self.cfg.etcd_tls:
+            pki = make_pki(self.cfg.pki_dir)
+            tls = {
+                "ca_cert": str(pki.ca_cert),
+                "cert_cert": str(pki.client_cert),
+                "cert_key": str(pki.client_key),
+            }
+        client = pyetcd.client(self.cfg.host, self.cfg.etcd_port, timeout=timeout, **tls)
         try:
             client.get("/metasrv-stack-probe")
             return True

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
+from metasrv.stack._certs import make_pki
+from metasrv.stack._config import SASL_USERS
 from metasrv.stack._process import run, spawn
 from metasrv.stack._service import Service
 
@@ -179,8 +181,42 @@ class Kafka(Service):
             "num.io.threads": "4",
             "num.recovery.threads.per.data.dir": "1",
         }
+        props.update(self._secure_listeners())
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _secure_listeners(self) -> dict[str, str]:
+        """SSL / SASL_SSL listeners when the config asks for them (inter-broker stays plain)."""
+        c = self.cfg
+        extra = [
+            (name, port)
+            for name, port in (("SSL", c.kafka_ssl_port), ("SASL_SSL", c.kafka_sasl_ssl_port))
+            if port
+        ]
+        if not extra:
+            return {}
+        pki = make_pki(c.pki_dir)
+        urls = "".join(f",{name}://{c.host}:{port}" for name, port in extra)
+        plain_users = " ".join(f'user_{u}="{p}"' for u, p in SASL_USERS.items())
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "listeners": f"PLAINTEXT://{c.host}:{c.kafka_port}{urls},"
+            f"CONTROLLER://{c.host}:{c.kafka_controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{c.host}:{c.kafka_port}{urls}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SSL:SSL,SASL_SSL:SASL_SSL",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(pki.ca_cert),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
+            ),
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+        }
 
     def _java(self, main: str, *args: str, heap: str = "-Xmx256m") -> list[str]:
         java_home = os.environ.get("JAVA_HOME")
@@ -211,11 +247,23 @@ class Kafka(Service):
                 "-c",
                 str(self.properties),
                 "--ignore-formatted",
+                *self._scram_users(),
             ),
             what="kafka storage format",
             log_file=self.log_file,
             timeout=120,
         )
+
+    def _scram_users(self) -> list[str]:
+        """`--add-scram` arguments: SCRAM credentials live in the cluster metadata."""
+        if not self.cfg.kafka_sasl_ssl_port:
+            return []
+        return [
+            arg
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+            for user, password in SASL_USERS.items()
+            for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")
+        ]
 
     def launch(self) -> None:
         argv = self._java("kafka.Kafka", str(self.properties), heap="-Xmx1g")
