@@ -209,7 +209,7 @@ class EtcdElection(LeaseElection):
 
     def _open(self) -> None:
         if self._client is None:
-            self._client = make_client(self._kv.endpoints, self._rpc_timeout)
+            self._client = make_client(self._kv.endpoints, self._rpc_timeout, self._kv.security)
 
     def _close(self) -> None:
         client, self._client = self._client, None

@@ -94,6 +94,7 @@ class Runtime:
     started_at: float = field(default_factory=time.time)
     """Wall-clock start time."""
     _closed: bool = field(default=False, init=False)
+    _pool_task: asyncio.Task[None] | None = field(default=None, init=False)
     _leadership_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     @classmethod
@@ -101,7 +102,7 @@ class Runtime:
         """Open every client (no leader work yet). `addr` overrides the advertised address."""
         kv = open_kv(settings)
         try:
-            kafka = KafkaAdmin(settings.wal.broker_endpoints)
+            kafka = KafkaAdmin.from_settings(settings.wal)
             locks = TopicLocks()
             metrics = Metrics()
             background = BackgroundTasks(metrics.background_task_errors)
@@ -214,6 +215,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        await self._stop_pool_creation()
         if self.stat_history is not None:
             await _quietly(self.stat_history.stop(), "stopping the stat history writer")
         await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
@@ -255,6 +257,7 @@ class Runtime:
             self.mailbox.clear()
             self.checkpointer.clear()
             self.metrics.is_leader.set(1 if leader else 0)
+            await self._stop_pool_creation()
             if not leader:
                 self.topology.unload()
                 gc.unfreeze()  # the old term's objects may be collected again
@@ -275,7 +278,30 @@ class Runtime:
                 gc.freeze()
                 self.serving = self.election.is_leader
                 logger.info("serving as leader", extra={"regions": regions})
+                if self.settings.wal.auto_create_topics:
+                    self._pool_task = asyncio.create_task(self._create_pool())
                 return
+
+    async def _create_pool(self) -> None:
+        """Create the topic pool (`wal.auto_create_topics`), retrying while this process
+        leads. Heartbeats do not wait for it: a registration creates its own topic."""
+        delay = 0.5
+        while self.election.is_leader and not self._closed:
+            try:
+                created = await self.topology.create_pool()
+            except MetasrvError as exc:
+                logger.warning("creating the topic pool failed", extra={"error": str(exc)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            logger.info("topic pool ready", extra={"created": len(created)})
+            return
+
+    async def _stop_pool_creation(self) -> None:
+        task, self._pool_task = self._pool_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
 
 
 async def _quietly(awaitable: Any, what: str) -> None:

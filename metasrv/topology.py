@@ -247,12 +247,7 @@ class Topology:
                 if existing is not None:
                     return existing
                 if chosen not in self._created:
-                    await asyncio.to_thread(
-                        self._kafka.ensure_topics,
-                        [chosen],
-                        replication_factor=self._settings.wal.replication_factor,
-                    )
-                    self._created.add(chosen)
+                    await self._ensure_topics([chosen])
                 key = keys.topic_region(chosen, region_id)
                 result = await asyncio.to_thread(
                     self._kv.txn,
@@ -280,6 +275,37 @@ class Topology:
             "region registered", extra={"region_id": region_id, "topic": chosen, "node_id": node_id}
         )
         return route
+
+    async def create_pool(self) -> list[str]:
+        """Create every pool topic Kafka lacks (`wal.auto_create_topics`, GreptimeDB's
+        start-up behaviour); returns the ones created. A no-op when the setting is off."""
+        if not self._settings.wal.auto_create_topics:
+            return []
+        return await self._ensure_topics(self._pool)
+
+    async def _ensure_topics(self, topics: list[str]) -> list[str]:
+        """Create missing `topics` with `[wal]`'s topic settings; with auto-creation off,
+        refuse a topic Kafka does not have (metasrv never creates one then)."""
+        wal = self._settings.wal
+        if not wal.auto_create_topics:
+            existing = await asyncio.to_thread(self._kafka.list_topics)
+            missing = sorted(set(topics) - existing)
+            if missing:
+                raise InvalidArgument(
+                    f"kafka topics {missing} do not exist and wal.auto_create_topics is false"
+                )
+            self._created.update(topics)
+            return []
+        created = await asyncio.to_thread(
+            self._kafka.ensure_topics,
+            topics,
+            replication_factor=wal.replication_factor,
+            num_partitions=wal.num_partitions,
+            config=wal.topic_creation_config(),
+            create_timeout=wal.create_topic_timeout,
+        )
+        self._created.update(topics)
+        return created
 
     async def deregister(self, region_id: int) -> RegionRoute:
         """Remove a region from the map; `NotFound` if it is not registered."""

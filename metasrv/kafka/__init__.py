@@ -1,4 +1,5 @@
-"""Kafka adapter: the only module that talks to the broker's admin API."""
+"""Kafka adapter: the only module that talks to the broker's admin API, and the one
+place `[wal.tls]` / `[wal.sasl]` become client settings."""
 
 from metasrv.kafka._admin import (
     KafkaAdmin,
@@ -6,5 +7,12 @@ from metasrv.kafka._admin import (
     topic_name_problem,
     translate_kafka_error,
 )
+from metasrv.kafka._client_config import client_config
 
-__all__ = ["KafkaAdmin", "collision_key", "topic_name_problem", "translate_kafka_error"]
+__all__ = [
+    "KafkaAdmin",
+    "client_config",
+    "collision_key",
+    "topic_name_problem",
+    "translate_kafka_error",
+]

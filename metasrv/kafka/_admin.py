@@ -88,6 +88,18 @@ _CREDENTIAL_HINTS = {
     KafkaError.ILLEGAL_SASL_STATE: "check wal.sasl and whether the listener expects SASL",
     KafkaError._SSL: "check wal.tls (server_ca_cert_path, client_cert_path, client_key_path)",
 }
+# A broker that rejects our certificate (or sees no TLS at all) closes the connection with
+# an alert, which librdkafka reports as a transport failure naming OpenSSL.
+_TLS_TRANSPORT_MARKERS = ("SSL routines", "certificate", "SSL handshake")
+
+
+def credential_hint(err: KafkaError) -> str | None:
+    """Which settings to check when `err` says our credentials or certificates are wrong."""
+    hint = _CREDENTIAL_HINTS.get(err.code())
+    if hint is None and err.code() == KafkaError._TRANSPORT:
+        if any(marker in err.str() for marker in _TLS_TRANSPORT_MARKERS):
+            hint = _CREDENTIAL_HINTS[KafkaError._SSL]
+    return hint
 
 
 def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
@@ -96,10 +108,9 @@ def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
     if isinstance(err, KafkaError):
         code = err.code()
         text = f"{what}: {err.name()}: {err.str()}"
-        if code in _CREDENTIAL_HINTS:
-            return KafkaRejected(
-                f"{text} ({_CREDENTIAL_HINTS[code]})", details={"kafka_error": err.name()}
-            )
+        hint = credential_hint(err)
+        if hint is not None:
+            return KafkaRejected(f"{text} ({hint})", details={"kafka_error": err.name()})
         if code in _NOT_FOUND_CODES:
             return NotFound(text, details={"kafka_error": err.name()})
         if code in _INVALID_INPUT_CODES:
@@ -124,6 +135,27 @@ def topic_name_problem(topic: str) -> str | None:
     return None
 
 
+class _CredentialErrors:
+    """librdkafka's `error_cb`: authentication and TLS failures surface only there (the
+    request itself fails with a transport error). Not a bound method of the admin, so the
+    client does not keep its owner alive."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, KafkaError] | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if credential_hint(err) is not None:
+            self._last = (time.monotonic(), err)
+
+    def take(self, within: float) -> KafkaError | None:
+        """The latest one seen in the last `within` seconds, once (a transient TLS error
+        must not turn later, unrelated failures into non-retryable ones)."""
+        last, self._last = self._last, None
+        if last is None or time.monotonic() - last[0] > within:
+            return None
+        return last[1]
+
+
 class KafkaAdmin:
     """One admin client for the configured brokers.
 
@@ -141,6 +173,7 @@ class KafkaAdmin:
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         self.bootstrap = servers
         self.request_timeout = request_timeout
+        self._credential_errors = _CredentialErrors()
         self._conf: dict[str, Any] = {
             "bootstrap.servers": servers,
             "socket.timeout.ms": int(request_timeout * 1000),
@@ -148,9 +181,8 @@ class KafkaAdmin:
             "reconnect.backoff.max.ms": 2000,
             "log_level": 3,
             **(security or {}),
-            "error_cb": self._on_client_error,
+            "error_cb": self._credential_errors,
         }
-        self._credential_error: KafkaError | None = None
         self._client = AdminClient(self._conf)
         # Replaced clients stay referenced while calls started on them may still finish.
         self._retired: list[AdminClient] = []
@@ -163,15 +195,10 @@ class KafkaAdmin:
             wal.broker_endpoints, request_timeout=request_timeout, security=client_config(wal)
         )
 
-    def _on_client_error(self, err: KafkaError) -> None:
-        # librdkafka's thread: one attribute store. Authentication and TLS failures
-        # surface only here; the failed request itself just times out.
-        if err.code() in _CREDENTIAL_HINTS:
-            self._credential_error = err
-
     def _unavailable(self, what: str, exc: BaseException) -> MetasrvError:
         """A request that failed without a verdict: blame the credentials if the broker did."""
-        err = self._credential_error
+        self._client.poll(0)  # serves error_cb
+        err = self._credential_errors.take(within=self.request_timeout + 5)
         if err is not None:
             return translate_kafka_error(KafkaException(err), what)
         return translate_kafka_error(exc, what)

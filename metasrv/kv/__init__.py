@@ -1,6 +1,7 @@
 """Key-value backends (etcd, SQL) behind one protocol."""
 
 from metasrv.kv._etcd import EtcdKv
+from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._factory import open_kv
 from metasrv.kv._protocol import (
     Compare,
@@ -17,6 +18,7 @@ __all__ = [
     "Compare",
     "Delete",
     "EtcdKv",
+    "EtcdSecurity",
     "KeyValue",
     "KvBackend",
     "Put",

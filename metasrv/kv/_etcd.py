@@ -20,6 +20,7 @@ from pyetcd import exceptions as etcd_exc
 
 from metasrv.errors import InvalidArgument, KvUnavailable, MetasrvError, TxnTooLarge
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end, scan_pages
+from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._protocol import Compare, KeyValue, Put, TxnOp, TxnResult
 
 logger = logging.getLogger(__name__)
@@ -90,16 +91,23 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def make_client(endpoints: Sequence[str], timeout: float) -> Any:
-    """A pyetcd client over plain-text gRPC, failing over between `endpoints`."""
+def make_client(
+    endpoints: Sequence[str], timeout: float, security: EtcdSecurity | None = None
+) -> Any:
+    """A pyetcd client failing over between `endpoints`; plain-text gRPC unless
+    `security` asks for TLS and/or a user."""
+    security = security or EtcdSecurity()
+    creds = security.channel_credentials()
     # pyetcd marks an endpoint failed for `time_retry` seconds after one error and
     # refuses to use it meanwhile; with a single endpoint that would turn a brief etcd
     # restart into minutes of errors, so retry it at once.
     time_retry = 0.0 if len(endpoints) == 1 else 2.0
     eps = [
-        pyetcd.Endpoint(host, port, secure=False, time_retry=time_retry)
+        pyetcd.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=time_retry)
         for host, port in map(parse_endpoint, endpoints)
     ]
+    for ep in eps:
+        ep.channel = security.secure(ep.channel, timeout)
     return pyetcd.MultiEndpointEtcd3Client(endpoints=eps, timeout=timeout, failover=True)
 
 
@@ -109,7 +117,12 @@ class EtcdKv:
     max_txn_ops: int = ETCD_MAX_TXN_OPS
 
     def __init__(
-        self, endpoints: Sequence[str] | str, key_prefix: str = "", *, timeout: float = 5.0
+        self,
+        endpoints: Sequence[str] | str,
+        key_prefix: str = "",
+        *,
+        timeout: float = 5.0,
+        security: EtcdSecurity | None = None,
     ) -> None:
         self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not self.endpoints:
@@ -117,7 +130,9 @@ class EtcdKv:
         self.key_prefix = key_prefix
         self.timeout = timeout
         self._prefix = key_prefix.encode()
-        self._client: Any = make_client(self.endpoints, timeout)
+        self.security = security or EtcdSecurity()
+        """TLS and credentials; the election opens its own channel with the same."""
+        self._client: Any = make_client(self.endpoints, timeout, self.security)
         self._closed = False
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metasrv.kv._etcd import EtcdKv
+from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._protocol import KvBackend
 from metasrv.kv._sql import SqlKv
 from metasrv.settings import Settings
@@ -16,5 +17,5 @@ def open_kv(settings: Settings) -> KvBackend:
     """
     cfg = settings.kv
     if cfg.backend == "etcd":
-        return EtcdKv(cfg.etcd_endpoints, cfg.key_prefix)
+        return EtcdKv(cfg.etcd_endpoints, cfg.key_prefix, security=EtcdSecurity.from_settings(cfg))
     return SqlKv.open(cfg.sql_url, cfg.key_prefix, create=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -181,7 +181,13 @@ class RegionApi(Protocol):
 class TopicCreator(Protocol):
     """The slice of `metasrv.kafka.KafkaAdmin` the executor uses."""
 
-    def ensure_topics(self, topics: Iterable[str], *, replication_factor: int = 1) -> list[str]: ...
+    def ensure_topics(
+        self,
+        topics: Iterable[str],
+        *,
+        replication_factor: int = 1,
+        config: Mapping[str, str] | None = None,
+    ) -> list[str]: ...
 
 
 def execute_plan(
@@ -190,6 +196,7 @@ def execute_plan(
     kafka: TopicCreator,
     *,
     replication_factor: int = 1,
+    topic_config: Mapping[str, str] | None = None,
     on_done: Callable[[ActionResult], None] = lambda r: None,
     collect: list[ActionResult] | None = None,
 ) -> list[ActionResult]:
@@ -217,7 +224,9 @@ def execute_plan(
     if topics:
         created = set(
             kafka.ensure_topics(
-                [a.topic for a in topics if a.topic], replication_factor=replication_factor
+                [a.topic for a in topics if a.topic],
+                replication_factor=replication_factor,
+                config=topic_config,
             )
         )
         for a in topics:

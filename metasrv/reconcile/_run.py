@@ -307,7 +307,7 @@ def run_reconcile(
             if kafka is None:
                 from metasrv.kafka import KafkaAdmin
 
-                kafka = KafkaAdmin(settings.wal.broker_endpoints)
+                kafka = KafkaAdmin.from_settings(settings.wal)
                 closers.append(kafka)
             kafka_topics, offsets = _kafka_facts(kafka, settings, snap, pool)
         with timer.stage("spark_start", f"Starting Spark ({options.master})"):
@@ -350,6 +350,7 @@ def run_reconcile(
                         api,
                         kafka,
                         replication_factor=settings.wal.replication_factor,
+                        topic_config=settings.wal.topic_creation_config(),
                         on_done=lambda r: progress.advance(1),
                         collect=results,
                     )

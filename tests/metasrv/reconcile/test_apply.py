@@ -5,7 +5,7 @@ The HTTP path against a real metasrv is covered in test_run.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +66,13 @@ class FakeMetasrv:
 class FakeKafka:
     topics: set[str] = field(default_factory=set)
 
-    def ensure_topics(self, topics: Iterable[str], *, replication_factor: int = 1) -> list[str]:
+    def ensure_topics(
+        self,
+        topics: Iterable[str],
+        *,
+        replication_factor: int = 1,
+        config: Mapping[str, str] | None = None,
+    ) -> list[str]:
         new = sorted(set(topics) - self.topics)
         self.topics |= set(new)
         return new

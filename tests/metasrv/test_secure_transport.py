@@ -1,0 +1,225 @@
+"""TLS and SASL to Kafka, TLS to etcd, against real services started for this module.
+
+The module starts its own single-node Kafka (PLAINTEXT for set-up, SSL with client
+certificates, SASL_SSL with PLAIN / SCRAM users made at format time) and its own etcd
+(client TLS with required client certificates), with certificates generated now by
+`metasrv.stack`'s throw-away CA. The shared test stack stays plain-text.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from metasrv.client import MetasrvClient
+from metasrv.errors import KafkaRejected, KvUnavailable
+from metasrv.kafka import KafkaAdmin, client_config
+from metasrv.kv import EtcdKv, EtcdSecurity
+from metasrv.settings import Settings, WalSettings, load_settings
+from metasrv.stack import StackConfig, start_service, stop_service
+from metasrv.stack._certs import Pki, make_pki
+from metasrv.stack._config import SASL_USERS
+from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, live_settings, serve
+
+# Ports of this module's own services (43100-43199 is this workspace's range for them).
+_BASE = int(os.environ.get("METASRV_TEST_SECURE_PORT_BASE", "43110"))
+USER, PASSWORD = next(iter(SASL_USERS.items()))
+
+
+class SecureStack:
+    """This module's Kafka and etcd, and the client settings that reach them."""
+
+    def __init__(self, cfg: StackConfig, pki: Pki) -> None:
+        self.cfg = cfg
+        self.pki = pki
+        self.plain = f"127.0.0.1:{cfg.kafka_port}"
+        self.ssl = f"127.0.0.1:{cfg.kafka_ssl_port}"
+        self.sasl_ssl = f"127.0.0.1:{cfg.kafka_sasl_ssl_port}"
+        self.etcd = f"127.0.0.1:{cfg.etcd_port}"
+
+    def tls(self, *, client_cert: bool) -> dict[str, str]:
+        """A `[wal.tls]` table."""
+        tls = {"server_ca_cert_path": str(self.pki.ca_cert)}
+        if client_cert:
+            tls |= {
+                "client_cert_path": str(self.pki.client_cert),
+                "client_key_path": str(self.pki.client_key),
+            }
+        return tls
+
+    def wal(self, mechanism: str | None, password: str = PASSWORD) -> dict[str, Any]:
+        """A `[wal]` table: SSL with a client certificate, or SASL_SSL with `mechanism`."""
+        if mechanism is None:
+            return {"broker_endpoints": [self.ssl], "tls": self.tls(client_cert=True)}
+        return {
+            "broker_endpoints": [self.sasl_ssl],
+            "tls": self.tls(client_cert=False),
+            "sasl": {"type": mechanism, "username": USER, "password": password},
+        }
+
+    def etcd_tls(self) -> dict[str, str]:
+        """A `[kv.etcd_tls]` table."""
+        return {
+            "ca_cert_path": str(self.pki.ca_cert),
+            "cert_path": str(self.pki.client_cert),
+            "key_path": str(self.pki.client_key),
+        }
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> Iterator[SecureStack]:
+    shared = StackConfig.from_env()
+    state = tmp_path_factory.mktemp("secure-stack")
+    cfg = replace(
+        shared,
+        state_dir=state,
+        kafka_port=_BASE,
+        kafka_controller_port=_BASE + 1,
+        kafka_ssl_port=_BASE + 2,
+        kafka_sasl_ssl_port=_BASE + 3,
+        etcd_port=_BASE + 4,
+        etcd_peer_port=_BASE + 5,
+        etcd_tls=True,
+    )
+    # The Kafka jars of the shared stack (already downloaded by `local_stack`).
+    (state / "kafka").mkdir()
+    (state / "kafka" / "libs").symlink_to(shared.state_dir / "kafka" / "libs")
+    pki = make_pki(cfg.pki_dir)
+    try:
+        start_service(cfg, "etcd")
+        start_service(cfg, "kafka")
+        yield SecureStack(cfg, pki)
+    finally:
+        stop_service(cfg, "kafka")
+        stop_service(cfg, "etcd")
+
+
+def _produce(wal: WalSettings, topic: str, count: int) -> None:
+    producer = Producer(
+        {"bootstrap.servers": ",".join(wal.broker_endpoints), "acks": "all", **client_config(wal)}
+    )
+    for i in range(count):
+        producer.produce(topic, value=bytes([i % 256]) * 64, partition=0)
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("mechanism", [None, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_admin_creates_writes_and_deletes_over_tls_and_sasl(
+    secure: SecureStack, mechanism: str | None
+) -> None:
+    wal = load_settings(
+        None, wal={**secure.wal(mechanism), "topic_config": {"segment.bytes": "1048576"}}
+    ).wal
+    admin = KafkaAdmin.from_settings(wal)
+    topic = f"t{uuid.uuid4().hex[:8]}"
+    try:
+        assert admin.ensure_topics([topic], config=wal.topic_creation_config()) == [topic]
+        _produce(wal, topic, 10)
+        assert admin.offsets([topic])[topic].high_watermark == 10
+        assert admin.delete_records({topic: 4}) == {topic: 4}
+        assert admin.topic_configs([topic])[topic]["segment.bytes"] == "1048576"
+    finally:
+        admin.delete_topics([topic])
+        admin.close()
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_wrong_password_names_the_setting(secure: SecureStack, mechanism: str) -> None:
+    wal = load_settings(None, wal=secure.wal(mechanism, password="not-the-password")).wal
+    admin = KafkaAdmin.from_settings(wal, request_timeout=5.0)
+    with pytest.raises(KafkaRejected, match=r"wal\.sasl"):
+        admin.ping()
+
+
+def test_plaintext_client_on_tls_listener_fails(secure: SecureStack) -> None:
+    wal = load_settings(
+        None, wal={"broker_endpoints": [secure.ssl], "tls": secure.tls(client_cert=False)}
+    ).wal
+    # No client certificate on a listener that requires one.
+    admin = KafkaAdmin.from_settings(wal, request_timeout=5.0)
+    with pytest.raises(KafkaRejected, match=r"wal\.tls"):
+        admin.ping()
+
+
+def test_etcd_over_tls(secure: SecureStack) -> None:
+    kv = EtcdKv(
+        [secure.etcd],
+        f"{uuid.uuid4().hex[:8]}/",
+        security=EtcdSecurity.from_settings(
+            load_settings(None, kv={"etcd_tls": secure.etcd_tls()}).kv
+        ),
+    )
+    try:
+        kv.put("k", b"v")
+        got = kv.get("k")
+        assert got is not None and got.value == b"v"
+    finally:
+        kv.close()
+    plain = EtcdKv([secure.etcd], timeout=2.0)
+    try:
+        with pytest.raises(KvUnavailable):
+            plain.get("k")
+    finally:
+        plain.close()
+
+
+def _secure_settings(secure: SecureStack, workdir: Path) -> Settings:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    base = live_settings(prefix, secure.sasl_ssl, secure.etcd, workdir, num_topics=2)
+    data = base.model_dump(mode="json")
+    data["wal"] |= secure.wal("SCRAM-SHA-512") | {"topic_config": {"retention.ms": "86400000"}}
+    data["kv"]["etcd_tls"] = secure.etcd_tls()
+    for section in ("wal", "kv", "auth"):
+        data[section] = {k: v for k, v in data[section].items() if v is not None}
+    return load_settings(None, **data)
+
+
+def test_heartbeat_and_purge_over_sasl_ssl_and_etcd_tls(
+    secure: SecureStack, tmp_path: Path
+) -> None:
+    settings = _secure_settings(secure, tmp_path)
+    wal = settings.wal
+    admin = KafkaAdmin.from_settings(wal)
+    pool = [f"{wal.topic_name_prefix}_{n}" for n in range(wal.num_topics)]
+    try:
+        with serve(settings) as url:
+            with MetasrvClient(url, token=OPERATOR_TOKEN) as operator:
+                region = operator.add_region(1 << 32 | 1, node_id=1)
+            _produce(wal, region.topic, 20)
+            with MetasrvClient(url, token=DATANODE_TOKEN) as datanode:
+                answer = datanode.heartbeat(
+                    {
+                        "node_id": 1,
+                        "regions": [
+                            {
+                                "region_id": region.region_id,
+                                "topic": region.topic,
+                                "flushed_entry_id": 11,
+                                "topic_latest_entry_id": None,
+                                "memtable_bytes": 10,
+                                "manifest_version": None,
+                            }
+                        ],
+                        "topics": [],
+                    }
+                )
+            assert answer["rejected"] == []
+            with MetasrvClient(url, token=OPERATOR_TOKEN) as operator:
+                done = operator.wait(operator.purge([region.topic]), timeout=60)
+            assert [p.state for p in done] == ["succeeded"], done
+            assert admin.offsets([region.topic])[region.topic].log_start_offset == 11
+            # The pool was created at start-up with the configured retention.
+            configs = admin.topic_configs(pool)
+            assert {t: c["retention.ms"] for t, c in configs.items()} == dict.fromkeys(
+                pool, "86400000"
+            )
+    finally:
+        admin.delete_topics(pool)
+        admin.close()
