@@ -96,9 +96,9 @@ _TLS_TRANSPORT_MARKERS = ("SSL routines", "certificate", "SSL handshake")
 def credential_hint(err: KafkaError) -> str | None:
     """Which settings to check when `err` says our credentials or certificates are wrong."""
     hint = _CREDENTIAL_HINTS.get(err.code())
-    if hint is None and err.code() == KafkaError._TRANSPORT:
-        if any(marker in err.str() for marker in _TLS_TRANSPORT_MARKERS):
-            hint = _CREDENTIAL_HINTS[KafkaError._SSL]
+    tls_alert = any(marker in err.str() for marker in _TLS_TRANSPORT_MARKERS)
+    if hint is None and err.code() == KafkaError._TRANSPORT and tls_alert:
+        hint = _CREDENTIAL_HINTS[KafkaError._SSL]
     return hint
 
 

@@ -186,3 +186,59 @@ async def test_registration_waits_for_a_purge_holding_the_topic(world: World) ->
         assert world.topology.route(2) is None
     route = await asyncio.wait_for(task, 10)
     assert route.topic == pool[0]
+
+
+async def test_create_pool_applies_topic_config(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    settings = load_settings(
+        None,
+        wal={
+            "broker_endpoints": [kafka_bootstrap],
+            "num_topics": 2,
+            "topic_name_prefix": f"{unique_prefix}_pool",
+            "topic_config": {"retention.ms": "3600000", "segment.bytes": "2097152"},
+        },
+    )
+    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    kafka = KafkaAdmin(kafka_bootstrap)
+    pool = [f"{unique_prefix}_pool_{n}" for n in range(2)]
+    try:
+        topology = Topology(kv, kafka, TopicLocks(), settings)
+        assert sorted(await topology.create_pool()) == pool
+        configs = kafka.topic_configs(pool)
+        for topic in pool:
+            assert configs[topic]["retention.ms"] == "3600000"
+            assert configs[topic]["segment.bytes"] == "2097152"
+            assert configs[topic]["cleanup.policy"] == "delete"
+        assert await topology.create_pool() == []  # existing topics are fine
+    finally:
+        kafka.delete_topics(pool)
+        kv.close()
+
+
+async def test_without_auto_create_a_missing_topic_is_refused(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    settings = load_settings(
+        None,
+        wal={
+            "broker_endpoints": [kafka_bootstrap],
+            "num_topics": 1,
+            "topic_name_prefix": f"{unique_prefix}_manual",
+            "auto_create_topics": False,
+        },
+    )
+    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    kafka = KafkaAdmin(kafka_bootstrap)
+    try:
+        topology = Topology(kv, kafka, TopicLocks(), settings)
+        await topology.load()
+        assert await topology.create_pool() == []
+        with pytest.raises(InvalidArgument, match="auto_create_topics is false"):
+            await topology.register(9, 1)
+        assert topology.route(9) is None
+        assert f"{unique_prefix}_manual_0" not in kafka.list_topics()
+    finally:
+        kv.delete_prefix("")
+        kv.close()
