@@ -4,7 +4,9 @@ TLS comes from `[kv.etcd_tls]` (CA, client certificate and key). Authentication
 (`[kv.etcd_auth]`) is an interceptor on the channel: it sends etcd's token as call
 metadata on every request (ours call the stubs directly, so pyetcd's own per-call
 metadata would not reach them) and authenticates again when the token is older than
-`TOKEN_MAX_AGE`, so etcd's token TTL (5 minutes by default) never expires under us.
+`TOKEN_MAX_AGE`, so etcd's token TTL (5 minutes by default) never expires under us; a
+request etcd answers with UNAUTHENTICATED (a token that expired anyway, e.g. with a short
+`--auth-token-ttl`) drops the token, so the caller's retry authenticates again.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import namedtuple
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ class EtcdSecurity:
         if self.username is None or self.password is None:
             return channel
         auth = _TokenSource(channel, self.username, self.password, timeout)
-        return grpc.intercept_channel(channel, _TokenInterceptor(auth.metadata))
+        return grpc.intercept_channel(channel, _TokenInterceptor(auth))
 
 
 class _TokenSource:
@@ -85,6 +86,10 @@ class _TokenSource:
                 self._token = self._authenticate()
                 self._at = time.monotonic()
             return (("token", self._token),)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._token = ""
 
     def _authenticate(self) -> str:
         request = etcdrpc.AuthenticateRequest(name=self._username, password=self._password)
@@ -119,21 +124,27 @@ class _TokenInterceptor(
     grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
     grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
 ):
-    def __init__(self, metadata: Callable[[], tuple[tuple[str, str], ...]]) -> None:
-        self._metadata = metadata
+    def __init__(self, tokens: _TokenSource) -> None:
+        self._tokens = tokens
 
     def _details(self, details: Any) -> _Details:
         return _Details(
             details.method,
             details.timeout,
-            (*(details.metadata or ()), *self._metadata()),
+            (*(details.metadata or ()), *self._tokens.metadata()),
             details.credentials,
             getattr(details, "wait_for_ready", None),
             getattr(details, "compression", None),
         )
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._details(details), request)
+        outcome = continuation(self._details(details), request)
+        outcome.add_done_callback(self._check)
+        return outcome
+
+    def _check(self, call: Any) -> None:
+        if call.code() == grpc.StatusCode.UNAUTHENTICATED:
+            self._tokens.invalidate()
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)

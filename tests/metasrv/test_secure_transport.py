@@ -8,7 +8,10 @@ certificates, SASL_SSL with PLAIN / SCRAM users made at format time) and its own
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from metasrv.client import MetasrvClient
+from metasrv.election import EtcdElection
 from metasrv.errors import KafkaRejected, KvUnavailable
 from metasrv.kafka import KafkaAdmin, client_config
 from metasrv.kv import EtcdKv, EtcdSecurity
@@ -99,6 +103,104 @@ def secure(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> Ite
     finally:
         stop_service(cfg, "kafka")
         stop_service(cfg, "etcd")
+
+
+ETCD_ROOT_PASSWORD = "etcd-root-secret"
+
+
+@pytest.fixture(scope="module")
+def auth_etcd(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> Iterator[str]:
+    """A plain-text etcd with authentication on (user `root`), its tokens living 2 s."""
+    state = tmp_path_factory.mktemp("auth-etcd")
+    port, peer = _BASE + 6, _BASE + 7
+    endpoint = f"127.0.0.1:{port}"
+    log = open(state / "etcd.log", "wb")  # noqa: SIM115  # closed after the process ends
+    proc = subprocess.Popen(
+        [
+            "etcd",
+            "--data-dir", str(state / "data"),
+            "--listen-client-urls", f"http://{endpoint}",
+            "--advertise-client-urls", f"http://{endpoint}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+            "--auth-token-ttl", "2",
+            "--log-level", "warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        ctl = ["etcdctl", f"--endpoints={endpoint}", "--dial-timeout=2s"]
+        deadline = time.monotonic() + 30
+        while subprocess.run([*ctl, "endpoint", "health"], capture_output=True).returncode:
+            assert time.monotonic() < deadline, "auth etcd did not start"
+            time.sleep(0.2)
+        for cmd in (
+            ["user", "add", f"root:{ETCD_ROOT_PASSWORD}", "--interactive=false"],
+            ["user", "grant-role", "root", "root"],
+            ["auth", "enable"],
+        ):
+            subprocess.run([*ctl, *cmd], check=True, capture_output=True)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _auth_kv(endpoint: str, password: str) -> EtcdKv:
+    auth = {"username": "root", "password": password}
+    cfg = load_settings(None, kv={"etcd_auth": auth}).kv
+    return EtcdKv([endpoint], f"{uuid.uuid4().hex[:8]}/", security=EtcdSecurity.from_settings(cfg))
+
+
+def test_etcd_user_password_kv_and_expired_token(auth_etcd: str) -> None:
+    kv = _auth_kv(auth_etcd, ETCD_ROOT_PASSWORD)
+    try:
+        kv.put("k", b"v")
+        time.sleep(3)  # past etcd's 2 s token TTL, idle
+        try:
+            got = kv.get("k")
+        except KvUnavailable as exc:
+            # The expired token is dropped; the next request authenticates again.
+            assert "UNAUTHENTICATED" in str(exc)
+            got = kv.get("k")
+        assert got is not None and got.value == b"v"
+    finally:
+        kv.close()
+    anonymous = EtcdKv([auth_etcd], timeout=2.0)
+    try:
+        with pytest.raises(KvUnavailable):
+            anonymous.get("k")
+    finally:
+        anonymous.close()
+
+
+def test_etcd_wrong_password_names_the_setting(auth_etcd: str) -> None:
+    kv = _auth_kv(auth_etcd, "not-the-password")
+    try:
+        with pytest.raises(KvUnavailable, match=r"kv\.etcd_auth"):
+            kv.get("k")
+    finally:
+        kv.close()
+
+
+async def test_election_campaigns_and_keeps_its_lease_with_a_password(auth_etcd: str) -> None:
+    kv = _auth_kv(auth_etcd, ETCD_ROOT_PASSWORD)
+    election = EtcdElection(kv, node_name="n", addr="127.0.0.1:1", lease_secs=2)
+    try:
+        await election.start()
+        deadline = time.monotonic() + 10
+        while not election.is_leader:
+            assert time.monotonic() < deadline, "not elected over an authenticated etcd"
+            await asyncio.sleep(0.1)
+        # Keepalives over several token lifetimes (2 s): still the leader.
+        await asyncio.sleep(5)
+        assert election.is_leader
+    finally:
+        await election.stop()
+        kv.close()
 
 
 def _produce(wal: WalSettings, topic: str, count: int) -> None:
