@@ -294,7 +294,7 @@ class Runtime:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
                 continue
-            logger.info("topic pool ready", extra={"created": len(created)})
+            logger.info("topic pool ready", extra={"topics_created": len(created)})
             return
 
     async def _stop_pool_creation(self) -> None:
