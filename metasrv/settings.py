@@ -37,6 +37,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _both_or_neither(section: _Section, cert: str, key: str) -> Any:
+    """A client certificate needs its key and a key its certificate."""
+    if (getattr(section, cert) is None) != (getattr(section, key) is None):
+        raise ValueError(f"{cert} and {key} go together")
+    return section
+
+
 class KafkaTlsSettings(_Section):
     """GreptimeDB's `[wal.tls]`: present (even empty) means TLS to every broker."""
 
@@ -46,11 +53,9 @@ class KafkaTlsSettings(_Section):
     """PEM client certificate (mutual TLS); needs `client_key_path`."""
     client_key_path: str | None = None
 
-    @model_validator(mode="after")
-    def _cert_with_key(self) -> KafkaTlsSettings:
-        if (self.client_cert_path is None) != (self.client_key_path is None):
-            raise ValueError("client_cert_path and client_key_path go together")
-        return self
+    _check_pair = model_validator(mode="after")(
+        lambda self: _both_or_neither(self, "client_cert_path", "client_key_path")
+    )
 
 
 class KafkaSaslSettings(_Section):
@@ -153,11 +158,9 @@ class EtcdTlsSettings(_Section):
     """PEM client certificate (etcd `--client-cert-auth`); needs `key_path`."""
     key_path: str | None = None
 
-    @model_validator(mode="after")
-    def _cert_with_key(self) -> EtcdTlsSettings:
-        if (self.cert_path is None) != (self.key_path is None):
-            raise ValueError("cert_path and key_path go together")
-        return self
+    _check_pair = model_validator(mode="after")(
+        lambda self: _both_or_neither(self, "cert_path", "key_path")
+    )
 
 
 class EtcdAuthSettings(_Section):

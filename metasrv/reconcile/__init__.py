@@ -5,6 +5,7 @@ topic-region map, what regions report in heartbeats, and Kafka.
 The rules are in `_rules.py`, the Spark pass in `_job.py`, repairs in `_apply.py`.
 """
 
+
 from metasrv.reconcile._apply import (
     Action,
     ActionKind,

@@ -42,16 +42,7 @@ def make_pki(directory: Path, *, days: int = 2) -> Pki:
     if pki.server_keystore.exists():
         return pki
     ca_key = directory / "ca-key.pem"
-    _openssl(
-        directory,
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        str(ca_key),
-    )
+    _new_key(directory, ca_key)
     _openssl(
         directory,
         "req",
@@ -104,16 +95,7 @@ def _signed(
     csr = directory / f"{name}.csr"
     ext = directory / f"{name}.ext"
     ext.write_text(extensions)
-    _openssl(
-        directory,
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        str(key),
-    )
+    _new_key(directory, key)
     _openssl(
         directory, "req", "-new", "-key", str(key), "-subj", f"/CN=metasrv-{name}", "-out", str(csr)
     )
@@ -136,6 +118,12 @@ def _signed(
         "-out",
         str(cert),
     )
+
+
+def _new_key(directory: Path, key: Path) -> None:
+    """An unencrypted P-256 key in PKCS#8 PEM."""
+    _openssl(directory, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-out", str(key))  # fmt: skip
 
 
 def _openssl(directory: Path, *args: str) -> None:

@@ -188,57 +188,31 @@ async def test_registration_waits_for_a_purge_holding_the_topic(world: World) ->
     assert route.topic == pool[0]
 
 
-async def test_create_pool_applies_topic_config(
-    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
-) -> None:
-    settings = load_settings(
-        None,
-        wal={
-            "broker_endpoints": [kafka_bootstrap],
-            "num_topics": 2,
-            "topic_name_prefix": f"{unique_prefix}_pool",
-            "topic_config": {"retention.ms": "3600000", "segment.bytes": "2097152"},
-        },
-    )
-    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
-    kafka = KafkaAdmin(kafka_bootstrap)
-    pool = [f"{unique_prefix}_pool_{n}" for n in range(2)]
-    try:
-        topology = Topology(kv, kafka, TopicLocks(), settings)
-        assert sorted(await topology.create_pool()) == pool
-        configs = kafka.topic_configs(pool)
-        for topic in pool:
-            assert configs[topic]["retention.ms"] == "3600000"
-            assert configs[topic]["segment.bytes"] == "2097152"
-            assert configs[topic]["cleanup.policy"] == "delete"
-        assert await topology.create_pool() == []  # existing topics are fine
-    finally:
-        kafka.delete_topics(pool)
-        kv.close()
+def _topology_with(world: World, **wal: object) -> Topology:
+    """A topology on the world's kv and Kafka whose `[wal]` differs by `wal`."""
+    settings = world.settings.model_copy(update={"wal": world.settings.wal.model_copy(update=wal)})
+    return Topology(world.kv, world.kafka, TopicLocks(), settings)
 
 
-async def test_without_auto_create_a_missing_topic_is_refused(
-    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
-) -> None:
-    settings = load_settings(
-        None,
-        wal={
-            "broker_endpoints": [kafka_bootstrap],
-            "num_topics": 1,
-            "topic_name_prefix": f"{unique_prefix}_manual",
-            "auto_create_topics": False,
-        },
-    )
-    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
-    kafka = KafkaAdmin(kafka_bootstrap)
-    try:
-        topology = Topology(kv, kafka, TopicLocks(), settings)
-        await topology.load()
-        assert await topology.create_pool() == []
-        with pytest.raises(InvalidArgument, match="auto_create_topics is false"):
-            await topology.register(9, 1)
-        assert topology.route(9) is None
-        assert f"{unique_prefix}_manual_0" not in kafka.list_topics()
-    finally:
-        kv.delete_prefix("")
-        kv.close()
+async def test_create_pool_applies_topic_config(world: World) -> None:
+    pool = world.topology.pool_topics()
+    topic_config = {"retention.ms": "3600000", "segment.bytes": "2097152"}
+    topology = _topology_with(world, topic_config=topic_config)
+    assert sorted(await topology.create_pool()) == pool
+    configs = world.kafka.topic_configs(pool)
+    for topic in pool:
+        assert configs[topic]["retention.ms"] == "3600000"
+        assert configs[topic]["segment.bytes"] == "2097152"
+        assert configs[topic]["cleanup.policy"] == "delete"
+    assert await topology.create_pool() == []  # existing topics are fine
+
+
+async def test_without_auto_create_a_missing_topic_is_refused(world: World) -> None:
+    pool = world.topology.pool_topics()
+    topology = _topology_with(world, auto_create_topics=False)
+    await topology.load()
+    assert await topology.create_pool() == []
+    with pytest.raises(InvalidArgument, match="auto_create_topics is false"):
+        await topology.register(9, 1)
+    assert topology.route(9) is None
+    assert not set(pool) & world.kafka.list_topics()
