@@ -32,8 +32,8 @@ from metasrv.stack._certs import Pki, make_pki
 from metasrv.stack._config import SASL_USERS
 from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, live_settings, serve
 
-# Ports of this module's own services (43100-43199 is this workspace's range for them).
-_BASE = int(os.environ.get("METASRV_TEST_SECURE_PORT_BASE", "43110"))
+# Ports of this module's own services: 8 from METASRV_TEST_SECURE_PORT_BASE on.
+_BASE = int(os.environ.get("METASRV_TEST_SECURE_PORT_BASE", "19110"))
 USER, PASSWORD = next(iter(SASL_USERS.items()))
 
 
