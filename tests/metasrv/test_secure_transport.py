@@ -325,3 +325,27 @@ def test_heartbeat_and_purge_over_sasl_ssl_and_etcd_tls(
     finally:
         admin.delete_topics(pool)
         admin.close()
+
+
+@pytest.mark.parametrize(
+    ("wal", "expected"),
+    [
+        ({}, {}),
+        ({"tls": {}}, {"security.protocol": "SSL"}),
+        (
+            {"sasl": {"type": "PLAIN", "username": "u", "password": "p"}},
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "u",
+                "sasl.password": "p",
+            },
+        ),
+    ],
+)
+def test_client_config_protocol(wal: dict[str, object], expected: dict[str, str]) -> None:
+    """The cases the real-broker tests (tests/metasrv/test_secure_transport.py) do not reach:
+    no security, TLS with the system CA store, SASL without TLS."""
+    conf = client_config(load_settings(None, wal=wal).wal)
+    assert conf.pop("socket.connection.setup.timeout.ms") == 3000  # connect_timeout = "3s"
+    assert conf == expected
