@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -78,9 +79,12 @@ class SecureStack:
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> Iterator[SecureStack]:
+def secure(local_stack: object) -> Iterator[SecureStack]:
     shared = StackConfig.from_env()
-    state = tmp_path_factory.mktemp("secure-stack")
+    # Beside the shared stack, not under pytest's temp root: sessions of other users of the
+    # same account prune that root while a long session still runs.
+    state = shared.state_dir / f"secure-{uuid.uuid4().hex[:8]}"
+    state.mkdir(parents=True)
     cfg = replace(
         shared,
         state_dir=state,
@@ -103,15 +107,17 @@ def secure(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> Ite
     finally:
         stop_service(cfg, "kafka")
         stop_service(cfg, "etcd")
+        shutil.rmtree(state, ignore_errors=True)
 
 
 ETCD_ROOT_PASSWORD = "etcd-root-secret"
 
 
 @pytest.fixture(scope="module")
-def auth_etcd(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> Iterator[str]:
+def auth_etcd(local_stack: object) -> Iterator[str]:
     """A plain-text etcd with authentication on (user `root`), its tokens living 2 s."""
-    state = tmp_path_factory.mktemp("auth-etcd")
+    state = StackConfig.from_env().state_dir / f"auth-etcd-{uuid.uuid4().hex[:8]}"
+    state.mkdir(parents=True)
     port, peer = _BASE + 6, _BASE + 7
     endpoint = f"127.0.0.1:{port}"
     log = open(state / "etcd.log", "wb")  # noqa: SIM115  # closed after the process ends
@@ -147,6 +153,7 @@ def auth_etcd(tmp_path_factory: pytest.TempPathFactory, local_stack: object) -> 
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def _auth_kv(endpoint: str, password: str) -> EtcdKv:
