@@ -1,6 +1,13 @@
-"""The local real services (Kafka, etcd, PostgreSQL) for development, tests and the demo."""
+"""The local real services (Kafka, etcd, PostgreSQL, a standalone Spark cluster) for
+development, tests and the demo."""
 
-from metasrv.stack._config import KAFKA_VERSION, Endpoints, StackConfig, endpoints_of
+from metasrv.stack._config import (
+    KAFKA_VERSION,
+    Endpoints,
+    StackConfig,
+    endpoints_of,
+    spark_master_url,
+)
 from metasrv.stack._stack import (
     SERVICE_NAMES,
     ServiceStatus,
@@ -22,6 +29,7 @@ __all__ = [
     "endpoints_of",
     "ensure_up",
     "service_pid",
+    "spark_master_url",
     "start_service",
     "status",
     "stop_service",
