@@ -24,6 +24,7 @@ from metasrv.kv import EtcdKv
 from metasrv.reconcile import Outcome, RunOptions, latest_run, run_reconcile
 from metasrv.settings import Settings, load_settings
 from metasrv.simulator._harness import MetasrvProcess, free_port, metasrv_argv, render_config
+from metasrv.stat_location import cluster_root
 from metasrv.topology import route_value
 from tests.metasrv.reconcile._seed import stat, write_history
 
@@ -56,11 +57,13 @@ class Cluster:
                 "auto_prune_interval": "0s",
             },
             "kv": {"backend": "etcd", "etcd_endpoints": [etcd], "key_prefix": f"{prefix}/"},
-            "history": {"url": f"sqlite:///{tmp / 'history.db'}"},
+            "history": {
+                "url": f"sqlite:///{tmp / 'history.db'}",
+                "stats_url": str(tmp / "stat-history"),
+            },
             "http": {"addr": f"127.0.0.1:{self.port}"},
             "auth": {"operator_tokens": [OPERATOR], "viewer_tokens": [VIEWER]},
             "reconcile": {
-                "stat_history_dir": str(tmp / "stat-history"),
                 "stale_after": "10m",
                 "history_window": "3h",
                 "out_dir": str(tmp / "out"),
@@ -93,7 +96,7 @@ class Cluster:
             ]
         )
         write_history(
-            self.tmp / "stat-history",
+            cluster_root(self.settings()),
             [
                 (now - 7300, {2: stat(2, t0, now - 7300)}, []),
                 (
@@ -207,7 +210,8 @@ def test_cli_names_what_is_unreachable(
         base: dict[str, dict[str, Any]] = {
             "wal": {"broker_endpoints": [kafka_bootstrap], "topic_name_prefix": "nothere"},
             "kv": {"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": "nothere/"},
-            "reconcile": {"stat_history_dir": str(tmp_path / "h"), "out_dir": str(tmp_path / "o")},
+            "history": {"stats_url": str(tmp_path / "h")},
+            "reconcile": {"out_dir": str(tmp_path / "o")},
         }
         for name, values in sections.items():
             base[name] = {**base[name], **values}
