@@ -8,6 +8,7 @@ from metasrv.stack._config import (
     endpoints_of,
     spark_master_url,
 )
+from metasrv.stack._spark import master_status as spark_master_status
 from metasrv.stack._stack import (
     SERVICE_NAMES,
     ServiceStatus,
@@ -29,6 +30,7 @@ __all__ = [
     "endpoints_of",
     "ensure_up",
     "service_pid",
+    "spark_master_status",
     "spark_master_url",
     "start_service",
     "status",
