@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from metasrv.errors import InvalidArgument, ServiceError
-from metasrv.stack._config import Endpoints, StackConfig, endpoints_of
+from metasrv.stack._config import Endpoints, StackConfig, endpoints_of, spark_master_url
 from metasrv.stack._etcd import Etcd
 from metasrv.stack._kafka import Kafka
 from metasrv.stack._postgres import Postgres
@@ -139,6 +139,15 @@ def ensure_up(cfg: StackConfig | None = None, *, spark: bool = False) -> Endpoin
         for svc in _services(cfg, spark):
             _start(svc)
     return endpoints_of(cfg, spark=spark)
+
+
+def spark_up(cfg: StackConfig) -> str:
+    """Only the standalone Spark master and workers (a state dir of their own, e.g. for a
+    benchmark's bigger workers); returns the master URL. `down(cfg)` stops them."""
+    with _state_lock(cfg):
+        for svc in spark_services(cfg):
+            _start(svc)
+    return spark_master_url(cfg)
 
 
 def status(cfg: StackConfig | None = None, *, spark: bool = False) -> list[ServiceStatus]:
