@@ -109,9 +109,13 @@ def open_location(location: str) -> tuple[pafs.FileSystem, str]:
 
 
 def spark_location(location: str) -> str:
-    """The same location as Spark (Hadoop) names it: `s3://` is read through `s3a://`."""
+    """The same location as Spark (Hadoop) names it: `s3://` is read through `s3a://`,
+    and a plain path is `file://`, so a cluster whose default filesystem is HDFS still
+    reads the (shared) local mount."""
     if location.startswith("s3://"):
         return "s3a://" + location.removeprefix("s3://")
+    if not is_url(location):
+        return f"file://{location}"
     return location
 
 

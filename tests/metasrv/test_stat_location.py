@@ -81,7 +81,8 @@ def test_the_default_for_etcd_is_the_users_state_dir(
 
 def test_spark_reads_s3_through_s3a() -> None:
     assert spark_location("s3://b/h") == "s3a://b/h"
-    assert spark_location("/data/h") == "/data/h"
+    assert spark_location("/data/h") == "file:///data/h"
+    assert spark_location("hdfs://nn/h") == "hdfs://nn/h"
     fs, path = open_location(str(Path("/tmp")))
     assert fs.type_name == "local" and path == "/tmp"
 
