@@ -26,13 +26,15 @@ _CLASSES: dict[str, type[Service]] = {"kafka": Kafka, "etcd": Etcd, "postgres": 
 
 
 def service(cfg: StackConfig, name: str) -> Service:
-    """The service object called `name` ("kafka", "etcd" or "postgres")."""
-    try:
+    """The service object called `name` ("kafka", "etcd", "postgres", "spark-master" or
+    "spark-worker-N")."""
+    if name in _CLASSES:
         return _CLASSES[name](cfg)
-    except KeyError:
-        raise InvalidArgument(
-            f"unknown service {name!r}; expected one of {', '.join(SERVICE_NAMES)}"
-        ) from None
+    for svc in spark_services(cfg):
+        if svc.name == name:
+            return svc
+    known = [*SERVICE_NAMES, *(svc.name for svc in spark_services(cfg))]
+    raise InvalidArgument(f"unknown service {name!r}; expected one of {', '.join(known)}")
 
 
 @dataclass(frozen=True)
