@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.reconcile import RunOptions, run_reconcile
 from metasrv.settings import load_settings
-from metasrv.simulator._harness import free_port, metasrv_argv, render_config
+from metasrv.simulator._harness import MetasrvProcess, free_port, render_config
 from metasrv.stat_history import STATS_DIR
 from metasrv.stat_location import cluster_root, writer_partition
 from tests.api.conftest import heartbeat, region
@@ -38,61 +37,47 @@ LEASE_SECS = 2
 @pytest.fixture
 def daemons(
     tmp_path: Path, unique_prefix: str, etcd_endpoint: str, kafka_bootstrap: str
-) -> Iterator[dict[str, tuple[subprocess.Popen[bytes], Path]]]:
-    """Two daemons (addr -> (process, config)) sharing one kv prefix and one stats_url."""
-    procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+) -> Iterator[dict[str, MetasrvProcess]]:
+    """Two daemons (by address) sharing one kv prefix and one stats_url; both answering."""
+    procs: dict[str, MetasrvProcess] = {}
+    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    kafka = KafkaAdmin(kafka_bootstrap)
     try:
         for _ in range(2):
             port = free_port()
+            sections: dict[str, dict[str, Any]] = {
+                "wal": {
+                    "broker_endpoints": [kafka_bootstrap],
+                    "num_topics": 2,
+                    "topic_name_prefix": f"{unique_prefix}_wal",
+                    "auto_prune_interval": "0s",
+                },
+                "http": {"addr": f"127.0.0.1:{port}"},
+                "kv": {
+                    "backend": "etcd",
+                    "etcd_endpoints": [etcd_endpoint],
+                    "key_prefix": f"{unique_prefix}/",
+                },
+                "history": {
+                    "url": f"sqlite:///{tmp_path}/history-{port}.db",
+                    "stats_url": str(tmp_path / "shared-stats"),
+                },
+                "election": {"lease_secs": LEASE_SECS, "node_name": f"node-{port}"},
+                "reconcile": {"stat_history_interval": "500ms"},
+            }
             cfg = tmp_path / f"metasrv-{port}.toml"
-            cfg.write_text(
-                render_config(
-                    {
-                        "wal": {
-                            "broker_endpoints": [kafka_bootstrap],
-                            "num_topics": 2,
-                            "topic_name_prefix": f"{unique_prefix}_wal",
-                            "auto_prune_interval": "0s",
-                        },
-                        "http": {"addr": f"127.0.0.1:{port}"},
-                        "kv": {
-                            "backend": "etcd",
-                            "etcd_endpoints": [etcd_endpoint],
-                            "key_prefix": f"{unique_prefix}/",
-                        },
-                        "history": {
-                            "url": f"sqlite:///{tmp_path}/history-{port}.db",
-                            "stats_url": str(tmp_path / "shared-stats"),
-                        },
-                        "election": {"lease_secs": LEASE_SECS, "node_name": f"node-{port}"},
-                        "reconcile": {
-                            "stat_history_interval": "500ms",
-                            "out_dir": str(tmp_path / "out"),
-                        },
-                    }
-                )
-            )
-            log = (tmp_path / f"metasrv-{port}.log").open("wb")
-            proc = subprocess.Popen(
-                metasrv_argv("start", "-c", str(cfg)), stdout=log, stderr=subprocess.STDOUT
-            )
-            procs[f"127.0.0.1:{port}"] = (proc, cfg)
+            cfg.write_text(render_config(sections))
+            proc = MetasrvProcess(cfg, tmp_path / f"metasrv-{port}.log", f"http://127.0.0.1:{port}")
+            procs[f"127.0.0.1:{port}"] = proc
+            proc.start(expect_leader=False)
         yield procs
     finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc, _ in procs.values():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+        for proc in procs.values():
+            proc.stop()
         kv.delete_prefix("")
         kv.close()
-        kafka = KafkaAdmin(kafka_bootstrap)
         kafka.delete_topics(t for t in kafka.list_topics() if t.startswith(unique_prefix))
+        kafka.close()
 
 
 def _report(addr: str, regions: list[dict[str, Any]], seconds: float) -> None:
@@ -123,7 +108,7 @@ def _await_leader(addr: str, timeout: float) -> None:
 
 @pytest.mark.timeout(300)
 def test_reconcile_after_failover_sees_both_leaders_rows(
-    daemons: dict[str, tuple[subprocess.Popen[bytes], Path]],
+    daemons: dict[str, MetasrvProcess],
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
@@ -138,12 +123,14 @@ def test_reconcile_after_failover_sees_both_leaders_rows(
     }
     # Region 2 reports only to the first leader, region 3 only to the second.
     _report(first, [region(1, topics[1], 0), region(2, topics[2], 0)], seconds=2.0)
-    os.kill(daemons[first][0].pid, signal.SIGKILL)
-    daemons[first][0].wait(10)
+    killed = daemons[first].proc
+    assert killed is not None
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait(10)
     _await_leader(second, timeout=LEASE_SECS + 10)
     _report(second, [region(1, topics[1], 0), region(3, topics[3], 0)], seconds=2.0)
 
-    settings = load_settings(daemons[second][1])
+    settings = load_settings(daemons[second].config, reconcile={"out_dir": str(tmp_path / "out")})
     root = cluster_root(settings)
     assert root.startswith(str(tmp_path / "shared-stats"))
     rows = ds.dataset(f"{root}/{STATS_DIR}", format="parquet", partitioning="hive").to_table()
