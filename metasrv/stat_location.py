@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow.fs as pafs
-
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
     from metasrv.settings import Settings
 
 CLUSTER = "cluster"
@@ -100,6 +100,9 @@ def writer_partition(node: str) -> str:
 
 def open_location(location: str) -> tuple[pafs.FileSystem, str]:
     """pyarrow's filesystem and in-filesystem path of a history path or URL."""
+    # Imported here: settings validation imports this module, and must not pay for pyarrow.
+    import pyarrow.fs as pafs
+
     if location.startswith("s3a://"):
         location = "s3://" + location.removeprefix("s3a://")
     if not is_url(location):
@@ -121,6 +124,8 @@ def spark_location(location: str) -> str:
 
 def location_exists(location: str) -> bool:
     """True when the directory exists; True as well when pyarrow cannot tell (Spark may)."""
+    import pyarrow.fs as pafs
+
     try:
         fs, path = open_location(location)
         found = fs.get_file_info(path).type
