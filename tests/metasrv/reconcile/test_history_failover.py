@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+import migrations
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.reconcile import RunOptions, run_reconcile
@@ -45,6 +46,9 @@ def daemons(
     try:
         for _ in range(2):
             port = free_port()
+            history = f"sqlite:///{tmp_path}/history-{port}.db"
+            # A daemon is ready only once its history database is at the newest migration.
+            migrations.upgrade(history)
             sections: dict[str, dict[str, Any]] = {
                 "wal": {
                     "broker_endpoints": [kafka_bootstrap],
@@ -59,7 +63,7 @@ def daemons(
                     "key_prefix": f"{unique_prefix}/",
                 },
                 "history": {
-                    "url": f"sqlite:///{tmp_path}/history-{port}.db",
+                    "url": history,
                     "stats_url": str(tmp_path / "shared-stats"),
                 },
                 "election": {"lease_secs": LEASE_SECS, "node_name": f"node-{port}"},
