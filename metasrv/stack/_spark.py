@@ -69,6 +69,9 @@ class _SparkDaemon(Service):
             _java(),
             f"-Xmx{heap}",
             "-Djava.awt.headless=true",
+            # A taken port is an error naming it, not a silent move to the next one (which
+            # the health probe and the printed endpoints would never find).
+            "-Dspark.port.maxRetries=0",
             *props,
             # Names the state dir on the command line, so `pid()` recognises the process.
             f"-Dmetasrv.stack.dir={self.dir}",
@@ -89,6 +92,8 @@ class _SparkDaemon(Service):
         # interpreter: the project's own, which has pyspark and pyarrow.
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env["SPARK_LOG_DIR"] = str(self.dir)
+        # Web UIs bind here instead of every interface.
+        env["SPARK_LOCAL_IP"] = self.cfg.host
         return env
 
     def install(self) -> None:
@@ -128,6 +133,8 @@ class SparkMaster(_SparkDaemon):
             str(c.spark_port),
             "--webui-port",
             str(c.spark_port + 1),
+            # The REST submission server would take port 6066, shared by every stack.
+            props=("-Dspark.master.rest.enabled=false",),
         )
         spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir, env=self._env())
 

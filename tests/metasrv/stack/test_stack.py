@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import tempfile
@@ -201,10 +202,10 @@ def test_kafka_and_postgres_stop_and_start_on_spare_ports(
 
 
 def _free_port_block(size: int) -> int:
-    """A base port with `size` consecutive ports free right now."""
-    for _ in range(50):
-        base = _free_port()
-        if base + size < 65536 and not any(port_open("127.0.0.1", base + i) for i in range(size)):
+    """A base port with `size` consecutive ports free right now, below the ephemeral range
+    (where outgoing connections would take them between this check and the bind)."""
+    for base in range(random.randrange(20000, 30000, 10), 32000, 10):
+        if not any(port_open("127.0.0.1", base + i) for i in range(size)):
             return base
     raise AssertionError("no free port block")
 
