@@ -302,9 +302,15 @@ def run_reconcile(
             if kv is None:
                 from metasrv.kv import open_kv
 
-                kv = open_kv(settings)
-                closers.append(kv)
-            snap = read_snapshot(kv, run_dir / "input" / "map.parquet", progress.advance)
+                owned = open_kv(settings)
+                try:
+                    snap = read_snapshot(owned, run_dir / "input" / "map.parquet", progress.advance)
+                finally:
+                    # Only the snapshot needs the kv store: its client (gRPC for etcd) is
+                    # closed before the Spark JVM is forked.
+                    owned.close()
+            else:
+                snap = read_snapshot(kv, run_dir / "input" / "map.parquet", progress.advance)
         with timer.stage("kafka", "Reading Kafka topics and offsets"):
             if kafka is None:
                 from metasrv.kafka import KafkaAdmin
