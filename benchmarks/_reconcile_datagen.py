@@ -5,7 +5,9 @@
 Writes, under `--out` (keep it out of the repo, e.g. /tmp):
 
 - `map.parquet`: the topic-region map (`metasrv.reconcile.MAP_SCHEMA`), regions = rows / 10
-- `history/`: the stat history in the layout of `metasrv.stat_history` (10 snapshots)
+- `history/`: one cluster's stat history in the layout of `metasrv.stat_history` (10
+  snapshots; the first 5 written by leader `bench-a`, the rest by `bench-b`, as after a
+  failover)
 - `world.json`: now, pool, prefix, Kafka topics and offsets, topic markers
 
 Every finding kind is seeded: a region in 1000 stops reporting after the first snapshot
@@ -38,6 +40,7 @@ from metasrv.stat_history import (
     STATS_SCHEMA,
     hour_partition,
 )
+from metasrv.stat_location import writer_partition
 
 PREFIX = "bench_wal"
 ROUNDS = 10
@@ -155,6 +158,7 @@ def generate(out: Path, stat_rows: int, pool_size: int = 256, now: float | None 
             schema=STATS_SCHEMA,
         )
         hour = f"{PARTITION}={hour_partition(ts)}"
+        writer = writer_partition("bench-a" if k < ROUNDS // 2 else "bench-b")
         name = f"snap-{int(ts * 1000)}.parquet"
         for sub, tbl in (
             (STATS_DIR, table),
@@ -166,7 +170,7 @@ def generate(out: Path, stat_rows: int, pool_size: int = 256, now: float | None 
                 ).cast(SNAPSHOTS_SCHEMA),
             ),
         ):
-            path = out / "history" / sub / hour / name
+            path = out / "history" / sub / hour / writer / name
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(tbl, path, compression="zstd")
         written += n

@@ -448,9 +448,9 @@ def daemons(
                             "etcd_endpoints": [etcd],
                             "key_prefix": f"{args.prefix}/",
                         },
-                        "history": {"url": history_url},
+                        # One stat history for both roles, as in production.
+                        "history": {"url": history_url, "stats_url": str(workdir / "stats")},
                         "election": {"node_name": role},
-                        "reconcile": {"stat_history_dir": str(workdir / f"stat-history-{role}")},
                     }
                 )
             )

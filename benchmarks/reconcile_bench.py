@@ -115,14 +115,15 @@ def measure(args: argparse.Namespace, rows: int) -> dict[str, Any]:
     world = _world(args.data, rows)
     gen_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    spark = build_session(args.master, driver_memory=args.driver_memory)
+    conf = {"spark.executor.memory": args.executor_memory} if args.executor_memory else None
+    spark = build_session(args.master, driver_memory=args.driver_memory, conf=conf)
     session_s = time.perf_counter() - t0
     map_path: str | None = None
     kv_s = load_s = None
     if args.kv_regions and world.regions == args.kv_regions:
         map_path, kv_s, load_s = _kv_snapshot(world, world.regions, args.data)
     inputs, params = _inputs(world, map_path)
-    out = args.data / f"findings-{rows}"
+    out = args.data / f"findings-{rows}-{_tag(args.master)}"
     t0 = time.perf_counter()
     result = run_job(spark, inputs, params, str(out))
     job_s = time.perf_counter() - t0
@@ -134,6 +135,8 @@ def measure(args: argparse.Namespace, rows: int) -> dict[str, Any]:
     warm_s = time.perf_counter() - t0
     spark.stop()
     row: dict[str, Any] = {
+        "master": args.master,
+        "findings_path": str(out),
         "stat_rows": world.stat_rows,
         "regions": world.regions,
         "generate_s": round(gen_s, 1),
@@ -154,6 +157,26 @@ def measure(args: argparse.Namespace, rows: int) -> dict[str, Any]:
         base, _ = baseline_findings(inputs, params)
         row["baseline_s"] = round(time.perf_counter() - t0, 1)
         row["engines_agree"] = _signature(base) == _signature(spark_found)
+    return row
+
+
+def _tag(master: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in master)
+
+
+def measure_baseline(args: argparse.Namespace, rows: int) -> dict[str, Any]:
+    """The pyarrow baseline alone (this process may be memory-capped), checked against
+    the findings a Spark run wrote to `args.compare`."""
+    world = _world(args.data, rows)
+    inputs, params = _inputs(world)
+    t0 = time.perf_counter()
+    base, _ = baseline_findings(inputs, params)
+    took = time.perf_counter() - t0
+    row: dict[str, Any] = {"stat_rows": world.stat_rows, "baseline_s": round(took, 1)}
+    if args.compare:
+        spark_found = [Finding.from_row(r) for r in pq.read_table(args.compare).to_pylist()]
+        row["engines_agree"] = _signature(base) == _signature(spark_found)
+    row["findings"] = len(base)
     return row
 
 
@@ -179,19 +202,38 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("/tmp/reconcile-bench"))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--executor-memory", default="", help="Spark executors (cluster masters)")
     parser.add_argument("--json", type=Path, help="Also write the results here.")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--one-baseline", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--compare", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-cap", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.baseline_set = {int(s) for s in args.baseline_sizes.split(",") if s}
     args.data.mkdir(parents=True, exist_ok=True)
     if args.one is not None:
         print("RESULT " + json.dumps(measure(args, args.one)))
         return
+    if args.one_baseline is not None:
+        if args.memory_cap:
+            import resource
+
+            # A cap instead of the kernel's OOM killer: the baseline fails with MemoryError.
+            resource.setrlimit(resource.RLIMIT_AS, (args.memory_cap, args.memory_cap))
+        print("RESULT " + json.dumps(measure_baseline(args, args.one_baseline)))
+        return
     results: list[dict[str, Any]] = []
     for rows in [int(s) for s in args.sizes.split(",") if s]:
         # A fresh interpreter and JVM per size: the cold numbers are what an operator sees.
         argv = [sys.executable, __file__, "--one", str(rows)]
-        for flag in ("baseline_sizes", "kv_regions", "data", "master", "driver_memory"):
+        for flag in (
+            "baseline_sizes",
+            "kv_regions",
+            "data",
+            "master",
+            "driver_memory",
+            "executor_memory",
+        ):
             argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]

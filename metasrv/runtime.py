@@ -34,6 +34,7 @@ from metasrv.model import RegionRoute
 from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings
 from metasrv.stat_history import StatHistoryWriter
+from metasrv.stat_location import cluster_root
 from metasrv.ticker import PurgeTicker
 from metasrv.topology import Topology
 from procedures import ProcedureManager
@@ -131,12 +132,13 @@ class Runtime:
             recon = settings.reconcile
             stat_history = (
                 StatHistoryWriter(
-                    recon.stat_history_dir,
+                    cluster_root(settings),
                     recon.stat_history_interval,
                     # A follower's view is empty or outdated: it records nothing.
                     lambda: registry.snapshot() if election.is_leader else {},
                     retention=recon.stat_history_retention,
                     on_error=background.sink("stat_history"),
+                    writer=settings.node_name,
                 )
                 if recon.stat_history_interval > 0
                 else None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -25,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from metasrv.errors import ConfigError
 from metasrv.greptimedb_wal import ALIASES, IGNORED_KEYS, split_wal_section, suggest
+from metasrv.stat_location import check_stats_url
 from metasrv.units import parse_duration, parse_size
 
 logger = logging.getLogger(__name__)
@@ -181,6 +183,10 @@ class KvSettings(_Section):
 
 class HistorySettings(_Section):
     url: str = "sqlite:///metasrv-history.db"
+    # Not in DESIGN §6: where every leader writes the region stat history the reconcile job
+    # reads (an absolute path or s3://, hdfs:// URL; "" = the default in
+    # metasrv/stat_location.py). Files go under cluster=<kv key prefix>/.
+    stats_url: Annotated[str, AfterValidator(check_stats_url)] = ""
 
 
 _ROLES = ("datanode", "operator", "viewer")
@@ -241,11 +247,11 @@ class ElectionSettings(_Section):
 
 class ReconcileSettings(_Section):
     """Not in DESIGN §6: the Spark reconcile job (`metasrv reconcile`) and the stat history
-    the leader records for it (metasrv/stat_history.py)."""
+    the leader records for it (metasrv/stat_history.py; its location is
+    `[history] stats_url`)."""
 
     spark_master: str = "local[2]"
     driver_memory: str = Field(default="4g", pattern=r"^\d+[kmgt]?$")
-    stat_history_dir: str = "metasrv-stat-history"
     stat_history_interval: Duration = parse_duration("1m")  # "0s": the leader records none
     stat_history_retention: Duration = parse_duration("7d")
     stale_after: Duration = parse_duration("15m")

@@ -4,10 +4,13 @@ The reconcile job (metasrv/reconcile) reads it to tell which mapped regions stop
 reporting, which report a topic other than their mapped one, and which report without
 being mapped. The leader records it; nothing in the purge path reads it.
 
-Layout under the history directory (a Hive-partitioned dataset Spark or pyarrow reads):
+Layout under a cluster's history directory (`metasrv.stat_location.cluster_root`: every
+leader of the cluster writes there, so a history survives failover), a Hive-partitioned
+dataset Spark or pyarrow reads on any filesystem pyarrow writes (local, shared mount,
+s3://, hdfs://):
 
-    stats/hour=YYYYMMDDHH/snap-{epoch_ms}.parquet      one row per region stat written
-    snapshots/hour=YYYYMMDDHH/snap-{epoch_ms}.parquet  one row per snapshot taken
+    stats/hour=YYYYMMDDHH/writer={node}/snap-{epoch_ms}.parquet      one row per stat
+    snapshots/hour=YYYYMMDDHH/writer={node}/snap-{epoch_ms}.parquet  one row per snapshot
 
 `stats` rows (`STATS_SCHEMA`): `ts` (snapshot time, UTC), `seen_at` (wall-clock time the
 leader received the stat), `region_id`, `node_id`, `topic` (the topic the region
@@ -20,7 +23,9 @@ heartbeating appears once per interval and a dead one stops appearing (its last 
 keeps its `seen_at`). `snapshots` rows (`SNAPSHOTS_SCHEMA`: `ts`, `regions`, `written`)
 are written even when no stat changed, so a reader can tell "no region reported" from
 "nobody was recording". Hour partitions older than the retention are deleted by the
-writer. Files are written under a dot-name and renamed, so readers never see half a file.
+writer (any leader deletes any writer's old hours). On local and HDFS paths files are
+written under a dot-name and renamed; object stores publish an object whole. Either way
+readers never see half a file.
 """
 
 from __future__ import annotations
@@ -28,19 +33,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from metasrv.background import ErrorSink, log_only
 from metasrv.model import RegionStat
 from metasrv.registry import RECEIVED, StatSnapshot, stat_of
+from metasrv.stat_location import open_location, writer_partition
 
 logger = logging.getLogger(__name__)
 
@@ -123,16 +128,23 @@ def stats_table(
     return pa.Table.from_pydict(cols, schema=STATS_SCHEMA)
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+def _write_whole(fs: pafs.FileSystem, table: pa.Table, directory: str, name: str) -> None:
+    fs.create_dir(directory, recursive=True)
+    path = f"{directory}/{name}"
+    if fs.type_name in ("local", "hdfs"):
+        # Readers skip dot-files; the rename publishes the whole file at once.
+        tmp = f"{directory}/.{name}.tmp"
+        pq.write_table(table, tmp, compression="zstd", filesystem=fs)
+        fs.move(tmp, path)
+    else:
+        pq.write_table(table, path, compression="zstd", filesystem=fs)
 
 
 class StatHistoryWriter:
     """Writes the leader's region stats to the history directory every `interval` seconds.
 
+    `directory` is the cluster's history root (a path or URL, see
+    `metasrv.stat_location`); `writer` names this metasrv node in the file layout.
     `source` returns the registry's current stats (`RegionRegistry.snapshot()`); give one
     that returns `{}` while this process is not the leader, since a follower's view is
     empty or outdated. `write_snapshot` may also be called directly (tests, tools).
@@ -146,12 +158,15 @@ class StatHistoryWriter:
         *,
         retention: float = DEFAULT_RETENTION,
         on_error: ErrorSink | None = None,
+        writer: str = "metasrv",
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
         if retention < interval:
             raise ValueError("retention must be at least one interval")
-        self.directory = Path(directory)
+        self.directory = str(directory).rstrip("/")
+        self._fs, self._root = open_location(self.directory)
+        self._writer = writer_partition(writer)
         self.interval = interval
         self.retention = retention
         self._source = source
@@ -199,7 +214,7 @@ class StatHistoryWriter:
                     changed.append(s)
         rejected = list(self._rejected.values())
         self._rejected.clear()
-        hour = hour_partition(now)
+        hour = f"{PARTITION}={hour_partition(now)}"
         name = f"snap-{int(now * 1000)}.parquet"
         if changed or rejected:
             table = pa.concat_tables(
@@ -208,7 +223,8 @@ class StatHistoryWriter:
                     stats_table(rejected, now, mono, accepted=False),
                 ]
             )
-            _write_atomic(table, self.directory / STATS_DIR / f"{PARTITION}={hour}" / name)
+            stats_dir = f"{self._root}/{STATS_DIR}/{hour}/{self._writer}"
+            _write_whole(self._fs, table, stats_dir, name)
         marker = pa.Table.from_pydict(
             {
                 "ts": [int(now * 1000)],
@@ -217,7 +233,8 @@ class StatHistoryWriter:
             },
             schema=SNAPSHOTS_SCHEMA,
         )
-        _write_atomic(marker, self.directory / SNAPSHOTS_DIR / f"{PARTITION}={hour}" / name)
+        marker_dir = f"{self._root}/{SNAPSHOTS_DIR}/{hour}/{self._writer}"
+        _write_whole(self._fs, marker, marker_dir, name)
         # Regions gone from the registry are forgotten, so the map does not grow unbounded.
         self._written = written
         self.prune(now)
@@ -228,13 +245,13 @@ class StatHistoryWriter:
         oldest_kept = hour_partition(now - self.retention)
         removed = 0
         for sub in (STATS_DIR, SNAPSHOTS_DIR):
-            root = self.directory / sub
-            if not root.is_dir():
-                continue
-            for part in root.iterdir():
-                name, _, value = part.name.partition("=")
+            listing = pafs.FileSelector(f"{self._root}/{sub}", allow_not_found=True)
+            for part in self._fs.get_file_info(listing):
+                name, _, value = part.base_name.partition("=")
                 if name == PARTITION and value.isdigit() and int(value) < oldest_kept:
-                    shutil.rmtree(part, ignore_errors=True)
+                    # Another leader may be deleting the same hour: gone is gone.
+                    with contextlib.suppress(FileNotFoundError):
+                        self._fs.delete_dir(part.path)
                     removed += 1
         return removed
 

@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 
 from metasrv import errors
+from metasrv.stat_location import is_url
 from metasrv.units import parse_duration
 
 _out = Console(highlight=False, soft_wrap=True)
@@ -121,7 +122,11 @@ def reconcile(
     ] = None,
     history: Annotated[
         str | None,
-        typer.Option("--history", help="Override config reconcile.stat_history_dir."),
+        typer.Option(
+            "--history",
+            help="Override config history.stats_url (a path or s3://, hdfs:// URL); "
+            "the cluster's own directory under it is read.",
+        ),
     ] = None,
 ) -> None:
     """Find regions mapped to the wrong topic, dropped regions still mapped, missing or
@@ -137,12 +142,12 @@ def reconcile(
     try:
         overrides: dict[str, Any] = {}
         if stale is not None:
-            overrides["stale_after"] = stale
+            overrides["reconcile"] = {"stale_after": stale}
         if history is not None:
-            overrides["stat_history_dir"] = history
-        settings = (
-            load_settings(config, reconcile=overrides) if overrides else load_settings(config)
-        )
+            # Typed in this shell, so a relative path means this working directory.
+            given = history if is_url(history) else str(Path(history).resolve())
+            overrides["history"] = {"stats_url": given}
+        settings = load_settings(config, **overrides)
         options = RunOptions(
             master=master or settings.reconcile.spark_master,
             out_dir=out or Path(settings.reconcile.out_dir),

@@ -12,7 +12,8 @@ from metasrv.errors import MetasrvError
 from metasrv.stack import StackConfig, down, endpoints_of, ensure_up, status
 
 stack_app = typer.Typer(
-    help="Local Kafka, etcd and PostgreSQL for development and tests.", no_args_is_help=True
+    help="Local Kafka, etcd, PostgreSQL (and Spark) for development and tests.",
+    no_args_is_help=True,
 )
 
 StateDir = Annotated[
@@ -25,6 +26,14 @@ EtcdPort = Annotated[
 ]
 PostgresPort = Annotated[
     int | None, typer.Option(help="PostgreSQL port (env METASRV_STACK_POSTGRES_PORT).")
+]
+Spark = Annotated[
+    bool,
+    typer.Option(
+        "--spark",
+        help="Also a standalone Spark master and workers (ports from env "
+        "METASRV_STACK_SPARK_PORT, default 17077 and up).",
+    ),
 ]
 
 
@@ -55,18 +64,19 @@ def up_cmd(
     kafka_port: KafkaPort = None,
     etcd_port: EtcdPort = None,
     postgres_port: PostgresPort = None,
+    spark: Spark = False,
 ) -> None:
     """Install (first time) and start every service; print the endpoints. Idempotent."""
     _setup_logging()
     cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
     try:
-        endpoints = ensure_up(cfg)
+        endpoints = ensure_up(cfg, spark=spark)
     except MetasrvError as exc:
         typer.echo(f"stack up failed: {exc.message}", err=True)
         raise typer.Exit(1) from exc
-    for st in status(cfg):
+    for st in status(cfg, spark=spark):
         origin = f"pid {st.pid}" if st.pid is not None else "reused, not started here"
-        typer.echo(f"# {st.name:<8} {st.endpoint:<18} {origin}", err=True)
+        typer.echo(f"# {st.name:<14} {st.endpoint:<24} {origin}", err=True)
     for line in endpoints.env_lines():
         typer.echo(line)
 
@@ -77,10 +87,11 @@ def status_cmd(
     kafka_port: KafkaPort = None,
     etcd_port: EtcdPort = None,
     postgres_port: PostgresPort = None,
+    spark: Spark = False,
 ) -> None:
     """Per service: running (pid of ours), healthy (a real request), endpoint."""
     cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
-    results = status(cfg)
+    results = status(cfg, spark=spark)
     for st in results:
         running = (
             f"running (pid {st.pid})"
@@ -88,8 +99,8 @@ def status_cmd(
             else ("running (not started here)" if st.healthy else "not running")
         )
         health = "healthy" if st.healthy else "UNHEALTHY"
-        typer.echo(f"{st.name:<8} {st.endpoint:<18} {running:<28} {health}")
-    for line in endpoints_of(cfg).env_lines():
+        typer.echo(f"{st.name:<14} {st.endpoint:<24} {running:<28} {health}")
+    for line in endpoints_of(cfg, spark=spark).env_lines():
         typer.echo(line)
     if not all(st.healthy for st in results):
         raise typer.Exit(1)

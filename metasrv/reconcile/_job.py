@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -27,6 +26,7 @@ from metasrv.reconcile._findings import (
 )
 from metasrv.reconcile._rules import Coverage, ReconcileParams, TopicFacts, topic_findings
 from metasrv.stat_history import PARTITION, SNAPSHOTS_DIR, STATS_DIR, hour_partition
+from metasrv.stat_location import WRITER, location_exists, spark_location
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +47,14 @@ _SPARK_STATS = T.StructType(
         T.StructField("topic", T.StringType(), False),
         T.StructField("prunable_entry_id", T.LongType(), False),
         T.StructField(PARTITION, T.IntegerType(), False),
+        T.StructField(WRITER, T.StringType(), False),
     ]
 )
 _SPARK_SNAPSHOTS = T.StructType(
     [
         T.StructField("ts", T.TimestampType(), False),
         T.StructField(PARTITION, T.IntegerType(), False),
+        T.StructField(WRITER, T.StringType(), False),
     ]
 )
 _SPARK_FINDINGS = T.StructType(
@@ -82,7 +84,8 @@ class JobInputs:
     map_path: str
     """Parquet file or directory of `MAP_SCHEMA` rows (the kv snapshot's region map)."""
     history_dir: str
-    """Root of the stat history (see metasrv/stat_history.py)."""
+    """The cluster's stat history root, a path or URL (`metasrv.stat_location.cluster_root`);
+    the executors read it, so on a cluster it must be on storage they all reach."""
     markers: Mapping[str, int | None]
     """Topic markers: topic -> `pruned_entry_id` (kv `__topic_name/kafka/...`)."""
     kafka_topics: frozenset[str]
@@ -117,18 +120,13 @@ class JobResult:
     """Seconds per phase: coverage, aggregate (history + join + per-topic), write, count."""
 
 
-def _is_local_missing(path: str) -> bool:
-    if "://" in path and not path.startswith("file://"):
-        return False
-    return not Path(path.removeprefix("file://")).exists()
-
-
 def read_stats(spark: SparkSession, history_dir: str, params: ReconcileParams) -> DataFrame:
     """Stat rows in the window, with `seen_ms` (epoch ms); empty when there is no history."""
     root = f"{history_dir.rstrip('/')}/{STATS_DIR}"
-    if _is_local_missing(root):
+    if not location_exists(root):
         df = spark.createDataFrame([], _SPARK_STATS)
     else:
+        root = spark_location(root)
         df = spark.read.schema(_SPARK_STATS).option("basePath", root).parquet(root)
     lo = hour_partition(params.window_start)
     return (
@@ -148,8 +146,9 @@ def read_stats(spark: SparkSession, history_dir: str, params: ReconcileParams) -
 def read_coverage(spark: SparkSession, history_dir: str, params: ReconcileParams) -> Coverage:
     """Oldest and newest snapshot in the window."""
     root = f"{history_dir.rstrip('/')}/{SNAPSHOTS_DIR}"
-    if _is_local_missing(root):
+    if not location_exists(root):
         return Coverage(None, None, 0)
+    root = spark_location(root)
     df = spark.read.schema(_SPARK_SNAPSHOTS).option("basePath", root).parquet(root)
     ms = F.unix_millis("ts")
     row = (

@@ -45,6 +45,7 @@ from metasrv.reconcile._rules import ReconcileParams, pool_topics
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
+from metasrv.stat_location import cluster_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -294,15 +295,22 @@ def run_reconcile(
         skew_tolerance=cfg.skew_tolerance,
     )
     pool = pool_topics(settings.wal.topic_name_prefix, settings.wal.num_topics)
+    history_dir = cluster_root(settings)
     closers: list[Any] = []
     try:
         with timer.stage("kv_snapshot", f"Reading the kv snapshot ({settings.kv.backend})"):
             if kv is None:
                 from metasrv.kv import open_kv
 
-                kv = open_kv(settings)
-                closers.append(kv)
-            snap = read_snapshot(kv, run_dir / "input" / "map.parquet", progress.advance)
+                owned = open_kv(settings)
+                try:
+                    snap = read_snapshot(owned, run_dir / "input" / "map.parquet", progress.advance)
+                finally:
+                    # Only the snapshot needs the kv store: its client (gRPC for etcd) is
+                    # closed before the Spark JVM is forked.
+                    owned.close()
+            else:
+                snap = read_snapshot(kv, run_dir / "input" / "map.parquet", progress.advance)
         with timer.stage("kafka", "Reading Kafka topics and offsets"):
             if kafka is None:
                 from metasrv.kafka import KafkaAdmin
@@ -319,7 +327,7 @@ def run_reconcile(
         with timer.stage("spark_job", "Computing findings on Spark"):
             inputs = JobInputs(
                 map_path=snap.map_path,
-                history_dir=cfg.stat_history_dir,
+                history_dir=history_dir,
                 markers=snap.markers,
                 kafka_topics=kafka_topics,
                 offsets=offsets,
@@ -375,7 +383,7 @@ def run_reconcile(
                 "kafka_topics": len(kafka_topics),
                 "pool_size": len(pool),
                 "regions_reporting": result.regions_reporting,
-                "stat_history_dir": cfg.stat_history_dir,
+                "stat_history": history_dir,
                 "history_coverage_ms": [result.coverage.start_ms, result.coverage.end_ms],
                 "history_snapshots": result.coverage.snapshots,
             },

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -50,6 +51,25 @@ def check_master_reachable(master: str, timeout: float = 3.0) -> None:
     raise Unavailable(f"Spark master {master} is unreachable ({'; '.join(errors)})")
 
 
+def _master_conf(master: str) -> dict[str, str]:
+    """Settings a cluster master needs from the driver's side.
+
+    Executors connect back to the driver: on a master bound to loopback (the local
+    stack's) the driver must listen there too, or it advertises the host name. Executors
+    run Python, if at all, with the driver's interpreter only when they share its machine.
+    """
+    if not master.startswith("spark://"):
+        return {}
+    hosts = [urlsplit(f"//{h}").hostname or "" for h in master.removeprefix("spark://").split(",")]
+    if all(h in ("127.0.0.1", "localhost", "::1") for h in hosts):
+        return {
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.pyspark.python": sys.executable,
+        }
+    return {}
+
+
 def build_session(
     master: str,
     *,
@@ -72,7 +92,7 @@ def build_session(
         .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
     )
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in {**DEFAULT_CONF, **_master_conf(master), **(conf or {})}.items():
         builder = builder.config(key, value)
     try:
         return builder.getOrCreate()

@@ -1,12 +1,21 @@
-"""The local real services (Kafka, etcd, PostgreSQL) for development, tests and the demo."""
+"""The local real services (Kafka, etcd, PostgreSQL, a standalone Spark cluster) for
+development, tests and the demo."""
 
-from metasrv.stack._config import KAFKA_VERSION, Endpoints, StackConfig, endpoints_of
+from metasrv.stack._config import (
+    KAFKA_VERSION,
+    Endpoints,
+    StackConfig,
+    endpoints_of,
+    spark_master_url,
+)
+from metasrv.stack._spark import master_status as spark_master_status
 from metasrv.stack._stack import (
     SERVICE_NAMES,
     ServiceStatus,
     down,
     ensure_up,
     service_pid,
+    spark_up,
     start_service,
     status,
     stop_service,
@@ -22,6 +31,9 @@ __all__ = [
     "endpoints_of",
     "ensure_up",
     "service_pid",
+    "spark_master_status",
+    "spark_master_url",
+    "spark_up",
     "start_service",
     "status",
     "stop_service",

@@ -56,6 +56,15 @@ class StackConfig:
     """Kafka SASL_SSL listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 for `SASL_USERS`); 0: none."""
     etcd_tls: bool = False
     """etcd serves its client port over TLS and requires a client certificate."""
+    spark_port: int = 17077
+    """Spark standalone master RPC port (`stack up --spark`); the master's web UI is +1 and
+    worker i uses +2+2i (RPC) and +3+2i (web UI)."""
+    spark_workers: int = 2
+    """Spark standalone workers started with the master."""
+    spark_worker_cores: int = 1
+    """Cores each worker offers."""
+    spark_worker_memory: str = "1g"
+    """Memory each worker offers its executors."""
     kafka_version: str = KAFKA_VERSION
     """Apache Kafka release installed from Maven Central."""
     ready_timeout: float = 120.0
@@ -77,6 +86,8 @@ class StackConfig:
             etcd_port=_env_int("ETCD_PORT", cls.etcd_port),
             etcd_peer_port=_env_int("ETCD_PEER_PORT", cls.etcd_peer_port),
             postgres_port=_env_int("POSTGRES_PORT", cls.postgres_port),
+            spark_port=_env_int("SPARK_PORT", cls.spark_port),
+            spark_workers=_env_int("SPARK_WORKERS", cls.spark_workers),
             kafka_version=os.environ.get(f"{_ENV_PREFIX}KAFKA_VERSION") or cls.kafka_version,
         )
         given = {k: v for k, v in overrides.items() if v is not None}
@@ -95,17 +106,27 @@ class Endpoints:
     """etcd client endpoint, `host:port`."""
     postgres_url: str
     """SQLAlchemy URL of the `metasrv` database."""
+    spark_master: str | None = None
+    """`spark://host:port` of the standalone Spark master, when the stack runs one."""
 
     def env_lines(self) -> list[str]:
         """`NAME=value` lines a shell can eval."""
-        return [
+        lines = [
             f"KAFKA_BOOTSTRAP={self.kafka_bootstrap}",
             f"ETCD_ENDPOINT={self.etcd_endpoint}",
             f"POSTGRES_URL={self.postgres_url}",
         ]
+        if self.spark_master:
+            lines.append(f"SPARK_MASTER={self.spark_master}")
+        return lines
 
 
-def endpoints_of(cfg: StackConfig) -> Endpoints:
+def spark_master_url(cfg: StackConfig) -> str:
+    """`spark://host:port` of the stack's standalone Spark master."""
+    return f"spark://{cfg.host}:{cfg.spark_port}"
+
+
+def endpoints_of(cfg: StackConfig, *, spark: bool = False) -> Endpoints:
     """The endpoints `cfg` describes (whether or not the services are up)."""
     return Endpoints(
         kafka_bootstrap=f"{cfg.host}:{cfg.kafka_port}",
@@ -113,4 +134,5 @@ def endpoints_of(cfg: StackConfig) -> Endpoints:
         postgres_url=(
             f"postgresql+psycopg://metasrv:metasrv@{cfg.host}:{cfg.postgres_port}/metasrv"
         ),
+        spark_master=spark_master_url(cfg) if spark else None,
     )

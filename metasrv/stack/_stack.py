@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from metasrv.errors import InvalidArgument, ServiceError
-from metasrv.stack._config import Endpoints, StackConfig, endpoints_of
+from metasrv.stack._config import Endpoints, StackConfig, endpoints_of, spark_master_url
 from metasrv.stack._etcd import Etcd
 from metasrv.stack._kafka import Kafka
 from metasrv.stack._postgres import Postgres
 from metasrv.stack._process import wait_until
 from metasrv.stack._service import Service
+from metasrv.stack._spark import spark_services
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +26,15 @@ _CLASSES: dict[str, type[Service]] = {"kafka": Kafka, "etcd": Etcd, "postgres": 
 
 
 def service(cfg: StackConfig, name: str) -> Service:
-    """The service object called `name` ("kafka", "etcd" or "postgres")."""
-    try:
+    """The service object called `name` ("kafka", "etcd", "postgres", "spark-master" or
+    "spark-worker-N")."""
+    if name in _CLASSES:
         return _CLASSES[name](cfg)
-    except KeyError:
-        raise InvalidArgument(
-            f"unknown service {name!r}; expected one of {', '.join(SERVICE_NAMES)}"
-        ) from None
+    for svc in spark_services(cfg):
+        if svc.name == name:
+            return svc
+    known = [*SERVICE_NAMES, *(svc.name for svc in spark_services(cfg))]
+    raise InvalidArgument(f"unknown service {name!r}; expected one of {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -125,37 +128,52 @@ def service_pid(cfg: StackConfig, name: str) -> int | None:
     return service(cfg, name).pid()
 
 
-def ensure_up(cfg: StackConfig | None = None) -> Endpoints:
-    """Make Kafka, etcd and PostgreSQL healthy (starting what is missing); return endpoints."""
+def _services(cfg: StackConfig, spark: bool) -> list[Service]:
+    base = [service(cfg, name) for name in SERVICE_NAMES]
+    return base + spark_services(cfg) if spark else base
+
+
+def ensure_up(cfg: StackConfig | None = None, *, spark: bool = False) -> Endpoints:
+    """Make Kafka, etcd and PostgreSQL (with `spark`, also a standalone Spark master and
+    its workers) healthy, starting what is missing; return the endpoints."""
     cfg = cfg or StackConfig.from_env()
     with _state_lock(cfg):
-        for name in SERVICE_NAMES:
-            _start(service(cfg, name))
-    return endpoints_of(cfg)
+        for svc in _services(cfg, spark):
+            _start(svc)
+    return endpoints_of(cfg, spark=spark)
 
 
-def status(cfg: StackConfig | None = None) -> list[ServiceStatus]:
+def spark_up(cfg: StackConfig) -> str:
+    """Only the standalone Spark master and workers (a state dir of their own, e.g. for a
+    benchmark's bigger workers); returns the master URL. `down(cfg)` stops them."""
+    with _state_lock(cfg):
+        for svc in spark_services(cfg):
+            _start(svc)
+    return spark_master_url(cfg)
+
+
+def status(cfg: StackConfig | None = None, *, spark: bool = False) -> list[ServiceStatus]:
     """Each service's pid (if ours) and health (a real request)."""
     cfg = cfg or StackConfig.from_env()
     out = []
-    for name in SERVICE_NAMES:
-        svc = service(cfg, name)
+    for svc in _services(cfg, spark):
         healthy = svc.listening() and svc.healthy()
-        out.append(ServiceStatus(name, svc.endpoint, svc.pid(), healthy))
+        out.append(ServiceStatus(svc.name, svc.endpoint, svc.pid(), healthy))
     return out
 
 
 def down(cfg: StackConfig | None = None) -> list[str]:
-    """Stop every service this state dir started; returns the names stopped."""
+    """Stop every service this state dir started (Spark's too); returns the names stopped."""
     cfg = cfg or StackConfig.from_env()
-    # Reverse start order; an error on one still lets the others stop.
+    # Reverse start order (workers before their master); an error on one still lets the
+    # others stop.
     stopped: list[str] = []
     errors: list[ServiceError] = []
     with _state_lock(cfg):
-        for name in reversed(SERVICE_NAMES):
+        for svc in reversed(_services(cfg, spark=True)):
             try:
-                if service(cfg, name).stop():
-                    stopped.append(name)
+                if svc.stop():
+                    stopped.append(svc.name)
             except ServiceError as exc:
                 errors.append(exc)
     if errors:

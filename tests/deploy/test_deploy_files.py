@@ -308,7 +308,14 @@ def _configmap_toml(tmp_path: Path) -> Path:
 def test_k8s_kustomization_lists_the_manifests() -> None:
     kustomization = _k8s()["Kustomization"]
     listed = set(kustomization["resources"])
-    expected = {"configmap.yaml", "secret.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"}
+    expected = {
+        "configmap.yaml",
+        "secret.yaml",
+        "deployment.yaml",
+        "service.yaml",
+        "pdb.yaml",
+        "pvc.yaml",
+    }
     assert listed == expected
     assert all((K8S_DIR / name).is_file() for name in listed)
 
@@ -336,6 +343,24 @@ def test_k8s_deployment_replicas_probes_and_resources(tmp_path: Path) -> None:
     volumes = {v["name"]: v for v in deployment["template"]["spec"]["volumes"]}
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/metasrv"]
     assert volumes[mount["name"]]["configMap"]["name"] == objects["ConfigMap"]["metadata"]["name"]
+
+
+def test_k8s_pods_write_the_stat_history_to_one_shared_volume(tmp_path: Path) -> None:
+    """The root filesystem is read-only: stats_url must be a mounted, shared claim."""
+    objects = _k8s()
+    spec = objects["Deployment"]["spec"]["template"]["spec"]
+    stats_url = load_settings(_configmap_toml(tmp_path)).history.stats_url
+    (mount,) = [
+        m
+        for m in _container(objects["Deployment"]["spec"])["volumeMounts"]
+        if m["mountPath"] == stats_url
+    ]
+    assert not mount.get("readOnly", False)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
+    pvc = objects["PersistentVolumeClaim"]
+    assert pvc["metadata"]["name"] == claim
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_k8s_service_and_pdb_select_the_pods(tmp_path: Path) -> None:

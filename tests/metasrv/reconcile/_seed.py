@@ -44,7 +44,7 @@ def write_map(path: Path, rows: Iterable[tuple[int, str, int, int | None]]) -> s
 
 
 def write_history(
-    directory: Path,
+    directory: Path | str,
     snapshots: Iterable[tuple[float, Mapping[int, RegionStat], Iterable[RegionStat]]],
 ) -> None:
     """Write (time, accepted stats, rejected reports) snapshots in order, as the leader would."""

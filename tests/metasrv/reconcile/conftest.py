@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -10,7 +11,20 @@ import pytest
 
 import migrations
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
+from metasrv.stack import StackConfig, ensure_up
 from tests.metasrv.kv._pgschema import fresh_schema
+
+
+@pytest.fixture(scope="session")
+def spark_master() -> str:
+    """`spark://host:port` of a standalone cluster: `METASRV_TEST_SPARK_MASTER`, else the
+    local stack's master and two workers (`metasrv stack up --spark`), started if needed."""
+    given = os.environ.get("METASRV_TEST_SPARK_MASTER")
+    if given:
+        return given
+    master = ensure_up(StackConfig.from_env(), spark=True).spark_master
+    assert master is not None
+    return master
 
 
 @pytest.fixture(params=["etcd", "postgresql", "sqlite"])

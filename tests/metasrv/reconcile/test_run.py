@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from sqlalchemy import create_engine
@@ -24,6 +25,8 @@ from metasrv.kv import EtcdKv
 from metasrv.reconcile import Outcome, RunOptions, latest_run, run_reconcile
 from metasrv.settings import Settings, load_settings
 from metasrv.simulator._harness import MetasrvProcess, free_port, metasrv_argv, render_config
+from metasrv.stack import StackConfig, spark_master_status, spark_master_url
+from metasrv.stat_location import cluster_root
 from metasrv.topology import route_value
 from tests.metasrv.reconcile._seed import stat, write_history
 
@@ -56,11 +59,13 @@ class Cluster:
                 "auto_prune_interval": "0s",
             },
             "kv": {"backend": "etcd", "etcd_endpoints": [etcd], "key_prefix": f"{prefix}/"},
-            "history": {"url": f"sqlite:///{tmp / 'history.db'}"},
+            "history": {
+                "url": f"sqlite:///{tmp / 'history.db'}",
+                "stats_url": str(tmp / "stat-history"),
+            },
             "http": {"addr": f"127.0.0.1:{self.port}"},
             "auth": {"operator_tokens": [OPERATOR], "viewer_tokens": [VIEWER]},
             "reconcile": {
-                "stat_history_dir": str(tmp / "stat-history"),
                 "stale_after": "10m",
                 "history_window": "3h",
                 "out_dir": str(tmp / "out"),
@@ -93,7 +98,7 @@ class Cluster:
             ]
         )
         write_history(
-            self.tmp / "stat-history",
+            cluster_root(self.settings()),
             [
                 (now - 7300, {2: stat(2, t0, now - 7300)}, []),
                 (
@@ -207,7 +212,8 @@ def test_cli_names_what_is_unreachable(
         base: dict[str, dict[str, Any]] = {
             "wal": {"broker_endpoints": [kafka_bootstrap], "topic_name_prefix": "nothere"},
             "kv": {"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": "nothere/"},
-            "reconcile": {"stat_history_dir": str(tmp_path / "h"), "out_dir": str(tmp_path / "o")},
+            "history": {"stats_url": str(tmp_path / "h")},
+            "reconcile": {"out_dir": str(tmp_path / "o")},
         }
         for name, values in sections.items():
             base[name] = {**base[name], **values}
@@ -231,3 +237,54 @@ def test_cli_names_what_is_unreachable(
     assert "Spark master spark://127.0.0.1:1 is unreachable" in dead_master.stderr
     for proc in (dead_kv, dead_kafka, dead_master):
         assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def _rows(findings_path: str) -> list[dict[str, Any]]:
+    rows = pq.read_table(findings_path).to_pylist()
+    return sorted(rows, key=lambda r: (r["kind"], str(r["topic"]), str(r["region_id"])))
+
+
+@pytest.mark.timeout(600)
+def test_the_standalone_cluster_finds_what_local_finds(
+    spark: SparkSession, cluster: Cluster, spark_master: str
+) -> None:
+    """`metasrv reconcile --master spark://...` on the stack's 2-worker cluster, then the
+    same inputs judged at the same instant on local[2]: identical findings, row for row."""
+    import time
+
+    cluster.seed(time.time())
+    done = subprocess.run(
+        metasrv_argv(
+            "reconcile",
+            "-c",
+            str(cluster.config),
+            "--master",
+            spark_master,
+            "--out",
+            str(cluster.tmp / "standalone"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (cluster.tmp / "standalone").iterdir()
+    remote = json.loads((run_dir / "summary.json").read_text())
+    assert remote["master"] == spark_master
+    stack = StackConfig.from_env()
+    if spark_master == spark_master_url(stack):
+        # The stack's master ran the application (on its workers' executors).
+        status = spark_master_status(stack)
+        assert status is not None
+        apps = status.get("completedapps", []) + status.get("activeapps", [])
+        assert "metasrv-reconcile" in [a["name"] for a in apps]
+
+    local = run_reconcile(
+        cluster.settings(),
+        RunOptions(master="local[2]", out_dir=cluster.tmp / "local", now=remote["now"]),
+        spark=spark,
+    )
+    assert local.counts == remote["counts"]
+    assert _rows(local.summary["findings_path"]) == _rows(remote["findings_path"])
+    assert len(_rows(remote["findings_path"])) == 7

@@ -15,7 +15,8 @@ from metasrv.errors import KvUnavailable
 from metasrv.kv import EtcdKv, KeyValue, KvBackend, SqlKv
 from metasrv.reconcile import _snapshot as snapshot_module
 from metasrv.reconcile import read_snapshot
-from metasrv.topology import route_value
+from metasrv.reconcile._snapshot import Page, _decode_fast, _decode_slow
+from metasrv.topology import parse_route, route_value
 
 
 def _seed(kv: KvBackend, n: int) -> None:
@@ -58,11 +59,11 @@ def test_snapshot_ignores_writes_made_while_it_reads(
     wrote = threading.Event()
 
     def write_map_then_mutate(
-        routes: Iterator[KeyValue], path: Path, on_rows: Callable[[int], None]
+        pages: Iterator[Page], path: Path, on_rows: Callable[[int], None]
     ) -> tuple[int, set[str], int]:
-        def gen() -> Iterator[KeyValue]:
-            for i, item in enumerate(routes):
-                if i == 5 and not wrote.is_set():
+        def gen() -> Iterator[Page]:
+            for i, item in enumerate(pages):
+                if i == 1 and not wrote.is_set():
                     # A region moves and a new one appears mid-read.
                     kv.delete(keys.topic_region("t_2", 1038))
                     kv.put(keys.topic_region("t_0", 1038), route_value(1, None))
@@ -99,3 +100,58 @@ def test_unreachable_backends_are_named(tmp_path: Path) -> None:
             read_snapshot(sql, tmp_path / "b.parquet")
     finally:
         sql.close()
+
+
+_ODD_ROUTES: list[tuple[str, bytes]] = [
+    (keys.topic_region("t_0", 1), route_value(3, 9)),
+    (keys.topic_region("t/with/slash", 2), route_value(4, None)),
+    (keys.topic_region("tópico", 3), b'{"node_id": 5, "checkpoint": null, "extra": [1]}'),
+    (keys.topic_region("t_0", 4), b"not json"),
+    (keys.topic_region("t_0", 5), b'{"node_id": "7", "checkpoint": {"entry_id": 1}}'),
+    (keys.topic_region("t_0", 6), b'{"node_id": true, "checkpoint": null}'),
+    (keys.topic_region("t_0", 7), b'{\n "node_id": 1,\n "checkpoint": null\n}'),
+    (keys.topic_region("t_0", 8), b'{"node_id": 2, "checkpoint": {"entry_id": 1.5}}'),
+    (keys.topic_region("t_0", 9), b"[]"),
+    (keys.topic_region("t_0", 10), b'{"node_id": 2}'),
+    (keys.topic_region("t_0", 11), b""),
+    (f"{keys.TOPIC_REGION_PREFIX}no_region_id", route_value(1, None)),
+    (f"{keys.TOPIC_REGION_PREFIX}t_0/12x", route_value(1, None)),
+    (f"{keys.TOPIC_REGION_PREFIX}t_0/+13", route_value(1, None)),
+]
+
+
+def _expected(items: list[tuple[str, bytes]]) -> list[dict[str, object]]:
+    routes = [parse_route(KeyValue(k, v, 0)) for k, v in items]
+    return [
+        {
+            "region_id": r.region_id,
+            "topic": r.topic,
+            "node_id": r.node_id,
+            "checkpoint_entry_id": r.checkpoint_entry_id,
+        }
+        for r in routes
+        if r is not None
+    ]
+
+
+@pytest.mark.parametrize("as_bytes", [False, True], ids=["sql-keys", "etcd-keys"])
+@pytest.mark.parametrize("index", range(len(_ODD_ROUTES)))
+def test_a_page_decodes_exactly_as_parse_route_does(index: int, as_bytes: bool) -> None:
+    """Column-wise where it can, key by key where it must: the rows are parse_route's."""
+    items = [_ODD_ROUTES[0], _ODD_ROUTES[index]]
+    page = Page([k.encode() if as_bytes else k for k, _ in items], [v for _, v in items])
+    fast = _decode_fast(page)
+    rows, malformed = _decode_slow(page) if fast is None else (fast, 0)
+    assert rows.to_pylist() == _expected(items)
+    assert malformed == len(items) - len(_expected(items))
+    if index < 3:
+        assert fast is not None, "a well-formed page takes the column-wise path"
+
+
+def test_odd_keys_and_values_through_every_backend(any_kv: KvBackend, tmp_path: Path) -> None:
+    any_kv.batch_put(_ODD_ROUTES)
+    snap = read_snapshot(any_kv, tmp_path / "map.parquet")
+    got = sorted(pq.read_table(snap.map_path).to_pylist(), key=lambda r: str(r["region_id"]))
+    want = sorted(_expected(_ODD_ROUTES), key=lambda r: str(r["region_id"]))
+    assert got == want
+    assert snap.malformed == len(_ODD_ROUTES) - len(want) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import tempfile
@@ -17,6 +18,7 @@ from metasrv.stack import (
     StackConfig,
     ensure_up,
     service_pid,
+    spark_master_status,
     start_service,
     status,
     stop_service,
@@ -197,3 +199,44 @@ def test_kafka_and_postgres_stop_and_start_on_spare_ports(
     finally:
         for name in ("kafka", "postgres"):
             stop_service(cfg, name)
+
+
+def _free_port_block(size: int) -> int:
+    """A base port with `size` consecutive ports free right now, below the ephemeral range
+    (where outgoing connections would take them between this check and the bind)."""
+    for base in range(random.randrange(20000, 30000, 10), 32000, 10):
+        if not any(port_open("127.0.0.1", base + i) for i in range(size)):
+            return base
+    raise AssertionError("no free port block")
+
+
+def test_up_spark_starts_a_master_and_two_workers_and_down_stops_them(
+    stack_config: StackConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = _free_port_block(6)
+    monkeypatch.setenv("METASRV_STACK_SPARK_PORT", str(base))
+    state = ["--state-dir", str(tmp_path / "stack")]
+    up = CliRunner().invoke(app, ["stack", "up", "--spark", *state])
+    try:
+        assert up.exit_code == 0, up.output
+        assert f"SPARK_MASTER=spark://127.0.0.1:{base}" in up.stdout.splitlines()
+        cfg = StackConfig.from_env(state_dir=tmp_path / "stack")
+        master = spark_master_status(cfg)
+        assert master is not None and master["status"] == "ALIVE"
+        workers = [w for w in master["workers"] if w["state"] == "ALIVE"]
+        assert sorted(w["port"] for w in workers) == [base + 2, base + 4]
+        assert all(w["cores"] == 1 for w in workers)
+        pids = {
+            name: service_pid(cfg, name)
+            for name in ("spark-master", "spark-worker-0", "spark-worker-1")
+        }
+        assert all(pid is not None for pid in pids.values()), pids
+        assert (tmp_path / "stack" / "spark-master" / "master.log").stat().st_size > 0
+        # Kafka, etcd and PostgreSQL were the running stack's: reused, not started here.
+        assert service_pid(cfg, "kafka") is None
+    finally:
+        down = CliRunner().invoke(app, ["stack", "down", *state])
+    assert down.exit_code == 0, down.output
+    assert "stopped: spark-worker-1, spark-worker-0, spark-master" in down.output
+    assert not any(pid_alive(pid) for pid in pids.values() if pid is not None)
+    assert not port_open("127.0.0.1", base)
