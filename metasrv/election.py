@@ -25,16 +25,20 @@ reach that store, so the process is always the leader.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import IO, Any, Protocol, runtime_checkable
 
 from pyetcd import etcdrpc
+from sqlalchemy import make_url
 
 from metasrv._lease_election import Attempt, LeaseElection, Listener, Listeners
-from metasrv.errors import KvUnavailable
+from metasrv.errors import ConfigError, KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
 from metasrv.kv._etcd import make_client, translate_etcd_error
@@ -115,9 +119,9 @@ def build_election(
     addr: str | None = None,
     loop_stalled_for: Callable[[], float] | None = None,
 ) -> Election:
-    """`EtcdElection` on etcd, `SqlElection` on a SQL database, `SingleLeader` on an
-    in-memory SQLite kv. `loop_stalled_for` (seconds since the event loop last ran) arms
-    the leader's watchdog."""
+    """`EtcdElection` on etcd, `SqlElection` on PostgreSQL, `SqliteFileLeader` on a
+    SQLite file (one process per file), `SingleLeader` on an in-memory SQLite kv.
+    `loop_stalled_for` (seconds since the event loop last ran) arms the leader's watchdog."""
     addr = addr or advertised_addr(settings)
     if isinstance(kv, EtcdKv):
         return EtcdElection(
@@ -127,7 +131,11 @@ def build_election(
             lease_secs=settings.election.lease_secs,
             loop_stalled_for=loop_stalled_for,
         )
-    if isinstance(kv, SqlKv) and not kv.in_memory:
+    if isinstance(kv, SqlKv) and kv.url.startswith("sqlite"):
+        if kv.in_memory:
+            return SingleLeader(node_name=settings.node_name, addr=addr)
+        return SqliteFileLeader(sqlite_path(kv.url), node_name=settings.node_name, addr=addr)
+    if isinstance(kv, SqlKv):
         return SqlElection(
             kv.url,
             kv.key_prefix,
@@ -140,7 +148,8 @@ def build_election(
 
 
 class SingleLeader:
-    """Always the leader: for an in-memory SQLite kv, which no other process can reach."""
+    """Always the leader: for an in-memory SQLite kv, which no other process can reach
+    (and, with its file lock, for a SQLite file: `SqliteFileLeader`)."""
 
     def __init__(self, *, node_name: str, addr: str) -> None:
         self.node_name = node_name
@@ -161,7 +170,7 @@ class SingleLeader:
             return
         self._listeners.start()
         self._leader = True
-        logger.info("single-process leader (in-memory kv, no election)")
+        logger.info("single-process leader (SQLite kv, no election)")
         self._listeners.notify(True)
 
     async def stop(self) -> None:
@@ -179,6 +188,58 @@ class SingleLeader:
     def fence(self) -> list[Compare]:
         # Nothing to fence against: no other process can reach this store.
         return []
+
+
+def sqlite_path(url: str) -> Path:
+    """The database file of a `sqlite:///...` URL."""
+    database = make_url(url).database
+    if not database:
+        raise ConfigError(f"no SQLite file in {url!r}")
+    return Path(database).resolve()
+
+
+class SqliteFileLeader(SingleLeader):
+    """The leader of a SQLite kv file, which one process serves: it holds an exclusive
+    lock on `{file}.leader.lock` from `start` to `stop` (the kernel drops it when the
+    process dies, even by SIGKILL), and a second process on the same file is refused.
+
+    A lease row renewed through SQLite's single writer lock starved behind the daemon's
+    own checkpoint batches when the process was saturated, and the busy single-node
+    leader deposed itself (421/503 bursts); a file lock needs no writes to hold.
+    Several metasrv processes need PostgreSQL or etcd."""
+
+    def __init__(self, database: Path, *, node_name: str, addr: str) -> None:
+        super().__init__(node_name=node_name, addr=addr)
+        self.database = database
+        self.lock_path = database.with_name(database.name + ".leader.lock")
+        self._lock_file: IO[str] | None = None
+
+    async def start(self) -> None:
+        if self._lock_file is None:
+            handle = open(self.lock_path, "a+")  # noqa: SIM115 (held until stop)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise ConfigError(
+                    f"the SQLite kv file {self.database} is in use by "
+                    f"{holder}: a SQLite file serves one metasrv process; run several on "
+                    "PostgreSQL or etcd (kv.backend, kv.sql_url)"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"metasrv pid {os.getpid()} ({self.node_name})\n")
+            handle.flush()
+            self._lock_file = handle
+        await super().start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        handle, self._lock_file = self._lock_file, None
+        if handle is not None:
+            handle.close()  # releases the lock
 
 
 class EtcdElection(LeaseElection):

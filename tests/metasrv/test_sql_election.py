@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import update
 
 import migrations
-from metasrv.election import SqlElection, build_election
+from metasrv.election import SqlElection, SqliteFileLeader, build_election
+from metasrv.errors import ConfigError
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Put, SqlKv
 from metasrv.settings import load_settings
@@ -155,16 +156,23 @@ async def test_unreachable_database_never_elects() -> None:
         await e.stop()
 
 
-async def test_build_election_elects_on_a_sql_file(tmp_path: Path) -> None:
+async def test_a_sqlite_file_serves_one_process_and_refuses_a_second(tmp_path: Path) -> None:
+    """A SQLite file is led by the process holding its file lock; a lease row renewed
+    through SQLite's one writer lock starved behind the daemon's own checkpoint writes."""
     settings = load_settings(election={"lease_secs": 3, "node_name": "n1"})
     sql = SqlKv.open(f"sqlite:///{tmp_path / 'kv.db'}", "p/", create=True)
     try:
-        election = build_election(settings, sql, addr="10.1.2.3:4000")
-        assert isinstance(election, SqlElection)
-        assert (election.lease_secs, election.key_prefix, election.addr) == (
-            3,
-            "p/",
-            "10.1.2.3:4000",
-        )
+        first = build_election(settings, sql, addr="10.1.2.3:4000")
+        second = build_election(settings, sql, addr="10.1.2.4:4000")
+        assert isinstance(first, SqliteFileLeader) and isinstance(second, SqliteFileLeader)
+        await first.start()
+        assert first.is_leader and first.leader_addr() == "10.1.2.3:4000"
+        with pytest.raises(ConfigError, match="serves one metasrv process"):
+            await second.start()
+        assert not second.is_leader
+        await first.stop()
+        await second.start()  # the lock went with the first process's stop
+        assert second.is_leader
+        await second.stop()
     finally:
         sql.close()
