@@ -271,7 +271,7 @@ def test_a_failing_stat_history_writer_is_counted_and_keeps_running(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("the history directory cannot be created here")
     settings = make_settings(
-        reconcile={"stat_history_dir": str(blocker), "stat_history_interval": "100ms"}
+        history={"stats_url": str(blocker)}, reconcile={"stat_history_interval": "100ms"}
     )
     with start_server(settings) as srv, srv.client() as client:
         deadline = time.monotonic() + 10
