@@ -427,3 +427,30 @@ async def test_a_wedged_event_loop_hands_over_past_the_watchdog(
     await asyncio.sleep(LEASE_SECS)
     assert not (leader.is_leader and follower.is_leader)
     assert leader.term != term
+
+
+async def test_a_follower_names_the_advertised_address_of_a_leader_bound_to_every_interface(
+    etcd_endpoint: str, unique_prefix: str
+) -> None:
+    """#12: a leader bound to 0.0.0.0 is named by its `http.advertise_addr`, not by the
+    wildcard or its host name, in what followers answer (421s and the heartbeat's leader)."""
+    kvs = [EtcdKv(etcd_endpoint, f"{unique_prefix}/") for _ in range(2)]
+    bound_everywhere = load_settings(
+        http={"addr": "0.0.0.0:4123", "advertise_addr": "10.9.8.7:4123"},
+        election={"lease_secs": LEASE_SECS, "node_name": "leader"},
+    )
+    leader = build_election(bound_everywhere, kvs[0])
+    follower = EtcdElection(kvs[1], node_name="follower", addr="127.0.0.1:4999", lease_secs=3)
+    try:
+        await leader.start()
+        await wait_until(lambda: leader.is_leader, 10, "the first election leads")
+        await follower.start()
+        await wait_until(lambda: follower.leader_addr() is not None, 10, "the follower sees it")
+        assert not follower.is_leader
+        assert follower.leader_addr() == "10.9.8.7:4123"
+    finally:
+        await follower.stop()
+        await leader.stop()
+        kvs[0].delete_prefix("")
+        for kv in kvs:
+            kv.close()
