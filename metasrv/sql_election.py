@@ -84,13 +84,7 @@ class SqlElection(LeaseElection):
 
     def _open(self) -> None:
         if self._kv is None:
-            # SQLite has one writer at a time, and the daemon's own kv writes (checkpoint
-            # batches) share the file: a renewal that gave up after a third of the lease
-            # behind one of them cost a busy single-node leader its lease. It waits up to
-            # the whole lease instead (the UPDATE itself refuses an expired lease).
-            sqlite = self.url.startswith("sqlite")
-            timeout = float(self.lease_secs) if sqlite else self._rpc_timeout
-            self._kv = SqlKv(self.url, self.key_prefix, timeout=timeout)
+            self._kv = SqlKv(self.url, self.key_prefix, timeout=self._rpc_timeout)
 
     def _close(self) -> None:
         kv, self._kv = self._kv, None
