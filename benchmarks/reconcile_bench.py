@@ -80,32 +80,47 @@ def _world(root: Path, rows: int) -> World:
 
 
 def _kv_snapshot(world: World, regions: int, work: Path) -> tuple[str, float, float]:
-    """Load `regions` routes into a SQLite kv, then time the snapshot staging."""
+    """Load `regions` routes into a SQLite kv (once), then time the snapshot staging.
+
+    The kv file is seeded batch by batch under a temporary name and renamed when complete,
+    so 10M routes never sit in memory as Python objects and a killed run leaves no partial
+    file behind to be mistaken for a seeded one.
+    """
     from metasrv.kv import SqlKv
 
     db = work / f"kv-{regions}.db"
-    seeded = db.exists()
-    kv = SqlKv.open(f"sqlite:///{db}", create=True)
     t0 = time.perf_counter()
-    if not seeded:
+    if not db.exists():
         from metasrv import keys
         from metasrv.topology import route_value
 
-        table = pq.read_table(world.map_path).slice(0, regions).to_pylist()
-        items = [
-            (
-                keys.topic_region(r["topic"], r["region_id"]),
-                route_value(r["node_id"], r["checkpoint_entry_id"]),
+        partial = db.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        seeding = SqlKv.open(f"sqlite:///{partial}", create=True)
+        left = regions
+        for batch in pq.ParquetFile(world.map_path).iter_batches(batch_size=100_000):
+            rows = batch.slice(0, left).to_pylist()
+            seeding.batch_put(
+                [
+                    (
+                        keys.topic_region(r["topic"], r["region_id"]),
+                        route_value(r["node_id"], r["checkpoint_entry_id"]),
+                    )
+                    for r in rows
+                ]
             )
-            for r in table
-        ]
-        kv.batch_put(items)
+            left -= len(rows)
+            if left == 0:
+                break
+        seeding.close()
+        partial.rename(db)
     load = time.perf_counter() - t0
+    kv = SqlKv.open(f"sqlite:///{db}", create=True)
     t0 = time.perf_counter()
     snap = read_snapshot(kv, work / f"map-{regions}.parquet")
     took = time.perf_counter() - t0
     kv.close()
-    assert snap.regions == regions
+    assert snap.regions == regions, (snap.regions, regions)
     return snap.map_path, took, load
 
 

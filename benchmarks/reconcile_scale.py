@@ -56,7 +56,7 @@ def _child(argv: list[str], timeout: float) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
         return result
     tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-    oom = any("MemoryError" in ln or "OutOfMemory" in ln for ln in tail)
+    oom = any(s in ln for ln in tail for s in ("MemoryError", "OutOfMemory", "bad_alloc"))
     return {"error": "out of memory" if oom else f"exit {done.returncode}: {' | '.join(tail)}"}
 
 
