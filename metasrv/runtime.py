@@ -23,6 +23,7 @@ from metasrv.background import BackgroundTasks
 from metasrv.checkpoints import Checkpointer
 from metasrv.election import Election, build_election
 from metasrv.errors import MetasrvError, NotLeader, Unavailable
+from metasrv.gc_pacer import GcPacer
 from metasrv.heartbeat import HeartbeatHandler
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import KvBackend, open_kv
@@ -90,6 +91,8 @@ class Runtime:
     """Event-loop lag probe; the leader's watchdog reads it."""
     background: BackgroundTasks
     """Failures of the background loops (counted; a dead one makes /readyz not ready)."""
+    gc_pacer: GcPacer = field(default_factory=GcPacer)
+    """Young-generation collections in small steps, so none stalls the loop for long."""
     serving: bool = False
     """True while this process leads AND has loaded the map: it may take heartbeats."""
     started_at: float = field(default_factory=time.time)
@@ -196,6 +199,7 @@ class Runtime:
         """Start background work and campaign. Our leadership listener is added first, so
         the map is loaded before any later listener (the procedure manager) runs."""
         await self.loop_lag.start()
+        await self.gc_pacer.start()
         self.election.add_listener(self._on_leadership)
         await self.checkpointer.start()
         await self.procedures.start()
@@ -205,6 +209,7 @@ class Runtime:
         await self.election.start()
         watch = self.background.watch
         watch("loop_lag", self.loop_lag.task)
+        watch("gc_pacer", self.gc_pacer.task)
         watch("checkpointer", self.checkpointer.task)
         watch("procedure_sweeper", self.procedures.sweeper)
         watch("ticker", self.ticker.task)
@@ -225,6 +230,7 @@ class Runtime:
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")
         await _quietly(self.election.stop(), "stopping election")
         await self.loop_lag.stop()
+        await self.gc_pacer.stop()
         self.serving = False
         self.kafka.close()
         self.kv.close()
