@@ -124,7 +124,11 @@ async def region_views(rt: Runtime, topic: str | None, limit: int) -> list[Regio
     routes: Iterable[RegionRoute] = (
         rt.topology.regions_of(topic) if topic is not None else rt.topology.routes.values()
     )
-    chosen = sorted(routes, key=lambda r: r.region_id)[:limit]
+    # `route()` carries the latest checkpoint and node; the listing's routes may not.
+    chosen = [
+        rt.topology.route(r.region_id) or r
+        for r in sorted(routes, key=lambda r: r.region_id)[:limit]
+    ]
     now = time.monotonic()
     views = []
     for route in chosen:

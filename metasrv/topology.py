@@ -105,6 +105,11 @@ class Topology:
         self._pool_set = frozenset(self._pool)
         self._routes: dict[int, RegionRoute] = {}
         self._by_topic: dict[str, dict[int, RegionRoute]] = {}
+        # Checkpoints written since the route was loaded or registered: region id ->
+        # (node id, entry id). Kept apart from the routes so a flush replaces two ints,
+        # not a route object: the routes stay the ones frozen out of the collector's
+        # reach when leadership began (see `Runtime`), and full collections stay short.
+        self._checkpoints: dict[int, tuple[int, int]] = {}
         self._created: set[str] = set()
         self._reserved: Counter[str] = Counter()
         # Serializes map changes (registration, removal, checkpoint writes) with each
@@ -150,6 +155,7 @@ class Topology:
                 by_topic.setdefault(route.topic, {})[route.region_id] = route
             self._routes = by_id
             self._by_topic = by_topic
+            self._checkpoints = {}
             self._created = set(by_topic)
             self.loaded = True
         logger.info(
@@ -161,6 +167,7 @@ class Topology:
         """Forget the map (this process stopped leading)."""
         self._routes = {}
         self._by_topic = {}
+        self._checkpoints = {}
         self._created = set()
         self.loaded = False
 
@@ -180,21 +187,32 @@ class Topology:
         return topic in self._pool_set or topic in self._by_topic
 
     def route(self, region_id: int) -> RegionRoute | None:
-        """The region's route, or None when it is not registered."""
-        return self._routes.get(region_id)
+        """The region's route with its latest checkpoint and node, or None when it is
+        not registered."""
+        route = self._routes.get(region_id)
+        if route is None:
+            return None
+        written = self._checkpoints.get(region_id)
+        if written is None:
+            return route
+        node_id, entry_id = written
+        return RegionRoute(route.region_id, route.topic, node_id, entry_id)
 
     @property
     def routes(self) -> Mapping[int, RegionRoute]:
-        """Every route by region id (live; do not hold across an `await`)."""
+        """Every route by region id (live; do not hold across an `await`). The topic is
+        current; node and checkpoint are as loaded or registered: `route()` has the
+        latest."""
         return self._routes
 
     def regions_of(self, topic: str) -> list[RegionRoute]:
-        """Every region mapped to `topic` (empty for an unknown topic)."""
+        """Every region mapped to `topic` (empty for an unknown topic); node and
+        checkpoint as in `routes`."""
         return list(self._by_topic.get(topic, {}).values())
 
     def routes_by_topic(self) -> dict[str, Mapping[int, RegionRoute]]:
         """Topic -> {region id: route}, for the planner (live: copy or use before the
-        next `await`)."""
+        next `await`); node and checkpoint as in `routes`."""
         return dict(self._by_topic)
 
     def region_count(self, topic: str | None = None) -> int:
@@ -340,32 +358,28 @@ class Topology:
         """
         async with self._mutate:
             items: list[tuple[str, bytes]] = []
-            changed: list[RegionRoute] = []
+            changed: list[tuple[int, str, tuple[int, int]]] = []
             routes = self._routes
-            for region_id, (node_id, entry_id) in updates.items():
+            written = self._checkpoints
+            for region_id, checkpoint in updates.items():
                 route = routes.get(region_id)
-                if route is None or (
-                    route.checkpoint_entry_id == entry_id and route.node_id == node_id
-                ):
+                if route is None:
                     continue
-                new = RegionRoute(
-                    region_id=region_id,
-                    topic=route.topic,
-                    node_id=node_id,
-                    checkpoint_entry_id=entry_id,
-                )
+                if written.get(region_id, (route.node_id, route.checkpoint_entry_id)) == checkpoint:
+                    continue
+                node_id, entry_id = checkpoint
                 items.append(
                     (keys.topic_region(route.topic, region_id), route_value(node_id, entry_id))
                 )
-                changed.append(new)
+                changed.append((region_id, route.topic, checkpoint))
             if not items:
                 return 0
             await asyncio.to_thread(self._kv.batch_put, items)
-            for new in changed:
+            for region_id, topic, checkpoint in changed:
                 # `unload()` may have run during the write (leadership lost): re-check.
-                current = self._routes.get(new.region_id)
-                if current is not None and current.topic == new.topic:
-                    self._insert(new)
+                current = self._routes.get(region_id)
+                if current is not None and current.topic == topic:
+                    written[region_id] = checkpoint
         return len(items)
 
     # --- internals -------------------------------------------------------------------
@@ -394,9 +408,11 @@ class Topology:
     def _insert(self, route: RegionRoute) -> None:
         self._routes[route.region_id] = route
         self._by_topic.setdefault(route.topic, {})[route.region_id] = route
+        self._checkpoints.pop(route.region_id, None)
 
     def _remove(self, route: RegionRoute) -> None:
         self._routes.pop(route.region_id, None)
+        self._checkpoints.pop(route.region_id, None)
         regions = self._by_topic.get(route.topic)
         if regions is not None:
             regions.pop(route.region_id, None)

@@ -225,3 +225,18 @@ def test_route_value_is_the_json_orjson_writes() -> None:
         checkpoint = None if entry_id is None else {"entry_id": entry_id}
         expected = orjson.dumps({"node_id": node_id, "checkpoint": checkpoint})
         assert route_value(node_id, entry_id) == expected
+
+
+async def test_a_flush_updates_the_route_view_without_replacing_the_loaded_route(
+    world: World,
+) -> None:
+    loaded = world.topology.routes[3]
+    world.report(3, 33, node_id=7)
+    assert await world.checkpointer.flush() == 1
+    route = world.topology.route(3)
+    assert route is not None
+    assert (route.node_id, route.checkpoint_entry_id) == (7, 33)
+    # The loaded object stays in the map (frozen out of the collector at leadership).
+    assert world.topology.routes[3] is loaded
+    world.report(3, 33, node_id=7)
+    assert await world.checkpointer.flush() == 0  # unchanged: compared with the written one
