@@ -125,21 +125,19 @@ class Topology:
     # --- loading ---------------------------------------------------------------------
 
     async def load(self) -> int:
-        """Replace the in-memory map with the kv backend's; return the region count."""
+        """Replace the in-memory map with the kv backend's; return the region count.
 
-        def read() -> list[RegionRoute]:
-            routes = []
-            for kv in self._kv.scan(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE):
-                route = parse_route(kv)
-                if route is not None:
-                    routes.append(route)
-            return routes
+        Reading, decoding and indexing all happen on a worker thread: at a million
+        routes that is seconds of work the event loop must not wait behind.
+        """
 
-        async with self._mutate:
-            routes = await asyncio.to_thread(read)
+        def read() -> tuple[dict[int, RegionRoute], dict[str, dict[int, RegionRoute]]]:
             by_id: dict[int, RegionRoute] = {}
             by_topic: dict[str, dict[int, RegionRoute]] = {}
-            for route in routes:
+            for kv in self._kv.scan(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE):
+                route = parse_route(kv)
+                if route is None:
+                    continue
                 previous = by_id.get(route.region_id)
                 if previous is not None and previous.topic != route.topic:
                     # Should never happen (registration checks); keep both keys visible
@@ -153,6 +151,10 @@ class Topology:
                     )
                 by_id[route.region_id] = route
                 by_topic.setdefault(route.topic, {})[route.region_id] = route
+            return by_id, by_topic
+
+        async with self._mutate:
+            by_id, by_topic = await asyncio.to_thread(read)
             self._routes = by_id
             self._by_topic = by_topic
             self._checkpoints = {}

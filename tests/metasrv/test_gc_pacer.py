@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from metasrv.gc_pacer import GcPacer, collect_due
+from metasrv.gc_pacer import FULL_EVERY, MIDDLE_EVERY, GcPacer
 
 
 class Node:
@@ -32,25 +32,32 @@ def automatic_gc_off() -> Iterator[None]:
         gc.enable()
 
 
-def test_collect_due_frees_a_young_cycle(automatic_gc_off: None) -> None:
+def test_a_pass_frees_a_young_cycle(automatic_gc_off: None) -> None:
     gc.collect()
     ref = garbage_cycle()
     assert ref() is not None  # only a collection can free a cycle
-    collect_due()
+    GcPacer().collect()
     assert ref() is None
 
 
-def test_collect_due_takes_the_older_generation_when_its_count_is_due(
-    automatic_gc_off: None,
-) -> None:
-    gc.collect()
-    threshold1 = gc.get_threshold()[1]
-    for _ in range(threshold1):
-        gc.collect(0)
-    assert gc.get_count()[1] >= threshold1
-    collect_due()  # gen 1: its count goes back to 0 and gen 2's goes up
-    assert gc.get_count()[1] == 0
-    assert gc.get_count()[2] >= 1
+def test_older_generations_are_collected_on_schedule(automatic_gc_off: None) -> None:
+    pacer = GcPacer()
+    seen: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(note)
+    try:
+        for _ in range(FULL_EVERY):
+            pacer.collect()
+    finally:
+        gc.callbacks.remove(note)
+    assert seen.count(2) == 1
+    assert seen.count(1) == FULL_EVERY // MIDDLE_EVERY - 1
+    assert seen.count(0) == FULL_EVERY - FULL_EVERY // MIDDLE_EVERY
+    assert seen[-1] == 2
 
 
 async def test_the_pacer_collects_without_any_allocation_trigger(automatic_gc_off: None) -> None:
