@@ -8,7 +8,8 @@ while a probe task measures the event loop's lag every 5 ms, as heartbeats would
 
     python benchmarks/leader_map_load.py [--routes 1000000] [--json]
 
-Uses the stack's etcd (`metasrv stack up`) or METASRV_TEST_ETCD; Kafka is not contacted.
+Uses the stack (`metasrv stack up`): its etcd (or METASRV_TEST_ETCD), and its Kafka address
+for the admin client the topology is built with (loading the map does not contact Kafka).
 """
 
 from __future__ import annotations
@@ -64,9 +65,8 @@ def main() -> None:
     parser.add_argument("--routes", type=int, default=1_000_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    endpoint = (
-        os.environ.get("METASRV_TEST_ETCD") or endpoints_of(StackConfig.from_env()).etcd_endpoint
-    )
+    endpoints = endpoints_of(StackConfig.from_env())
+    endpoint = os.environ.get("METASRV_TEST_ETCD") or endpoints.etcd_endpoint
     prefix = f"bench-mapload-{uuid.uuid4().hex[:8]}/"
     kv = EtcdKv([endpoint], prefix, timeout=60)
     try:
@@ -74,8 +74,8 @@ def main() -> None:
         for batch in routes(args.routes):
             kv.batch_put(batch)
         write_s = time.perf_counter() - t0
-        settings = load_settings(None, wal={"broker_endpoints": ["127.0.0.1:1"]})
-        topology = Topology(kv, KafkaAdmin("127.0.0.1:1"), TopicLocks(), settings)
+        settings = load_settings(None, wal={"broker_endpoints": [endpoints.kafka_bootstrap]})
+        topology = Topology(kv, KafkaAdmin(endpoints.kafka_bootstrap), TopicLocks(), settings)
         result = asyncio.run(timed_load(topology))
         result["write_s"] = round(write_s, 1)
     finally:

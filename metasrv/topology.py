@@ -29,7 +29,10 @@ from metasrv.settings import Settings
 logger = logging.getLogger(__name__)
 
 
-_SCAN_PAGE = 5000
+_SCAN_PAGE = 20_000
+"""Routes per range read (about 2 MB). etcd counts the rest of the range on every paged
+read, so the whole scan costs pages x keys: 5,000 per page made a 1M-route map load take
+67 s, 20,000 a fraction of that (`benchmarks/leader_map_load.py`)."""
 
 
 def _no_fence() -> list[Compare]:
