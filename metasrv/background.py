@@ -11,6 +11,7 @@ round) is recorded as dead by `watch`, counted the same way, and `dead()` names 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -22,6 +23,14 @@ logger = logging.getLogger(__name__)
 
 ErrorSink = Callable[[BaseException], None]
 """What a loop calls with the exception one of its rounds raised."""
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background loop and wait until it has ended (None: nothing to do)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def log_only(task: str) -> ErrorSink:

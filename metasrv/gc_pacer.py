@@ -17,8 +17,9 @@ start them no longer fires. The interpreter's own thresholds stay as a backstop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
+
+from metasrv.background import cancel_and_wait
 
 DEFAULT_INTERVAL = 0.05
 """Seconds between two young-generation collections."""
@@ -49,10 +50,7 @@ class GcPacer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     def collect(self) -> int:
         """One pass; returns the objects collected."""

@@ -9,10 +9,11 @@ election's watchdog) can ask `stalled_for()` without touching the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from prometheus_client import Histogram
+
+from metasrv.background import cancel_and_wait
 
 DEFAULT_INTERVAL = 0.025
 """Seconds between probes: fine enough to see a 20 ms stall, cheap enough to run always."""
@@ -50,10 +51,7 @@ class LoopLagMonitor:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self._last_tick = 0.0
 
     async def _probe(self) -> None:
