@@ -1,9 +1,10 @@
 """Batched persistence of region checkpoints (DESIGN §4).
 
 Heartbeats only mark regions dirty (a set insert). A background task writes each dirty
-region's `__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` with
-one `batch_put` when `wal.checkpoint_batch` regions are dirty or every
-`wal.checkpoint_interval`, whichever comes first, and once more on shutdown. Flushes
+region's `__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` when
+`wal.checkpoint_batch` regions are dirty or every `wal.checkpoint_interval`, whichever
+comes first, and once more on shutdown; a flush reads, encodes and writes (`batch_put`)
+`FLUSH_SLICE` regions at a time, so the event loop serves heartbeats in between. Flushes
 are at least a tenth of the interval apart (`min_gap`), so a storm of changing stats
 coalesces (each region is written once per flush, however often it changed) instead of
 turning into a write stream as fast as heartbeats arrive. Only regions whose prunable
