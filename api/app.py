@@ -1,6 +1,6 @@
 """The FastAPI application: `create_app(settings)`.
 
-The lifespan builds the whole runtime (`metasrv.runtime.Runtime`), starts it, and
+The lifespan builds the whole runtime (`api.runtime.Runtime`), starts it, and
 closes it on shutdown; routes reach it through api/deps.py. Errors map to statuses in
 api/errors.py; bodies over `http.body_limit` get 413 from api/limits.py.
 """
@@ -27,7 +27,7 @@ from api.routers import (
     regions,
     topics,
 )
-from metasrv.runtime import Runtime
+from api.runtime import Runtime
 from metasrv.settings import Settings
 
 API_VERSION = "1"

@@ -1,6 +1,6 @@
 """FastAPI dependencies: the runtime and its parts as `Annotated` aliases.
 
-`RuntimeDep` is the wired `metasrv.runtime.Runtime` the lifespan built. `LeaderDep` is
+`RuntimeDep` is the wired `api.runtime.Runtime` the lifespan built. `LeaderDep` is
 the same but answers 421 on a follower and 503 while a new leader loads its map: every
 endpoint that reads or changes leader state takes it.
 """
@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
+from api.runtime import Runtime
 from metasrv.election import Election
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import KvBackend
@@ -19,7 +20,6 @@ from metasrv.locks import TopicLocks
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.registry import RegionRegistry
-from metasrv.runtime import Runtime
 from metasrv.settings import Settings
 from metasrv.topology import Topology
 

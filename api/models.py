@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from api.queries import RegionView, ReplayStart, TopicView
 from metasrv.heartbeat_wire import MAX_REGIONS, MAX_TOPIC_REPORTS
 from metasrv.model import ID_MAX, TopicPlan
-from metasrv.queries import RegionView, ReplayStart, TopicView
 
 RegionId = Annotated[StrictInt, Field(ge=0, le=ID_MAX, examples=[(1024 << 32) | 1])]
 """`table_id << 32 | region_number`."""

@@ -28,8 +28,8 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.locks import TopicLocks
 from metasrv.settings import load_settings
-from metasrv.stack import StackConfig, endpoints_of
 from metasrv.topology import Topology
+from toolbox.stack import StackConfig, endpoints_of
 
 PROBE = 0.005
 

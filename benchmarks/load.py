@@ -4,7 +4,7 @@ Two `metasrv start` processes (leader + follower) run on the shared etcd and Kaf
 unique key prefix and topic prefix. The topic-region map of the 100,000 synthetic regions
 is written to etcd before the daemons start (the DESIGN §4 layout, as registrations leave
 it); their DESIGN §5 heartbeats come from lightweight asyncio + httpx load generators in
-separate processes. A handful of simulated datanodes (metasrv.simulator, registered
+separate processes. A handful of simulated datanodes (toolbox.simulator, registered
 through `POST /v1/regions`) write real WAL records and flush, so the synthetic regions
 follow real high watermarks and the leader's purges really delete.
 
@@ -431,7 +431,7 @@ def daemons(
     args: argparse.Namespace, workdir: Path, kafka: str, etcd: str, history_url: str
 ) -> Iterator[tuple[Any, Any]]:
     """Leader then follower, both `metasrv start -c FILE` children."""
-    from metasrv.simulator import MetasrvProcess, free_port, render_config
+    from toolbox.simulator import MetasrvProcess, free_port, render_config
 
     procs = []
     try:
@@ -474,9 +474,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     from metasrv import keys
     from metasrv.kafka import KafkaAdmin
     from metasrv.kv import EtcdKv
-    from metasrv.simulator import Workload, WorkloadConfig
-    from metasrv.stack import ensure_up
     from metasrv.topology import route_value
+    from toolbox.simulator import Workload, WorkloadConfig
+    from toolbox.stack import ensure_up
 
     if args.kafka and args.etcd:
         kafka, etcd = args.kafka, args.etcd

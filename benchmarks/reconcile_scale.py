@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow.parquet as pq
 
-from metasrv.stack import StackConfig, down, spark_up
+from toolbox.stack import StackConfig, down, spark_up
 
 BENCH = Path(__file__).with_name("reconcile_bench.py")
 

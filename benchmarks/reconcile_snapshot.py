@@ -33,8 +33,8 @@ import migrations
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.reconcile import read_snapshot
-from metasrv.stack import StackConfig, endpoints_of
 from metasrv.topology import route_value
+from toolbox.stack import StackConfig, endpoints_of
 
 TOPICS = 64
 

@@ -47,7 +47,7 @@ from rich.table import Table
 
 from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
-from metasrv.simulator import (
+from toolbox.simulator import (
     MetasrvProcess,
     Workload,
     WorkloadConfig,
@@ -55,7 +55,7 @@ from metasrv.simulator import (
     migrate,
     render_config,
 )
-from metasrv.stack import ensure_up
+from toolbox.stack import ensure_up
 
 logger = logging.getLogger("wal_retention")
 

@@ -121,9 +121,7 @@ class KafkaBatcher:
         )
         # Two procedures never purge one topic at once; if they did, the higher offset
         # wins and both learn the resulting low watermark.
-        self._deletes: _Coalescer[int, int] = _Coalescer(
-            admin.delete_records, max, window=window
-        )
+        self._deletes: _Coalescer[int, int] = _Coalescer(admin.delete_records, max, window=window)
 
     async def offsets(self, topic: str) -> PartitionOffsets:
         """Log start offset and high watermark of the topic's partition 0."""

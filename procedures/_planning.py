@@ -83,9 +83,7 @@ async def plan_one(
     return PlanInputs(plan, routes, stats)
 
 
-async def plan_all(
-    services: Services, pruned: Mapping[str, int | None]
-) -> dict[str, PlanInputs]:
+async def plan_all(services: Services, pruned: Mapping[str, int | None]) -> dict[str, PlanInputs]:
     """Plan every topic that has regions, with batched offsets (the ticker's view; no locks).
 
     Topic by topic, each from a copy of its own rows, yielding to the event loop between

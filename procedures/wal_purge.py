@@ -309,8 +309,10 @@ class WalPurge(Procedure[PurgeData]):
         if target < 0:
             return target, None, "nothing to purge: a region has no entry flushed yet"
         if plan.pruned_entry_id is not None and target <= plan.pruned_entry_id:
-            return target, None, (
-                f"up to date: prune point {target} <= pruned_entry_id {plan.pruned_entry_id}"
+            return (
+                target,
+                None,
+                (f"up to date: prune point {target} <= pruned_entry_id {plan.pruned_entry_id}"),
             )
         return target, None, None
 

@@ -2,7 +2,7 @@
 
 Each service fixture reuses the endpoint named by `METASRV_TEST_KAFKA` / `METASRV_TEST_ETCD` /
 `METASRV_TEST_POSTGRES` when set; otherwise it brings the project's own local stack up
-(`metasrv.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
+(`toolbox.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
 The stack is left running at the end of the session: CI or the developer takes it down.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from metasrv.kafka import KafkaAdmin
-from metasrv.stack import Endpoints, StackConfig, ensure_up
+from toolbox.stack import Endpoints, StackConfig, ensure_up
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,7 +48,7 @@ def local_stack() -> Endpoints:
 @pytest.fixture(scope="session")
 def stack_config(local_stack: Endpoints) -> StackConfig:
     """Config of the running local stack, for fault tests that stop/start/signal its services
-    (`metasrv.stack.stop_service`, `start_service`, `service_pid`)."""
+    (`toolbox.stack.stop_service`, `start_service`, `service_pid`)."""
     return StackConfig.from_env()
 
 

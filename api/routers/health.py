@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from api import queries
 from api.deps import RuntimeDep
 from api.errors import error_response
 from api.models import ErrorBody, HealthOut, ReadyOut
-from metasrv import queries
 
 router = APIRouter(tags=["health"])
 

@@ -22,9 +22,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.auth import BEARER_SECURITY, Access, authorize
 from api.errors import render_error
 from api.models import ERROR_RESPONSES, HeartbeatRequest, HeartbeatResponse, inline_schema
+from api.runtime import Runtime
 from metasrv.errors import MetasrvError
 from metasrv.heartbeat_wire import COLUMNS_FORMAT
-from metasrv.runtime import Runtime
 
 router = APIRouter(tags=["datanode"])
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from api import queries
 from api.auth import RequireViewer
 from api.deps import RuntimeDep
 from api.models import ERROR_RESPONSES
-from metasrv import queries
 
 router = APIRouter(tags=["health"])
 

@@ -14,8 +14,8 @@ from api.auth import RequireOperator, RequireViewer
 from api.deps import LeaderDep, RuntimeDep
 from api.models import ERROR_RESPONSES, TopicName
 from api.models_ops import ProcedureList, ProcedureOut, ProcedureStateName
+from api.runtime import Runtime
 from metasrv.errors import Unavailable
-from metasrv.runtime import Runtime
 from procedures import ProcedureManager
 
 router = APIRouter(tags=["procedures"], responses=ERROR_RESPONSES)

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
+from api import queries
 from api.auth import RequireOperator, RequireViewer
 from api.deps import LeaderDep, RuntimeDep
 from api.models import ERROR_RESPONSES, PlanList, TopicName, TopicPlanOut
@@ -24,7 +25,6 @@ from api.models_ops import (
     WalEventOut,
 )
 from api.routers.procedures import manager_of
-from metasrv import queries
 from procedures import History
 
 router = APIRouter(tags=["purge"], responses=ERROR_RESPONSES)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from api import queries
 from api.auth import RequireOperator, RequireReplay, RequireViewer
 from api.deps import LeaderDep
 from api.models import (
@@ -17,7 +18,6 @@ from api.models import (
     ReplayStartOut,
     TopicName,
 )
-from metasrv import queries
 from metasrv.model import ID_MAX
 
 router = APIRouter(tags=["regions"], responses=ERROR_RESPONSES)

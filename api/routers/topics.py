@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from api import queries
 from api.auth import RequireViewer
 from api.deps import LeaderDep
 from api.models import ERROR_RESPONSES, PlanList, TopicList, TopicName, TopicOut, TopicPlanOut
-from metasrv import queries
 
 router = APIRouter(tags=["topics"], dependencies=[RequireViewer], responses=ERROR_RESPONSES)
 

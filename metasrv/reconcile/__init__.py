@@ -3,8 +3,12 @@ topic-region map, what regions report in heartbeats, and Kafka.
 
 `run_reconcile(settings, RunOptions(...))` is one run end to end (`metasrv reconcile`).
 The rules are in `_rules.py`, the Spark pass in `_job.py`, repairs in `_apply.py`.
+PySpark loads only when a Spark name is first used (the daemon serves reconcile results
+without it).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from metasrv.reconcile._apply import (
     Action,
@@ -24,7 +28,6 @@ from metasrv.reconcile._findings import (
     Severity,
     findings_table,
 )
-from metasrv.reconcile._job import JobInputs, JobResult, run_job
 from metasrv.reconcile._rules import (
     Coverage,
     ReconcileParams,
@@ -35,9 +38,28 @@ from metasrv.reconcile._rules import (
 )
 from metasrv.reconcile._run import NullProgress, Progress, RunOptions, RunReport, run_reconcile
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
-from metasrv.reconcile._spark import build_session, check_master_reachable
 from metasrv.reconcile._store import RunRecord, latest_run, save_run
 from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table
+
+if TYPE_CHECKING:
+    from metasrv.reconcile._job import JobInputs, JobResult, run_job
+    from metasrv.reconcile._spark import build_session, check_master_reachable
+
+_SPARK_NAMES = {
+    "JobInputs": "_job",
+    "JobResult": "_job",
+    "run_job": "_job",
+    "build_session": "_spark",
+    "check_master_reachable": "_spark",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SPARK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "FINDINGS_SCHEMA",

@@ -51,9 +51,7 @@ _VALUE_SCHEMA = pa.schema(
         pa.field("checkpoint", pa.struct([pa.field("entry_id", pa.int64())])),
     ]
 )
-_JSON_PARSE = pajson.ParseOptions(
-    explicit_schema=_VALUE_SCHEMA, unexpected_field_behavior="ignore"
-)
+_JSON_PARSE = pajson.ParseOptions(explicit_schema=_VALUE_SCHEMA, unexpected_field_behavior="ignore")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,10 @@ from fastapi import FastAPI
 
 import migrations
 from api import create_app
+from api.runtime import Runtime
 from api.serving import uvicorn_config
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.runtime import Runtime
 from metasrv.settings import Settings, load_settings
 
 NUM_TOPICS = 3

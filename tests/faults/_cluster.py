@@ -2,7 +2,7 @@
 
 `FaultCluster` runs N `metasrv start` processes on the suite's own etcd (one key prefix)
 and Kafka (one topic prefix), the SQL history in a PostgreSQL schema, and simulated
-datanodes (metasrv.simulator) that write real WAL records, flush SSTs and heartbeat to
+datanodes (toolbox.simulator) that write real WAL records, flush SSTs and heartbeat to
 whichever metasrv leads (tests/faults/_client.py). An `InvariantMonitor` samples the
 safety invariants all along. `recovery_check()` is the end-of-scenario proof: every
 datanode is crashed and restarted, replays from the leader's replay-start with
@@ -25,14 +25,14 @@ from metasrv import keys
 from metasrv.errors import MetasrvError, NotLeader, Unavailable, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.simulator import SimDatanode, SimRegion, Workload, WorkloadConfig, render_config
-from metasrv.simulator import free_port as _free_port
 from procedures import ProcedureRecord
 from procedures._store import STATE_SUFFIX
 from tests.faults._client import ClusterClient
 from tests.faults._daemons import Daemon
 from tests.faults._monitor import InvariantMonitor
 from tests.faults._summary import FaultSummary
+from toolbox.simulator import SimDatanode, SimRegion, Workload, WorkloadConfig, render_config
+from toolbox.simulator import free_port as _free_port
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from metasrv.simulator import MetasrvProcess
+from toolbox.simulator import MetasrvProcess
 
 
 class Daemon:

@@ -28,9 +28,9 @@ from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import PartitionOffsets
-from metasrv.simulator import SimDatanode
 from metasrv.topology import parse_pruned
 from tests.faults._summary import FaultSummary
+from toolbox.simulator import SimDatanode
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 
-from metasrv.stack import StackConfig, endpoints_of, service_pid, start_service, stop_service
+from toolbox.stack import StackConfig, endpoints_of, service_pid, start_service, stop_service
 
 STATE_DIR_ENV = "METASRV_FAULTS_STACK_DIR"
 KAFKA_PORT = 29092

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-from metasrv.simulator import SimRegion, WalWriter
+from toolbox.simulator import SimRegion, WalWriter
 
 
 def test_killed_region_is_never_idle(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from metasrv.cli import app
-from metasrv.cli._ops import Exit, resolve_target, why_not_purged
+from cli import app
+from cli._ops import Exit, resolve_target, why_not_purged
 from metasrv.model import BlockingRegion, TopicPlan
 from tests.api._live import (
     OPERATOR_TOKEN,

@@ -3,7 +3,7 @@
 The module starts its own single-node Kafka (PLAINTEXT for set-up, SSL with client
 certificates, SASL_SSL with PLAIN / SCRAM users made at format time) and its own etcd
 (client TLS with required client certificates), with certificates generated now by
-`metasrv.stack`'s throw-away CA. The shared test stack stays plain-text.
+`toolbox.stack`'s throw-away CA. The shared test stack stays plain-text.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from metasrv.errors import KafkaRejected, KvUnavailable
 from metasrv.kafka import KafkaAdmin, client_config
 from metasrv.kv import EtcdKv, EtcdSecurity
 from metasrv.settings import Settings, WalSettings, load_settings
-from metasrv.stack import StackConfig, start_service, stop_service
-from metasrv.stack._certs import Pki, make_pki
-from metasrv.stack._config import SASL_USERS
 from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, live_settings, serve
+from toolbox.stack import StackConfig, start_service, stop_service
+from toolbox.stack._certs import Pki, make_pki
+from toolbox.stack._config import SASL_USERS
 
 # Ports of this module's own services: 8 from METASRV_TEST_SECURE_PORT_BASE on.
 _BASE = int(os.environ.get("METASRV_TEST_SECURE_PORT_BASE", "19110"))

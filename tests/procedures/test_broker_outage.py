@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from metasrv.stack import StackConfig, service_pid, start_service, stop_service
 from procedures import ProcedureState
 from tests.procedures.conftest import HarnessFactory
+from toolbox.stack import StackConfig, service_pid, start_service, stop_service
 
 pytestmark = pytest.mark.faults
 

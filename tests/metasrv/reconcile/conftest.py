@@ -11,8 +11,8 @@ import pytest
 
 import migrations
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
-from metasrv.stack import StackConfig, ensure_up
 from tests.metasrv.kv._pgschema import fresh_schema
+from toolbox.stack import StackConfig, ensure_up
 
 
 @pytest.fixture(scope="session")

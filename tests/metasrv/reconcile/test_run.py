@@ -24,11 +24,11 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.reconcile import Outcome, RunOptions, latest_run, run_reconcile
 from metasrv.settings import Settings, load_settings
-from metasrv.simulator._harness import MetasrvProcess, free_port, metasrv_argv, render_config
-from metasrv.stack import StackConfig, spark_master_status, spark_master_url
 from metasrv.stat_location import cluster_root
 from metasrv.topology import route_value
 from tests.metasrv.reconcile._seed import stat, write_history
+from toolbox.simulator._harness import MetasrvProcess, free_port, metasrv_argv, render_config
+from toolbox.stack import StackConfig, spark_master_status, spark_master_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

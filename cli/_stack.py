@@ -1,0 +1,139 @@
+"""`metasrv stack up|down|status`: the local real services (`toolbox.stack`, loaded lazily)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from metasrv.errors import MetasrvError
+
+if TYPE_CHECKING:
+    from toolbox.stack import StackConfig
+
+stack_app = typer.Typer(
+    help="Local Kafka, etcd, PostgreSQL (and Spark) for development and tests.",
+    no_args_is_help=True,
+)
+
+StateDir = Annotated[
+    Path | None,
+    typer.Option("--state-dir", help="State directory (default: .stack/ at the repo root)."),
+]
+KafkaPort = Annotated[int | None, typer.Option(help="Kafka port (env METASRV_STACK_KAFKA_PORT).")]
+EtcdPort = Annotated[
+    int | None, typer.Option(help="etcd client port (env METASRV_STACK_ETCD_PORT).")
+]
+PostgresPort = Annotated[
+    int | None, typer.Option(help="PostgreSQL port (env METASRV_STACK_POSTGRES_PORT).")
+]
+Spark = Annotated[
+    bool,
+    typer.Option(
+        "--spark",
+        help="Also a standalone Spark master and workers (ports from env "
+        "METASRV_STACK_SPARK_PORT, default 17077 and up).",
+    ),
+]
+
+
+def _config(
+    state_dir: Path | None, kafka_port: int | None, etcd_port: int | None, postgres_port: int | None
+) -> StackConfig:
+    from toolbox.stack import StackConfig
+
+    cfg = StackConfig.from_env(
+        state_dir=state_dir, kafka_port=kafka_port, etcd_port=etcd_port, postgres_port=postgres_port
+    )
+    # A port moved on the command line takes its companion listener along (port + 1).
+    return StackConfig.from_env(
+        state_dir=cfg.state_dir,
+        kafka_port=cfg.kafka_port,
+        etcd_port=cfg.etcd_port,
+        postgres_port=cfg.postgres_port,
+        kafka_controller_port=None if kafka_port is None else kafka_port + 1,
+        etcd_peer_port=None if etcd_port is None else etcd_port + 1,
+    )
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+
+@stack_app.command("up")
+def up_cmd(
+    state_dir: StateDir = None,
+    kafka_port: KafkaPort = None,
+    etcd_port: EtcdPort = None,
+    postgres_port: PostgresPort = None,
+    spark: Spark = False,
+) -> None:
+    """Install (first time) and start every service; print the endpoints. Idempotent."""
+    from toolbox.stack import ensure_up, status
+
+    _setup_logging()
+    cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
+    try:
+        endpoints = ensure_up(cfg, spark=spark)
+    except MetasrvError as exc:
+        typer.echo(f"stack up failed: {exc.message}", err=True)
+        raise typer.Exit(1) from exc
+    for st in status(cfg, spark=spark):
+        origin = f"pid {st.pid}" if st.pid is not None else "reused, not started here"
+        typer.echo(f"# {st.name:<14} {st.endpoint:<24} {origin}", err=True)
+    for line in endpoints.env_lines():
+        typer.echo(line)
+
+
+@stack_app.command("status")
+def status_cmd(
+    state_dir: StateDir = None,
+    kafka_port: KafkaPort = None,
+    etcd_port: EtcdPort = None,
+    postgres_port: PostgresPort = None,
+    spark: Spark = False,
+) -> None:
+    """Per service: running (pid of ours), healthy (a real request), endpoint."""
+    from toolbox.stack import endpoints_of, status
+
+    cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
+    results = status(cfg, spark=spark)
+    for st in results:
+        running = (
+            f"running (pid {st.pid})"
+            if st.pid is not None
+            else ("running (not started here)" if st.healthy else "not running")
+        )
+        health = "healthy" if st.healthy else "UNHEALTHY"
+        typer.echo(f"{st.name:<14} {st.endpoint:<24} {running:<28} {health}")
+    for line in endpoints_of(cfg, spark=spark).env_lines():
+        typer.echo(line)
+    if not all(st.healthy for st in results):
+        raise typer.Exit(1)
+
+
+@stack_app.command("down")
+def down_cmd(
+    state_dir: StateDir = None,
+    kafka_port: KafkaPort = None,
+    etcd_port: EtcdPort = None,
+    postgres_port: PostgresPort = None,
+) -> None:
+    """Stop the services this state dir started (never ones it merely reused)."""
+    from toolbox.stack import down
+
+    _setup_logging()
+    cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
+    try:
+        stopped = down(cfg)
+    except MetasrvError as exc:
+        typer.echo(f"stack down failed: {exc.message}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `stack` to the root app."""
+    app.add_typer(stack_app, name="stack")

@@ -1,0 +1,198 @@
+"""What the demo watches and prints: the live topic table, recovery and summary tables."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from metasrv.client import MetasrvClient, PurgeRecord
+from metasrv.errors import MetasrvError
+from metasrv.kafka import KafkaAdmin
+from metasrv.model import TopicPlan
+from toolbox.simulator import NodeRecovery, Workload
+
+
+@dataclass(slots=True)
+class Findings:
+    """What the demo observed; decides the exit status."""
+
+    recoveries: list[NodeRecovery] = field(default_factory=list)
+    lost_entries: dict[str, int] = field(default_factory=dict)
+    """Topic -> unflushed acknowledged entries found below Kafka's log start."""
+    data_loss_reported: set[str] = field(default_factory=set)
+    """Topics whose plan reported WAL data loss."""
+    blocked_during_outage: dict[str, set[int]] = field(default_factory=dict)
+    procedures: dict[str, int] = field(default_factory=dict)
+    """Procedure states counted over the manual purges."""
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.failure is None
+            and not self.lost_entries
+            and not self.data_loss_reported
+            and all(r.missing == 0 for r in self.recoveries)
+        )
+
+
+class Watcher:
+    """Samples the plan and Kafka each tick; checks no needed entry was deleted."""
+
+    def __init__(self, workload: Workload, viewer: MetasrvClient, findings: Findings) -> None:
+        self.workload = workload
+        self.viewer = viewer
+        self.findings = findings
+        self.admin = KafkaAdmin(workload.kafka_bootstrap)
+        self.plans: dict[str, TopicPlan] = {}
+        self.purges: dict[str, int] = {}
+        self.outage = False
+        self.phase = ""
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def check_needed_entries(self) -> None:
+        """Every acknowledged, unflushed row must still be readable from Kafka."""
+        # Log start first, then the regions: a row needed after the read was needed before.
+        offsets = self.admin.offsets(self.workload.topics)
+        for datanode in self.workload.datanodes.values():
+            for region in list(datanode.regions.values()):
+                lost = [
+                    e
+                    for e in region.unflushed_entry_ids()
+                    if e < offsets[region.topic].log_start_offset
+                ]
+                if lost:
+                    self.findings.lost_entries[region.topic] = self.findings.lost_entries.get(
+                        region.topic, 0
+                    ) + len(lost)
+
+    def tick(self, _elapsed: float = 0.0) -> None:
+        self.check_needed_entries()
+        with contextlib.suppress(MetasrvError):
+            self.plans = {p.topic: p for p in self.viewer.plan()}
+        for plan in self.plans.values():
+            if plan.data_loss:
+                self.findings.data_loss_reported.add(plan.topic)
+            if self.outage and plan.blocked_by:
+                self.findings.blocked_during_outage.setdefault(plan.topic, set()).update(
+                    b.region_id for b in plan.blocked_by
+                )
+
+    def table(self) -> Table:
+        table = Table(title=f"WAL topics — {self.phase}", title_justify="left")
+        table.add_column("topic")
+        for column in ("regions", "HW", "log start", "P", "pruned", "reclaimable"):
+            table.add_column(column, justify="right")
+        table.add_column("blocked by")
+        for topic in self.workload.topics:
+            plan = self.plans.get(topic)
+            if plan is None:
+                table.add_row(topic, *["-"] * 7)
+                continue
+            reasons: dict[str, int] = {}
+            for b in plan.blocked_by:
+                reasons[b.reason] = reasons.get(b.reason, 0) + 1
+            blocked = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+            table.add_row(
+                topic,
+                str(plan.region_count),
+                _num(plan.high_watermark),
+                _num(plan.log_start_offset),
+                _num(plan.prune_point),
+                _num(plan.pruned_entry_id),
+                str(plan.reclaimable_entries),
+                f"[yellow]{blocked}[/yellow]" if blocked else "[green]none[/green]",
+            )
+        return table
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def recovery_table(recoveries: list[NodeRecovery]) -> Table:
+    table = Table(
+        title="Crash recovery (kill, then replay from the metasrv's replay-start)",
+        title_justify="left",
+    )
+    for column in (
+        "datanode",
+        "regions",
+        "acknowledged rows",
+        "from SST",
+        "replayed from Kafka",
+        "missing",
+    ):
+        table.add_column(column, justify="right")
+    for rec in recoveries:
+        missing = f"[red]{rec.missing}[/red]" if rec.missing else "[green]0[/green]"
+        table.add_row(
+            str(rec.node_id),
+            str(len(rec.verifications)),
+            str(rec.acknowledged),
+            str(rec.recovered_from_sst),
+            str(rec.replayed),
+            missing,
+        )
+    return table
+
+
+def summary_table(
+    topics: list[str],
+    plans: dict[str, TopicPlan],
+    history: dict[str, list[PurgeRecord]],
+    findings: Findings,
+) -> Table:
+    table = Table(title="WAL purge summary", title_justify="left")
+    table.add_column("topic")
+    for column in ("P (pruned)", "HW", "purges", "deleted", "reclaimed"):
+        table.add_column(column, justify="right")
+    for column in ("blocked now", "blocked in outage", "needed lost"):
+        table.add_column(column, justify="right")
+    for topic in topics:
+        plan = plans.get(topic)
+        records = history.get(topic, [])
+        lost = findings.lost_entries.get(topic, 0) + (
+            1 if topic in findings.data_loss_reported else 0
+        )
+        table.add_row(
+            topic,
+            _num(plan.pruned_entry_id if plan else None),
+            _num(plan.high_watermark if plan else None),
+            str(len(records)),
+            str(sum(r.entries_deleted for r in records)),
+            _bytes(sum(r.bytes_estimated for r in records)),
+            str(len(plan.blocked_by)) if plan else "-",
+            str(len(findings.blocked_during_outage.get(topic, set()))),
+            f"[red]{lost}[/red]" if lost else "[green]0[/green]",
+        )
+    return table
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def failure_text(findings: Findings) -> str:
+    parts = []
+    if findings.failure:
+        parts.append(findings.failure)
+    missing = sum(r.missing for r in findings.recoveries)
+    if missing:
+        parts.append(f"{missing} acknowledged rows missing after recovery")
+    if findings.lost_entries:
+        parts.append(f"needed entries deleted from Kafka: {findings.lost_entries}")
+    if findings.data_loss_reported:
+        parts.append(f"metasrv reported WAL data loss on {sorted(findings.data_loss_reported)}")
+    return "; ".join(parts)

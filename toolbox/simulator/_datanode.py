@@ -1,0 +1,432 @@
+"""A simulated datanode: hosts regions, heartbeats to the metasrv, obeys flush instructions.
+
+Threads: the WAL writer's poll thread (delivery reports), one heartbeat thread, one
+flusher thread (auto-flushes and `flush_regions` instructions). `kill()` is a crash:
+memtables are dropped, queued records are discarded, nothing is flushed. `restart()`
+reopens every region found in the data dir, asks the metasrv where to replay from, and
+replays; `verify()` then checks every acknowledged row is recovered.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from metasrv.client import MetasrvClient
+from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError, WalDataLoss
+from metasrv.kafka import KafkaAdmin
+from metasrv.model import PartitionOffsets
+from toolbox.simulator._region import RecoveryReport, SimRegion, VerifyReport
+from toolbox.simulator._wal import Tee, WalWriter
+
+logger = logging.getLogger(__name__)
+
+_REGION_DIR = re.compile(r"^region_(\d+)$")
+_REPLAY_START_PATIENCE = 10.0
+"""Seconds a restarting region waits for a replay start below Kafka's log start to move
+(a purge in flight) before it reports WAL loss."""
+
+
+class _Default(enum.Enum):
+    TOKEN = 0
+
+
+DEFAULT = _Default.TOKEN
+"""Marker for "use the datanode's default flush threshold"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A region the metasrv refused in a heartbeat."""
+
+    region_id: int
+    """Refused region."""
+    reason: str
+    """Reason the metasrv gave."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatOutcome:
+    """What one heartbeat round trip did."""
+
+    leader: str | None
+    """Leader the metasrv named."""
+    flush_instructions: tuple[int, ...]
+    """Region ids the metasrv asked to flush (queued for the flusher)."""
+    rejected: tuple[Rejection, ...]
+    """Regions refused."""
+
+
+class SimDatanode:
+    """A datanode hosting simulated regions in `data_dir` (one sub-directory per region)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        metasrv_url: str | None,
+        token: str | None,
+        kafka_bootstrap: str,
+        data_dir: str | Path,
+        *,
+        heartbeat_interval: float = 1.0,
+        flush_threshold_bytes: int | None = 256 * 1024,
+        replay_timeout: float = 60.0,
+        tee: Tee | None = None,
+        advance_flushed_when_idle: bool = True,
+    ) -> None:
+        """`metasrv_url` None: no heartbeats (Kafka-only use); `restart` then needs `replay_start`.
+
+        `tee` sees every record this datanode writes (benchmarks copy them to twin topics).
+        `advance_flushed_when_idle`: see `SimRegion` (False: DESIGN-literal regions that just
+        stop reporting `topic_latest_entry_id` when they write again).
+        """
+        self.node_id = node_id
+        self.kafka_bootstrap = kafka_bootstrap
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.heartbeat_interval = heartbeat_interval
+        self.flush_threshold_bytes = flush_threshold_bytes
+        self.replay_timeout = replay_timeout
+        self.tee = tee
+        self.advance_flushed_when_idle = advance_flushed_when_idle
+        self.client = MetasrvClient(metasrv_url, token=token, timeout=5.0) if metasrv_url else None
+        self.regions: dict[int, SimRegion] = {}
+        self.rejections: list[Rejection] = []
+        self.flushes_instructed = 0
+        self.heartbeats_sent = 0
+        self.heartbeat_errors = 0
+        self.last_error: BaseException | None = None
+        self._admin = KafkaAdmin(kafka_bootstrap)
+        self._writer: WalWriter | None = None
+        self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._fatal: BaseException | None = None
+        self._alive = False
+        self._instructions_seen: dict[object, None] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def _writer_or_open(self) -> WalWriter:
+        if self._writer is None:
+            self._writer = WalWriter(
+                self.kafka_bootstrap, client_id=f"sim-dn-{self.node_id}", tee=self.tee
+            )
+        return self._writer
+
+    def add_region(
+        self,
+        region_id: int,
+        topic: str,
+        *,
+        flush_threshold_bytes: int | _Default | None = DEFAULT,
+        observe: bool = True,
+    ) -> SimRegion:
+        """Open (or create) a region on this datanode. It is reported from the next heartbeat.
+
+        `flush_threshold_bytes` None: the region flushes only when the metasrv asks.
+        A new region (`observe`) is given the topic's latest entry id at once (observe_idle).
+        An existing region dir is reopened without replay: use `restart` for that.
+        """
+        threshold = (
+            self.flush_threshold_bytes
+            if isinstance(flush_threshold_bytes, _Default)
+            else flush_threshold_bytes
+        )
+        region = SimRegion(
+            region_id,
+            topic,
+            self.data_dir / f"region_{region_id}",
+            self._writer_or_open(),
+            flush_threshold_bytes=threshold,
+            on_flush_needed=self._request_flush,
+            advance_flushed_when_idle=self.advance_flushed_when_idle,
+        )
+        self.regions[region_id] = region
+        if observe and region.created:
+            self.observe_idle([region])
+        return region
+
+    def start(self) -> None:
+        """Start the heartbeat and flusher threads (idempotent while running)."""
+        if self._alive:
+            return
+        self._alive = True
+        self._stop.clear()
+        self._flush_queue = queue.SimpleQueue()
+        self._writer_or_open()
+        self._threads = [
+            threading.Thread(
+                target=self._guard(self._flush_loop), name=f"dn{self.node_id}-flush", daemon=True
+            )
+        ]
+        if self.client is not None:
+            self._threads.append(
+                threading.Thread(
+                    target=self._guard(self._heartbeat_loop),
+                    name=f"dn{self.node_id}-heartbeat",
+                    daemon=True,
+                )
+            )
+        for thread in self._threads:
+            thread.start()
+
+    def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as exc:  # surfaced by check(); a dead loop must not go unseen
+                logger.exception("datanode %s loop died", self.node_id)
+                self._fatal = exc
+
+        return run
+
+    def check(self) -> None:
+        """Raise the error that killed a background loop, if any."""
+        if self._fatal is not None:
+            raise self._fatal
+
+    @property
+    def alive(self) -> bool:
+        """False between `kill()` and `restart()`."""
+        return self._alive
+
+    def _stop_threads(self) -> None:
+        self._stop.set()
+        self._flush_queue.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        self._threads = []
+
+    def stop(self) -> None:
+        """Graceful stop: deliver queued records, stop the loops (memtables are not flushed)."""
+        self._stop_threads()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        for region in self.regions.values():
+            region.close()
+        self._alive = False
+
+    def close(self) -> None:
+        """Stop and release clients."""
+        self.stop()
+        if self.client is not None:
+            self.client.close()
+        self._admin.close()
+
+    def kill(self) -> None:
+        """Crash: memtables lost, undelivered records dropped, loops stopped, nothing flushed."""
+        self._alive = False
+        for region in self.regions.values():
+            region.kill()
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+        self._stop_threads()
+        self.regions = {}
+        logger.info("datanode %s killed", self.node_id)
+
+    def region_dirs(self) -> dict[int, Path]:
+        """Region directories present in the data dir."""
+        found = {}
+        for path in sorted(self.data_dir.iterdir()):
+            match = _REGION_DIR.match(path.name)
+            if match and path.is_dir() and SimRegion.stored_manifest(path) is not None:
+                found[int(match.group(1))] = path
+        return found
+
+    def restart(
+        self, replay_start: Callable[[int], int] | None = None, *, start: bool = True
+    ) -> list[RecoveryReport]:
+        """Reopen every region stored in the data dir and replay its WAL.
+
+        The replay start comes from the metasrv (`GET /v1/regions/{id}/replay-start`)
+        unless `replay_start` is given. A start Kafka no longer holds raises `WalDataLoss`.
+        Heartbeats resume only after every region replayed (`start=False`: not at all).
+        """
+        if self._alive or self.regions:
+            self.kill()
+        self._fatal = None
+        if replay_start is None:
+            if self.client is None:
+                raise InvalidArgument("restart without a metasrv needs replay_start")
+            replay_start = self.client.replay_start
+        reports = []
+        for region_id, path in self.region_dirs().items():
+            manifest = SimRegion.stored_manifest(path)
+            assert manifest is not None
+            options = SimRegion.stored_options(path)
+            threshold = options.get("flush_threshold_bytes", self.flush_threshold_bytes)
+            region = self.add_region(
+                region_id,
+                manifest.topic,
+                flush_threshold_bytes=threshold if isinstance(threshold, int) else None,
+                observe=False,
+            )
+            reports.append(self._replay(region, replay_start))
+        self.observe_idle()  # before any write: see observe_idle
+        if start:
+            self.start()
+        return reports
+
+    def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
+        """Replay one region from its replay start. When Kafka no longer holds the start,
+        ask again for a while: a purge may be between its DeleteRecords and its marker
+        write (the log start has moved, the marker that replay-start reads not yet), or
+        have moved both since the answer. A start that does not move is loss."""
+        start = replay_start(region.region_id)
+        deadline = time.monotonic() + _REPLAY_START_PATIENCE
+        while True:
+            try:
+                return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
+            except WalDataLoss:
+                again = replay_start(region.region_id)
+                while again <= start and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    again = replay_start(region.region_id)
+                if again <= start:
+                    raise
+                logger.info(
+                    "replay start moved during the restart; replaying from the new one",
+                    extra={"region_id": region.region_id, "was": start, "now": again},
+                )
+                start = again
+
+    def verify(self) -> list[VerifyReport]:
+        """Check every region's acknowledged rows are recovered (call after `restart`)."""
+        return [region.verify() for region in self.regions.values()]
+
+    # --- flushing -----------------------------------------------------------------------
+
+    def _request_flush(self, region: SimRegion) -> None:
+        self._flush_queue.put(region.region_id)
+
+    def flush(self, region_ids: Iterable[int] | None = None) -> dict[int, int | None]:
+        """Flush regions now on the caller's thread (all when None)."""
+        ids = list(self.regions) if region_ids is None else list(region_ids)
+        return {rid: self.regions[rid].flush() for rid in ids if rid in self.regions}
+
+    def _flush_loop(self) -> None:
+        while True:
+            region_id = self._flush_queue.get()
+            if region_id is None or self._stop.is_set():
+                return
+            region = self.regions.get(region_id)
+            if region is not None:
+                region.flush()
+
+    # --- heartbeats ---------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval):
+            try:
+                self.heartbeat_once()
+            except (MetasrvError, httpx.HTTPError) as exc:
+                # The metasrv or Kafka being away is normal weather for a datanode: keep going.
+                self.heartbeat_errors += 1
+                self.last_error = exc
+                logger.warning("datanode %s heartbeat failed: %s", self.node_id, exc)
+
+    def observe_idle(self, regions: list[SimRegion] | None = None) -> dict[str, PartitionOffsets]:
+        """Give every idle region the topic's latest entry id; return the offsets read.
+
+        Done on every heartbeat, and when a region opens or restarts before it takes writes:
+        its first write then makes that id its durable flushed id (SimRegion), so a region
+        that opens on a purged topic never reports a flushed id below the log start.
+        """
+        regions = list(self.regions.values()) if regions is None else regions
+        tokens = {r.region_id: r.idle_token() for r in regions}
+        topics = sorted({r.topic for r in regions})
+        # Read after the idle tokens were taken: see SimRegion.observe_latest.
+        offsets: dict[str, PartitionOffsets] = {}
+        try:
+            offsets = self._admin.offsets(topics) if topics else {}
+        except KafkaUnavailable as exc:
+            # Still report: flushed ids stay true; idle regions keep their last observation.
+            logger.warning("datanode %s: no topic offsets: %s", self.node_id, exc)
+        for region in regions:
+            token = tokens[region.region_id]
+            if token is not None and region.topic in offsets:
+                region.observe_latest(token, offsets[region.topic].high_watermark - 1)
+        return offsets
+
+    def heartbeat_payload(self) -> dict[str, Any]:
+        """Build the DESIGN §5 heartbeat body (reads the topics' high watermarks)."""
+        regions = list(self.regions.values())
+        topics = sorted({r.topic for r in regions})
+        offsets = self.observe_idle(regions)
+        counters = self._writer.counters() if self._writer is not None else {}
+        topic_entries = []
+        for topic in topics:
+            c = counters.get(topic)
+            latest = offsets[topic].high_watermark - 1 if topic in offsets else -1
+            topic_entries.append(
+                {
+                    "topic": topic,
+                    "latest_entry_id": max(latest, c.latest_entry_id if c else -1),
+                    "record_size": c.record_size if c else 0,
+                    "record_num": c.record_num if c else 0,
+                }
+            )
+        return {
+            "node_id": self.node_id,
+            "addr": None,
+            "regions": [r.stat().as_json() for r in regions],
+            "topics": topic_entries,
+        }
+
+    def heartbeat_once(self) -> HeartbeatOutcome:
+        """Send one heartbeat and act on the response (flush instructions, rejections)."""
+        if self.client is None:
+            raise InvalidArgument("this datanode has no metasrv")
+        response = self.client.heartbeat(self.heartbeat_payload())
+        self.heartbeats_sent += 1
+        rejected = tuple(
+            Rejection(int(r["region_id"]), str(r.get("reason", "")))
+            for r in response.get("rejected", [])
+        )
+        for rejection in rejected:
+            logger.warning(
+                "metasrv rejected region %s: %s",
+                rejection.region_id,
+                rejection.reason,
+                extra={"node_id": self.node_id},
+            )
+        self.rejections.extend(rejected)
+        flush_ids: list[int] = []
+        for instruction in response.get("instructions", []):
+            if instruction.get("kind") != "flush_regions":
+                logger.warning("unknown instruction %r", instruction.get("kind"))
+                continue
+            # The metasrv repeats an instruction on every response until it sees it applied.
+            if instruction.get("id") in self._instructions_seen:
+                continue
+            self._instructions_seen[instruction.get("id")] = None
+            while len(self._instructions_seen) > 4096:
+                del self._instructions_seen[next(iter(self._instructions_seen))]
+            for region_id in instruction.get("region_ids", []):
+                if int(region_id) in self.regions:
+                    flush_ids.append(int(region_id))
+                else:
+                    logger.warning("asked to flush region %s, not hosted here", region_id)
+        for region_id in flush_ids:
+            self._flush_queue.put(region_id)
+        self.flushes_instructed += len(flush_ids)
+        leader = response.get("leader")
+        return HeartbeatOutcome(
+            leader=str(leader) if leader is not None else None,
+            flush_instructions=tuple(flush_ids),
+            rejected=rejected,
+        )
