@@ -1,9 +1,7 @@
 """Read-side answers the API serves: region and topic views, replay start, prune plans.
 
-Each function gathers its inputs from the runtime at one instant and computes with the
-pure planner; none of them changes state. Kafka offsets are fetched with one batched
-call per answer, and only for topics that have regions (a pool topic nobody uses may
-not exist in Kafka yet).
+None of them changes state. Plans come from `procedures.wal_purge.gather_plans`, the
+same gathering the ticker uses, so the API shows the P a purge would use.
 """
 
 from __future__ import annotations
@@ -11,22 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from api.runtime import Runtime
 from metasrv.errors import MetasrvError, NotFound
-from metasrv.kafka import KafkaAdmin
 from metasrv.keys import ELECTION_KEY
-from metasrv.metrics import Metrics
-from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan, TopicStat
-from metasrv.prune_plan import plan_topics
+from metasrv.model import RegionRoute, RegionStat, TopicPlan, TopicStat
 from metasrv.schema_check import require_schema
+from procedures.wal_purge import export_gauges, gather_plans
 
 logger = logging.getLogger(__name__)
-
-_PLAN_IN_THREAD = 20_000
-"""Above this many regions the plan runs in a worker thread so the loop keeps serving."""
 
 _READY_TIMEOUT = 5.0
 
@@ -146,66 +139,11 @@ async def region_views(rt: Runtime, topic: str | None, limit: int) -> list[Regio
     return views
 
 
-def fetch_offsets(kafka: KafkaAdmin, topics: Sequence[str]) -> dict[str, PartitionOffsets]:
-    """Offsets of `topics` in one batched call; topics missing from Kafka are left out."""
-    if not topics:
-        return {}
-    try:
-        return kafka.offsets(topics)
-    except NotFound:
-        # Someone deleted a topic under us: ask again for those that exist.
-        existing = kafka.list_topics()
-        return kafka.offsets([t for t in topics if t in existing])
-
-
-async def compute_plans(
-    rt: Runtime, topics: Sequence[str] | None = None, *, with_offsets: bool = True
-) -> dict[str, TopicPlan]:
-    """Prune plans of `topics` (default: every topic) from the current map and stats.
-
-    A named topic that is neither a pool topic nor has regions is `NotFound`.
-    """
-    topology = rt.topology
-    known = topology.topics()
-    if topics is None:
-        names = known
-    else:
-        known_set = set(known)
-        missing = [t for t in topics if t not in known_set]
-        if missing:
-            raise NotFound(f"unknown topic(s): {', '.join(missing)}", details={"topics": missing})
-        names = list(topics)
-    pruned = await topology.pruned_entry_ids()
-    offsets: dict[str, PartitionOffsets] | None = None
-    if with_offsets:
-        used = [t for t in names if topology.region_count(t)]
-        offsets = await asyncio.to_thread(fetch_offsets, rt.kafka, used)
-    # From here to the plan there is no await: map and stats are one instant's view.
-    wanted = set(names)
-    routes = {t: dict(r) for t, r in topology.routes_by_topic().items() if t in wanted}
-    registry = rt.registry
-    # One topic: copy only its rows (a full snapshot copies every region's).
-    stats: Mapping[int, RegionStat] = (
-        registry.topic_snapshot(names[0]) if len(names) == 1 else registry.snapshot()
-    )
-    regions = sum(len(r) for r in routes.values())
-    now = time.monotonic()
-    ttl = rt.settings.wal.region_stat_ttl
-
-    def plan() -> dict[str, TopicPlan]:
-        return plan_topics(
-            routes,
-            stats,
-            now=now,
-            stat_ttl=ttl,
-            pruned_entry_ids=pruned,
-            offsets=offsets,
-            topics=names,
-        )
-
-    if regions > _PLAN_IN_THREAD:
-        return await asyncio.to_thread(plan)
-    return plan()
+async def compute_plans(rt: Runtime, topics: Sequence[str] | None = None) -> dict[str, TopicPlan]:
+    """Prune plans of `topics` (default: every topic) now; `NotFound` for a named topic
+    that is neither a pool topic nor has regions (see `gather_plans`)."""
+    planned = await gather_plans(rt.purge, topics)
+    return {topic: inputs.plan for topic, inputs in planned.items()}
 
 
 async def topic_views(rt: Runtime, topics: Sequence[str] | None = None) -> list[TopicView]:
@@ -218,27 +156,6 @@ async def topic_views(rt: Runtime, topics: Sequence[str] | None = None) -> list[
     ]
 
 
-def refresh_gauges(
-    metrics: Metrics, plans: Mapping[str, TopicPlan], topic_stats: Mapping[str, TopicStat]
-) -> None:
-    """Set the per-topic gauges from a plan (called on every `/metrics` scrape)."""
-    for topic, plan in plans.items():
-        metrics.prune_point.labels(topic).set(-1 if plan.prune_point is None else plan.prune_point)
-        metrics.blocked_regions.labels(topic).set(len(plan.blocked_by))
-        if plan.pruned_entry_id is not None:
-            metrics.pruned_entry_id.labels(topic).set(plan.pruned_entry_id)
-            lag = 0 if plan.prune_point is None else max(0, plan.prune_point - plan.pruned_entry_id)
-            metrics.purge_lag_entries.labels(topic).set(lag)
-        if plan.log_start_offset is not None and plan.high_watermark is not None:
-            metrics.log_start_offset.labels(topic).set(plan.log_start_offset)
-            metrics.high_watermark.labels(topic).set(plan.high_watermark)
-            retained = max(0, plan.high_watermark - plan.log_start_offset)
-            metrics.retained_entries.labels(topic).set(retained)
-            stat = topic_stats.get(topic)
-            if stat is not None:
-                metrics.retained_bytes.labels(topic).set(retained * stat.avg_record_size)
-
-
 async def refresh_metrics(rt: Runtime) -> None:
     """Refresh per-topic gauges on the leader; Kafka or kv trouble only skips the refresh."""
     if not rt.serving:
@@ -248,7 +165,7 @@ async def refresh_metrics(rt: Runtime) -> None:
     except MetasrvError as exc:
         logger.warning("metrics refresh skipped", extra={"error": str(exc)})
         return
-    refresh_gauges(rt.metrics, plans, rt.registry.topic_stats())
+    export_gauges(rt.metrics, plans, rt.registry.topic_stats())
 
 
 async def readiness(rt: Runtime) -> dict[str, str]:

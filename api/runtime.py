@@ -36,9 +36,9 @@ from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings
 from metasrv.stat_history import StatHistoryWriter
 from metasrv.stat_location import cluster_root
-from metasrv.ticker import PurgeTicker
 from metasrv.topology import Topology
 from procedures import ProcedureManager
+from procedures.wal_purge import PurgeServices, PurgeTicker, purge_manager
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ class Runtime:
     """SQLAlchemy engine of `settings.history.url`."""
     heartbeats: HeartbeatHandler
     """The heartbeat hot path."""
+    purge: PurgeServices
+    """What purges, the ticker and the plan readers use (procedures/wal_purge)."""
     procedures: ProcedureManager
     """Runs purge procedures on the leader; resumes unfinished ones on election."""
     ticker: PurgeTicker
@@ -156,18 +158,19 @@ class Runtime:
                 on_misrouted=stat_history.record_rejected if stat_history is not None else None,
             )
             history = create_engine(history_url(settings.history.url))
-            procedures = ProcedureManager(
-                kv,
-                history,
-                election,
-                kafka,
-                registry,
-                topology,
-                mailbox,
-                locks,
-                metrics,
-                settings,
+            purge = PurgeServices.build(
+                kv=kv,
+                history=history,
+                election=election,
+                kafka=kafka,
+                registry=registry,
+                topology=topology,
+                mailbox=mailbox,
+                locks=locks,
+                metrics=metrics,
+                settings=settings,
             )
+            procedures = purge_manager(purge)
             procedures.on_sweep_error = background.sink("procedure_sweeper")
             ticker = PurgeTicker.from_settings(
                 procedures, settings.wal, on_error=background.sink("ticker")
@@ -188,6 +191,7 @@ class Runtime:
             metrics=metrics,
             history=history,
             heartbeats=heartbeats,
+            purge=purge,
             procedures=procedures,
             ticker=ticker,
             stat_history=stat_history,
@@ -227,6 +231,7 @@ class Runtime:
             await _quietly(self.stat_history.stop(), "stopping the stat history writer")
         await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
         await _quietly(self.procedures.stop(), "stopping the procedure manager")
+        self.purge.close()
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")
         await _quietly(self.election.stop(), "stopping election")
         await self.loop_lag.stop()

@@ -1,6 +1,6 @@
 """Prune planning at scale: 1,000,000 regions over 1,024 topics, target <= 1 s.
 
-Times `metasrv.prune_plan.plan_topics` over the topic-region map (routes grouped by
+Times `procedures.wal_purge.plan_topics` over the topic-region map (routes grouped by
 topic, as `Topology.routes_by_topic()` holds them) and a registry snapshot (as the API
 and the ticker use it), median of `--runs`. Every region has a fresh stat except a few
 that are missing or stale, so the planner walks every region. The baseline is the naive
@@ -22,8 +22,8 @@ import time
 from collections.abc import Mapping
 
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan, prunable_entry_id
-from metasrv.prune_plan import plan_topic, plan_topics
 from metasrv.registry import RegionRegistry, StatRow
+from procedures.wal_purge import plan_topic, plan_topics
 
 TARGET_SECONDS = 1.0
 STAT_TTL = 30.0

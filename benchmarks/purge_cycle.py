@@ -3,7 +3,7 @@
 A cycle is what the ticker does every `auto_prune_interval`: submit a purge procedure
 per topic (each persisted step by step in etcd, fenced by the election, recorded in the
 SQL history) and wait until all are done. Concurrent procedures share batched Kafka
-admin calls (procedures/_batcher.py). The baseline is the naive loop: one DeleteRecords
+admin calls (procedures/wal_purge/_batcher.py). The baseline is the naive loop: one DeleteRecords
 call per topic, sequentially, with no plan, no persistence and no history. Target: a
 cycle over 1,024 topics in <= 10 s.
 
@@ -47,7 +47,8 @@ from metasrv.model import RegionStat
 from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings, load_settings
 from metasrv.topology import Topology, route_value
-from procedures import ProcedureManager, ProcedureState
+from procedures import ProcedureState
+from procedures.wal_purge import PurgeServices, purge_manager, submit_purges
 
 DEFAULT_KAFKA = "127.0.0.1:19092"
 DEFAULT_ETCD = "127.0.0.1:12379"
@@ -156,9 +157,19 @@ async def measure(
     metrics = Metrics()
     topology = Topology(kv, kafka, locks, settings, fence=election.fence)
     engine = create_engine(normalize_url(history_url))
-    manager = ProcedureManager(
-        kv, engine, election, kafka, registry, topology, Mailbox(registry), locks, metrics, settings
+    services = PurgeServices.build(
+        kv=kv,
+        history=engine,
+        election=election,
+        kafka=kafka,
+        registry=registry,
+        topology=topology,
+        mailbox=Mailbox(registry),
+        locks=locks,
+        metrics=metrics,
+        settings=settings,
     )
+    manager = purge_manager(services)
 
     async def load_map(leader: bool) -> None:
         if leader:
@@ -182,7 +193,7 @@ async def measure(
             produced += RECORDS_PER_ROUND
             report_stats(registry, topics, produced - 1)
             started = time.perf_counter()
-            ids = await manager.submit_purge(None, reason="bench")
+            ids = await submit_purges(manager, None, reason="bench")
             views = [await manager.wait(i) for i in ids]
             cycles.append(time.perf_counter() - started)
             bad = [v for v in views if v.state is not ProcedureState.SUCCEEDED]
@@ -208,6 +219,7 @@ async def measure(
             )
     finally:
         await manager.stop()
+        services.close()
         await election.stop()
         engine.dispose()
 

@@ -1,8 +1,12 @@
-"""The procedure framework (persisted steps, retries, resume) and the WAL purge procedure."""
+"""The procedure framework: persisted steps, retries, cancellation, resume on a new leader.
 
-from procedures._batcher import KafkaBatcher
+It knows no procedure kind; the runtime registers them (today the one in
+`procedures.wal_purge`).
+"""
+
 from procedures._history import History, PurgeRecord, WalEvent
-from procedures._manager import ProcedureManager, backoff_delay
+from procedures._leader import LeaderFence
+from procedures._manager import ProcedureManager
 from procedures._procedure import (
     TERMINAL_STATES,
     Finish,
@@ -15,37 +19,28 @@ from procedures._procedure import (
     StepResult,
     StepRun,
 )
-from procedures._services import FlushMailbox, LeaderFence, Services, StatSource, TopicMap
+from procedures._runner import ProcedureRun, backoff_delay
 from procedures._store import ProcedureStore, RecordConflict, state_key
-from procedures.wal_purge import FlushTarget, PurgeData, PurgeStep, WalPurge
 
 __all__ = [
     "TERMINAL_STATES",
     "Finish",
-    "FlushMailbox",
-    "FlushTarget",
     "History",
-    "KafkaBatcher",
     "LeaderFence",
     "Next",
     "Procedure",
     "ProcedureManager",
     "ProcedureRecord",
+    "ProcedureRun",
     "ProcedureState",
     "ProcedureStore",
     "ProcedureView",
-    "PurgeData",
     "PurgeRecord",
-    "PurgeStep",
     "RecordConflict",
-    "Services",
-    "StatSource",
     "StepContext",
     "StepResult",
     "StepRun",
-    "TopicMap",
     "WalEvent",
-    "WalPurge",
     "backoff_delay",
     "state_key",
 ]

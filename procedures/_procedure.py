@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import orjson
 
-from metasrv.errors import Cancelled
+from metasrv.errors import Cancelled, MetasrvError
 
 logger = logging.getLogger(__name__)
 
@@ -369,6 +369,15 @@ class Procedure(ABC, Generic[DataT]):
     async def hold(self, ctx: StepContext) -> AsyncIterator[None]:
         """In-memory resources held while the procedure runs (default: none)."""
         yield
+
+    # -- hooks (the manager calls these; the defaults do nothing) -----------------------
+
+    def on_retry(self, ctx: StepContext, error: MetasrvError) -> None:
+        """A step failed with a retryable error and will run again after a backoff."""
+
+    @classmethod
+    def on_terminal(cls, record: ProcedureRecord, services: Any) -> None:
+        """A procedure of this kind ended (any terminal state), before its waiters wake."""
 
     # -- dispatch -----------------------------------------------------------------------
 

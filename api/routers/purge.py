@@ -26,6 +26,7 @@ from api.models_ops import (
 )
 from api.routers.procedures import manager_of
 from procedures import History
+from procedures.wal_purge import submit_purges
 
 router = APIRouter(tags=["purge"], responses=ERROR_RESPONSES)
 
@@ -52,7 +53,7 @@ async def purge(body: PurgeRequest, runtime: LeaderDep) -> JSONResponse:
         plans = await queries.compute_plans(runtime, topics)
         plan = PlanList(topics=[TopicPlanOut.of(p) for p in plans.values()])
         return JSONResponse(plan.model_dump(mode="json"), status_code=200)
-    ids = await manager_of(runtime).submit_purge(topics, reason="manual")
+    ids = await submit_purges(manager_of(runtime), topics, reason="manual")
     return JSONResponse(PurgeSubmitted(procedure_ids=ids).model_dump(mode="json"), status_code=202)
 
 

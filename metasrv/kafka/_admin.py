@@ -331,6 +331,17 @@ class KafkaAdmin:
         }
 
     def _list_offsets(self, topics: list[str], spec: OffsetSpec) -> dict[str, int]:
+        client = self._client
+        try:
+            return self._list_offsets_once(topics, spec)
+        except MetasrvError:
+            if self._client is client:
+                raise
+            # The answer named stale metadata (e.g. a topic created a moment ago) and the
+            # client was rebuilt: a read is safe to ask again, once.
+            return self._list_offsets_once(topics, spec)
+
+    def _list_offsets_once(self, topics: list[str], spec: OffsetSpec) -> dict[str, int]:
         request = {TopicPartition(t, 0): spec for t in topics}
         try:
             futures = self._client.list_offsets(request, request_timeout=self.request_timeout)

@@ -149,8 +149,8 @@ def test_plan_and_topic_views(server: Server, client: httpx.Client, unique_prefi
 
     client.post("/v1/heartbeat", json=heartbeat(1, [region(2, t0, 3)]))
     (plan,) = client.get("/v1/purge/plan", params={"topic": t0}).json()["topics"]
-    # Both flushed, but the topic is empty: P is clamped to the high watermark (0).
-    assert plan["blocked_by"] == [] and plan["prune_point"] == 0
+    # Both flushed, but the topic is empty: P is at most the latest entry (HWM 0 - 1).
+    assert plan["blocked_by"] == [] and plan["prune_point"] == -1
 
     assert_error(client.get("/v1/purge/plan", params={"topic": "nosuchtopic"}), 404)
     assert_error(client.get("/v1/topics/nosuchtopic"), 404)

@@ -27,8 +27,7 @@ from metasrv.model import PartitionOffsets, RegionStat
 from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings, load_settings
 from metasrv.topology import Topology
-from procedures import ProcedureManager
-from procedures._planning import decode_marker
+from procedures.wal_purge import PurgeServices, decode_marker, purge_manager
 
 
 def make_settings(
@@ -89,18 +88,19 @@ class Harness:
         )
         self.mailbox = Mailbox(self.registry, metrics=self.metrics)
         self.engine: Engine = create_engine(normalize_url(history_url))
-        self.manager = ProcedureManager(
-            self.kv,
-            self.engine,
-            self.election,
-            self.kafka,
-            self.registry,
-            self.topology,
-            self.mailbox,
-            self.locks,
-            self.metrics,
-            settings,
+        self.services = PurgeServices.build(
+            kv=self.kv,
+            history=self.engine,
+            election=self.election,
+            kafka=self.kafka,
+            registry=self.registry,
+            topology=self.topology,
+            mailbox=self.mailbox,
+            locks=self.locks,
+            metrics=self.metrics,
+            settings=settings,
         )
+        self.manager = purge_manager(self.services)
 
     async def _on_leadership(self, leader: bool) -> None:
         # Runs before the manager's listener: the map must be loaded before resuming.
@@ -123,6 +123,7 @@ class Harness:
 
     async def close(self) -> None:
         await self.manager.stop()
+        self.services.close()
         await self.election.stop()
         self._etcd_kv.close()
         if self.kv is not self._etcd_kv:

@@ -29,6 +29,7 @@ from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import Compare, EtcdKv, KeyValue, KvBackend, Put, TxnOp, TxnResult
 from procedures import ProcedureRecord
+from procedures.wal_purge import submit_purges
 from tests.procedures._harness import Harness, make_settings
 
 KILL_POINTS = ("after_prepare", "after_flush_sent", "after_intent", "after_delete", "after_marker")
@@ -148,7 +149,7 @@ async def main(spec: dict[str, Any]) -> None:
         h.report_topic(
             topic, ts["latest"], record_size=ts["record_size"], record_num=ts["record_num"]
         )
-    [pid] = await h.manager.submit_purge([topic], reason="crash-test")
+    [pid] = await submit_purges(h.manager, [topic], reason="crash-test")
     view = await h.manager.wait(pid, 120)
     # Reaching here means the kill point was never hit: say so loudly.
     Path(signal).write_text(json.dumps({"point": "finished", "state": view.state.value}))

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from procedures import ProcedureState
+from procedures.wal_purge import submit_purges
 from tests.procedures.conftest import HarnessFactory
 from toolbox.stack import StackConfig, service_pid, start_service, stop_service
 
@@ -50,7 +51,7 @@ async def test_broker_stopped_mid_purge_retries_then_succeeds(
             await asyncio.sleep(1.0)
 
     beating = asyncio.create_task(heartbeats())
-    [pid] = await h.manager.submit_purge([topic], reason="outage")
+    [pid] = await submit_purges(h.manager, [topic], reason="outage")
     try:
         while (await h.manager.get(pid)).step != "flush":
             await asyncio.sleep(0.02)

@@ -29,7 +29,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, Put
 from metasrv.topology import route_value
 from procedures import ProcedureState
-from procedures._planning import decode_marker
+from procedures.wal_purge import decode_marker
 from tests.procedures._harness import Harness, make_settings, produce
 
 pytestmark = pytest.mark.faults

@@ -1,4 +1,4 @@
-"""The purge ticker (metasrv/ticker.py) driving real purges on Kafka + etcd."""
+"""The purge ticker (procedures/wal_purge/_ticker.py) driving real purges on Kafka + etcd."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import time
 
-from metasrv.ticker import PurgeTicker
 from procedures import ProcedureState
+from procedures.wal_purge import PurgeTicker, submit_purges
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
 
@@ -28,7 +28,7 @@ async def world(h: Harness) -> list[str]:
         h.produce(topic, 20)
     h.report(1, topics[0], flushed=10)
     h.report(3, topics[2], flushed=5)
-    [pid] = await h.manager.submit_purge([topics[2]], reason="setup")
+    [pid] = await submit_purges(h.manager, [topics[2]], reason="setup")
     assert (await h.manager.wait(pid, 30)).state is ProcedureState.SUCCEEDED
     return topics
 

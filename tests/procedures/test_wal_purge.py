@@ -11,14 +11,13 @@ import pytest
 from metasrv import keys
 from metasrv.errors import Conflict, NotFound, NotLeader
 from procedures import ProcedureState
-from procedures._planning import advance_marker
-from procedures.wal_purge import DATA_LOSS_EVENT
+from procedures.wal_purge import DATA_LOSS_EVENT, advance_marker, submit_purges
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
 
 
 async def purge(h: Harness, topic: str, timeout: float = 30.0) -> ProcedureState:
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     view = await h.manager.wait(pid, timeout)
     assert view.state.terminal, view
     return view.state
@@ -36,7 +35,7 @@ async def flushing_world(factory: HarnessFactory, wait: str, flushed: int) -> tu
 
 
 async def submit_until_flushing(h: Harness, topic: str) -> str:
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     while (await h.manager.get(pid)).step != "flush":
         await asyncio.sleep(0.02)
     return pid
@@ -51,7 +50,7 @@ async def test_purge_deletes_below_min_prunable_and_moves_marker(leader: Harness
     h.report(1, topic, flushed=70)
     h.report(2, topic, flushed=40)
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     view = await h.manager.wait(pid, 30)
 
     assert view.state is ProcedureState.SUCCEEDED, view
@@ -83,7 +82,7 @@ async def test_stale_region_blocks_and_is_named(leader: Harness) -> None:
     h.report(1, topic, flushed=30)
     h.report(2, topic, flushed=30, age=h.settings.wal.region_stat_ttl + 5)
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     view = await h.manager.wait(pid, 30)
 
     assert view.state is ProcedureState.SKIPPED
@@ -100,7 +99,7 @@ async def test_region_without_stat_blocks_after_leader_change(leader: Harness) -
     h.report(1, topic, flushed=10)
     h.registry.clear()  # what a new leader sees: nothing reported yet (invariant 3)
 
-    view = await h.manager.wait((await h.manager.submit_purge([topic], reason="t"))[0], 30)
+    view = await h.manager.wait((await submit_purges(h.manager, [topic], reason="t"))[0], 30)
 
     assert view.state is ProcedureState.SKIPPED
     assert view.outcome is not None and "1 (no_stat)" in view.outcome
@@ -153,7 +152,7 @@ async def test_region_that_flushed_nothing_keeps_entry_zero(leader: Harness) -> 
     h.report(1, topic, flushed=-1)  # holds entries 0 and 1, flushed nothing
     h.report(2, topic, flushed=9)
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     view = await h.manager.wait(pid, 30)
 
     assert view.state is ProcedureState.SKIPPED
@@ -181,7 +180,7 @@ async def test_up_to_date_topic_still_asks_a_lagging_region_to_flush(
     h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
     h.report(2, topic, flushed=99)
     h.report(1, topic, flushed=3)  # still 3: P = 3 = marker, but 96 entries to replay
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     deadline = time.monotonic() + 10
     while not h.mailbox.pending(1):
         assert time.monotonic() < deadline, "the lagging region was never asked to flush"
@@ -200,7 +199,7 @@ async def test_up_to_date_topic_is_skipped(leader: Harness) -> None:
     h.report(1, topic, flushed=5)
     assert await purge(h, topic) is ProcedureState.SUCCEEDED
 
-    [pid] = await h.manager.submit_purge([topic], reason="again")
+    [pid] = await submit_purges(h.manager, [topic], reason="again")
     view = await h.manager.wait(pid, 30)
     assert view.state is ProcedureState.SKIPPED
     assert view.outcome is not None and view.outcome.startswith("up to date")
@@ -218,7 +217,7 @@ async def test_retention_overrun_is_reported_and_marker_not_advanced(leader: Har
     # Someone (retention, another tool) deletes past region 2's need.
     assert h.kafka.delete_records({topic: 30}) == {topic: 30}
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     view = await h.manager.wait(pid, 30)
 
     assert view.state is ProcedureState.FAILED
@@ -260,7 +259,7 @@ async def test_flush_candidates_get_instructions_and_p_follows_their_flush(
     h.report(1, topic, flushed=95, node_id=7)  # 4 entries x 100 B: below the trigger
     h.report(2, topic, flushed=20, node_id=8)  # 79 entries x 100 B: asked to flush
 
-    [pid] = await h.manager.submit_purge([topic], reason="test")
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
     deadline = time.monotonic() + 10
     while not h.mailbox.pending(8):
         assert time.monotonic() < deadline, "no flush instruction queued"
@@ -324,7 +323,7 @@ async def test_purge_waits_for_a_registration_in_progress(leader: Harness) -> No
     h.report(1, topic, flushed=30)
 
     async with h.locks.read(topic):  # a registration holds the shared lock
-        [pid] = await h.manager.submit_purge([topic], reason="test")
+        [pid] = await submit_purges(h.manager, [topic], reason="test")
         await asyncio.sleep(0.5)
         view = await h.manager.get(pid)
         assert not view.state.terminal and view.step == "prepare"
@@ -379,11 +378,11 @@ async def test_one_purge_per_topic_and_unknown_topic(leader: Harness) -> None:
     await h.register(1, topic)
     h.produce(topic, 10)
     async with h.locks.read(topic):  # keep the first purge from finishing
-        first = await h.manager.submit_purge([topic], reason="a")
-        second = await h.manager.submit_purge([topic, topic], reason="b")
+        first = await submit_purges(h.manager, [topic], reason="a")
+        second = await submit_purges(h.manager, [topic, topic], reason="b")
         assert second == first
     with pytest.raises(NotFound):
-        await h.manager.submit_purge([topic, "no-such-topic"], reason="c")
+        await submit_purges(h.manager, [topic, "no-such-topic"], reason="c")
     await h.manager.wait(first[0], 30)
 
 
@@ -404,7 +403,7 @@ async def test_cancel_stops_a_waiting_purge(harness_factory: HarnessFactory) -> 
     with pytest.raises(NotFound):
         await h.manager.cancel("f" * 32)
     # A new purge of the topic may start at once.
-    [again] = await h.manager.submit_purge([topic], reason="after cancel")
+    [again] = await submit_purges(h.manager, [topic], reason="after cancel")
     assert again != pid
     await h.manager.cancel(again)
 
@@ -420,7 +419,7 @@ async def test_max_running_procedures_is_enforced(harness_factory: HarnessFactor
     async with contextlib.AsyncExitStack() as stack:
         for topic in topics:  # registrations in progress on every topic
             await stack.enter_async_context(h.locks.read(topic))
-        ids = await h.manager.submit_purge(topics, reason="test")
+        ids = await submit_purges(h.manager, topics, reason="test")
         await asyncio.sleep(0.5)
         states = sorted([(await h.manager.get(i)).state.value for i in ids])
         assert states == ["pending", "pending", "running", "running"]
@@ -439,7 +438,7 @@ async def test_followers_refuse_to_submit(harness_factory: HarnessFactory) -> No
     await asyncio.sleep(0.5)
     assert not follower.manager.leading
     with pytest.raises(NotLeader) as info:
-        await follower.manager.submit_purge(None, reason="test")
+        await submit_purges(follower.manager, None, reason="test")
     assert info.value.leader == h.name
 
 
@@ -449,7 +448,7 @@ async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
     await h.register(1, topic)
     h.produce(topic, 30)
     async with h.locks.read(topic):  # leave the purge pending in kv
-        [pid] = await h.manager.submit_purge([topic], reason="test")
+        [pid] = await submit_purges(h.manager, [topic], reason="test")
         await h.manager.on_leadership(False)  # as if this leader died here
     # A new term whose map loader runs after the manager resumed the purge.
     h.topology.unload()

@@ -19,9 +19,15 @@ is one of DESIGN §2's invariants:
   gone: the region is listed in `data_loss` AND blocks the topic (`retention_overrun`), so
   the marker never silently moves past the gap (invariant 7). It clears by itself once
   the region flushes past the gap.
-- P is clamped to the high watermark (invariant 6) and never raised: a region that has
-  flushed nothing gives P = -1, "nothing to delete". (Kafka reads a DeleteRecords offset
-  of -1 as "everything"; the Kafka adapter refuses negative offsets outright.)
+- P is at most the latest written entry, high watermark - 1 (invariant 6 asks for at most
+  the high watermark): P is also the new marker, which says "no region needs an entry
+  <= P", and an entry not written yet will be needed by its writer. P is never raised
+  and never below -1: a region that has flushed nothing gives P = -1, "nothing to
+  delete". (Kafka reads a DeleteRecords offset of -1 as "everything"; the Kafka adapter
+  refuses negative offsets outright.)
+
+The purge procedure deletes below exactly this P and moves the marker to it, so a dry
+run (`GET /v1/plan`) shows the P a purge started now would use.
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
 
-from metasrv.model import BlockingRegion, PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+from metasrv.model import (
+    BlockingRegion,
+    PartitionOffsets,
+    RegionRoute,
+    RegionStat,
+    TopicPlan,
+    TopicStat,
+)
 from metasrv.registry import (
     PRUNABLE,
     RECEIVED,
@@ -102,8 +115,9 @@ def plan_topic(
     if count and not blocked and lowest is not None:
         # min(max(prunable_i, marker)) == max(min(prunable_i), marker).
         prune_point = lowest if pruned_entry_id is None else max(lowest, pruned_entry_id)
-        if high_watermark is not None and prune_point > high_watermark:
-            prune_point = high_watermark
+        if high_watermark is not None and prune_point > high_watermark - 1:
+            prune_point = high_watermark - 1
+        prune_point = max(prune_point, -1)
 
     return TopicPlan(
         topic=topic,
@@ -225,3 +239,31 @@ def plan_topics(
         )
         for topic in names
     }
+
+
+def flush_candidates(
+    topic: str,
+    routes: Sequence[RegionRoute],
+    stats: Mapping[int, RegionStat],
+    *,
+    topic_stat: TopicStat | None,
+    high_watermark: int | None,
+    trigger_bytes: int,
+) -> list[tuple[RegionRoute, StatRow, int]]:
+    """Regions whose estimated replay bytes, (topic latest - prunable) x average record
+    size, exceed `trigger_bytes`: (route, stored row, replay bytes) each."""
+    if topic_stat is None or topic_stat.avg_record_size <= 0:
+        return []
+    latest = topic_stat.latest_entry_id
+    if high_watermark is not None:
+        latest = max(latest, high_watermark - 1)
+    avg = topic_stat.avg_record_size
+    rows = map(row_getter(stats, topic), [route.region_id for route in routes])
+    out = []
+    for route, row in zip(routes, rows, strict=True):
+        if row is None or row[TOPIC] != topic:
+            continue
+        replay = int(max(0, latest - row[PRUNABLE]) * avg)
+        if replay > trigger_bytes:
+            out.append((route, row, replay))
+    return out

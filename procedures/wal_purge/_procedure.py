@@ -31,34 +31,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-import inspect
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any
 
 import orjson
 
 from metasrv import keys
-from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
+from metasrv.errors import KafkaUnavailable, MetasrvError, NotFound, Unavailable, WalDataLoss
 from metasrv.kv import KeyValue
-from metasrv.model import RegionRoute, RegionStat, TopicPlan
-from metasrv.prune_plan import row_getter
-from metasrv.registry import NODE, PRUNABLE, TOPIC, StatRow
+from metasrv.model import TopicPlan
+from metasrv.registry import NODE, PRUNABLE
 from procedures._history import PurgeRecord, WalEvent
-from procedures._planning import PlanInputs, advance_marker, plan_one, read_marker
+from procedures._manager import ProcedureManager
 from procedures._procedure import (
     Finish,
     Next,
     Procedure,
+    ProcedureRecord,
     ProcedureState,
     StepContext,
     StepResult,
 )
-from procedures._services import Services
+from procedures.wal_purge._inputs import PlanInputs, gather_one
+from procedures.wal_purge._marker import advance_marker, read_marker
+from procedures.wal_purge._plan import flush_candidates
+from procedures.wal_purge._services import PurgeServices
 
 logger = logging.getLogger(__name__)
 
@@ -142,70 +144,33 @@ def _describe_blocked(plan: TopicPlan) -> str:
     return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")
 
 
-def marker_safe_point(inputs: PlanInputs) -> int | None:
-    """The plan's P, lowered so the marker never claims an entry some region still needs.
+def flush_targets(services: PurgeServices, inputs: PlanInputs) -> tuple[FlushTarget, ...]:
+    """The plan's regions whose estimated replay bytes exceed `wal.flush_trigger_size`."""
+    topic = inputs.plan.topic
+    found = flush_candidates(
+        topic,
+        inputs.routes,
+        inputs.stats,
+        topic_stat=services.registry.topic_stat(topic),
+        high_watermark=inputs.plan.high_watermark,
+        trigger_bytes=services.settings.wal.flush_trigger_size,
+    )
+    return tuple(
+        FlushTarget(route.region_id, row[NODE], row[PRUNABLE], replay)
+        for route, row, replay in found
+    )
 
-    The marker says "entries <= P are needed by no region" (replay starts at
-    max(flushed_entry_id, pruned_entry_id) + 1). The planner clamps P to the high
-    watermark for DeleteRecords' sake, which can overstate that: a P at the high
-    watermark names an entry not written yet, which its writer will need. Here P is at
-    most each region's need, max(prunable id, current marker) (see metasrv/prune_plan.py),
-    and at most the latest written entry (high watermark - 1); -1 means nothing to purge.
-    None when the plan is blocked.
-    """
-    plan = inputs.plan
-    if plan.prune_point is None:
+
+def nothing_to_cut(plan: TopicPlan) -> str | None:
+    """Why an unblocked plan's P would not move the marker, or None when it would."""
+    p = plan.prune_point
+    if p is None:
         return None
-    target = plan.prune_point
-    marker = plan.pruned_entry_id if plan.pruned_entry_id is not None else -1
-    rows = _mapped_rows(inputs.routes, inputs.stats, plan.topic)
-    if None in rows:  # the planner blocks on this; never guess
-        return None
-    if rows:
-        # min over regions of max(prunable, marker) == max(min prunable, marker)
-        lowest = min(map(_prunable_of, rows))  # type: ignore[arg-type]  # no None: above
-        target = min(target, max(lowest, marker))
-    if plan.high_watermark is not None:
-        target = min(target, plan.high_watermark - 1)
-    return max(target, -1)
-
-
-_prunable_of = itemgetter(PRUNABLE)
-
-
-def _mapped_rows(
-    routes: tuple[RegionRoute, ...], stats: Mapping[int, RegionStat], topic: str
-) -> list[StatRow | None]:
-    """The stored row of each mapped region (None: no stat naming `topic`), read as raw
-    rows: no `RegionStat` per region, so a topic of thousands stays a C-level pass."""
-    return list(map(row_getter(stats, topic), [route.region_id for route in routes]))
-
-
-def flush_candidates(
-    services: Services,
-    topic: str,
-    routes: tuple[RegionRoute, ...],
-    stats: Mapping[int, RegionStat],
-    high_watermark: int | None,
-) -> tuple[FlushTarget, ...]:
-    """Regions whose estimated replay bytes exceed `wal.flush_trigger_size`."""
-    topic_stat = services.registry.topic_stat(topic)
-    if topic_stat is None or topic_stat.avg_record_size <= 0:
-        return ()
-    latest = topic_stat.latest_entry_id
-    if high_watermark is not None:
-        latest = max(latest, high_watermark - 1)
-    avg = topic_stat.avg_record_size
-    trigger = services.settings.wal.flush_trigger_size
-    out: list[FlushTarget] = []
-    for route, row in zip(routes, _mapped_rows(routes, stats, topic), strict=True):
-        if row is None or row[TOPIC] != topic:
-            continue
-        prunable = row[PRUNABLE]
-        replay = int(max(0, latest - prunable) * avg)
-        if replay > trigger:
-            out.append(FlushTarget(route.region_id, row[NODE], prunable, replay))
-    return tuple(out)
+    if p < 0:
+        return "nothing to purge: a region has no entry flushed yet"
+    if plan.pruned_entry_id is not None and p <= plan.pruned_entry_id:
+        return f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}"
+    return None
 
 
 class WalPurge(Procedure[PurgeData]):
@@ -236,13 +201,24 @@ class WalPurge(Procedure[PurgeData]):
     def cancellable(self) -> bool:
         return self.data.target is None
 
+    def on_retry(self, ctx: StepContext, error: MetasrvError) -> None:
+        services: PurgeServices = ctx.services
+        services.metrics.purge_errors.labels(topic=self.data.topic, kind=error.code).inc()
+
+    @classmethod
+    def on_terminal(cls, record: ProcedureRecord, services: Any) -> None:
+        if record.state is ProcedureState.FAILED:
+            services.metrics.purge_errors.labels(
+                topic=record.topic or "", kind=record.error_code or "internal"
+            ).inc()
+
     @asynccontextmanager
     async def hold(self, ctx: StepContext) -> AsyncIterator[None]:
-        services: Services = ctx.services
+        services: PurgeServices = ctx.services
         # A new leader resumes procedures while its election listeners still load the
         # topic-region map; planning from a half-loaded map would be planning blind.
         deadline = time.monotonic() + MAP_LOAD_WAIT
-        while not getattr(services.topology, "loaded", True):
+        while not services.topology.loaded:
             if time.monotonic() > deadline:
                 raise Unavailable("topic-region map not loaded yet")
             await asyncio.sleep(0.05)
@@ -257,7 +233,7 @@ class WalPurge(Procedure[PurgeData]):
         return {"procedure_id": ctx.procedure_id, "topic": self.data.topic, "step": step}
 
     async def _report_data_loss(self, ctx: StepContext, inputs: PlanInputs) -> None:
-        services: Services = ctx.services
+        services: PurgeServices = ctx.services
         plan = inputs.plan
         now = time.time()
         for region_id in plan.data_loss:
@@ -279,7 +255,7 @@ class WalPurge(Procedure[PurgeData]):
 
     async def _plan(self, ctx: StepContext) -> PlanInputs:
         """Plan now; WAL data loss is reported and fails the procedure (invariant 7)."""
-        inputs = await plan_one(ctx.services, self.data.topic)
+        inputs = await gather_one(ctx.services, self.data.topic)
         plan = inputs.plan
         if plan.data_loss:
             await self._report_data_loss(ctx, inputs)
@@ -293,39 +269,27 @@ class WalPurge(Procedure[PurgeData]):
             )
         return inputs
 
-    def _adopt(self, inputs: PlanInputs) -> tuple[int | None, str | None, str | None]:
-        """(target, blocked reason, nothing-to-do reason) of a plan; records the target."""
-        plan = inputs.plan
-        target = marker_safe_point(inputs)
-        if target is None:
-            return None, _describe_blocked(plan), None
+    def _adopt(self, plan: TopicPlan) -> str | None:
+        """Record the plan's P; why the purge ends here (blocked, nothing to cut) or None."""
+        if plan.prune_point is None:
+            return _describe_blocked(plan)
         self.data = replace(
             self.data,
-            prune_point=target,
+            prune_point=plan.prune_point,
             previous_pruned_entry_id=plan.pruned_entry_id,
             log_start_offset=plan.log_start_offset,
             high_watermark=plan.high_watermark,
         )
-        if target < 0:
-            return target, None, "nothing to purge: a region has no entry flushed yet"
-        if plan.pruned_entry_id is not None and target <= plan.pruned_entry_id:
-            return (
-                target,
-                None,
-                (f"up to date: prune point {target} <= pruned_entry_id {plan.pruned_entry_id}"),
-            )
-        return target, None, None
+        return nothing_to_cut(plan)
 
     # -- steps --------------------------------------------------------------------------
 
     async def step_prepare(self, ctx: StepContext) -> StepResult:
         inputs = await self._plan(ctx)
-        _, blocked, idle = self._adopt(inputs)
-        if blocked is not None:
-            return Finish(ProcedureState.SKIPPED, blocked)
-        candidates = flush_candidates(
-            ctx.services, self.data.topic, inputs.routes, inputs.stats, inputs.plan.high_watermark
-        )
+        if inputs.plan.prune_point is None:
+            return Finish(ProcedureState.SKIPPED, _describe_blocked(inputs.plan))
+        idle = self._adopt(inputs.plan)
+        candidates = flush_targets(ctx.services, inputs)
         # An up-to-date topic may still have regions far behind that flush only when asked;
         # skipping before asking them would pin the prune point forever.
         if idle is not None and not candidates:
@@ -334,7 +298,7 @@ class WalPurge(Procedure[PurgeData]):
         return Next(PurgeStep.FLUSH if candidates else PurgeStep.PURGE)
 
     async def step_flush(self, ctx: StepContext) -> StepResult:
-        services: Services = ctx.services
+        services: PurgeServices = ctx.services
         wal = services.settings.wal
         if self.data.flush_sent_at is None:
             by_node: dict[int, list[int]] = {}
@@ -342,13 +306,10 @@ class WalPurge(Procedure[PurgeData]):
                 by_node.setdefault(target.node_id, []).append(target.region_id)
             ids: list[str] = []
             for node_id, region_ids in sorted(by_node.items()):
-                sent: Any = services.mailbox.send_flush(
-                    node_id, region_ids, ttl=wal.flush_wait_timeout
-                )
-                if inspect.isawaitable(sent):
-                    sent = await sent
                 # The mailbox counts `metasrv_flush_instructions_sent` itself.
-                ids.append(str(sent))
+                ids.append(
+                    services.mailbox.send_flush(node_id, region_ids, ttl=wal.flush_wait_timeout)
+                )
             self.data = replace(self.data, flush_sent_at=time.time(), flush_instructions=tuple(ids))
             await ctx.checkpoint()
         sent_at = self.data.flush_sent_at
@@ -366,13 +327,13 @@ class WalPurge(Procedure[PurgeData]):
                 break
             await ctx.sleep(min(FLUSH_POLL_INTERVAL, max(0.0, deadline - time.time())))
         self.data = replace(self.data, flushed_regions=tuple(sorted(flushed)))
-        _, blocked, idle = self._adopt(await self._plan(ctx))
-        if blocked is not None or idle is not None:
-            return Finish(ProcedureState.SKIPPED, blocked or idle or "")
+        reason = self._adopt((await self._plan(ctx)).plan)
+        if reason is not None:
+            return Finish(ProcedureState.SKIPPED, reason)
         return Next(PurgeStep.PURGE)
 
     async def step_purge(self, ctx: StepContext) -> StepResult:
-        services: Services = ctx.services
+        services: PurgeServices = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
         if self.data.target is None:
@@ -418,7 +379,7 @@ class WalPurge(Procedure[PurgeData]):
 
     async def _revalidate(self, ctx: StepContext, target: int, marker: int | None) -> int | None:
         """Check `target` against a fresh plan; return the (possibly lowered) target."""
-        inputs = await plan_one(ctx.services, self.data.topic, marker=(marker,))
+        inputs = await gather_one(ctx.services, self.data.topic, marker=(marker,))
         plan = inputs.plan
         if plan.data_loss:
             await self._report_data_loss(ctx, inputs)
@@ -426,7 +387,7 @@ class WalPurge(Procedure[PurgeData]):
                 f"topic {self.data.topic}: data loss detected before deleting; nothing deleted",
                 details={"regions": list(plan.data_loss)},
             )
-        fresh = marker_safe_point(inputs)
+        fresh = plan.prune_point
         if fresh is None:
             # After a leader change the registry is empty: wait for every region to report
             # again rather than trust a target computed from a map that may have changed.
@@ -452,7 +413,7 @@ class WalPurge(Procedure[PurgeData]):
     async def _finish(
         self, ctx: StepContext, target: int, marker_kv: KeyValue | None
     ) -> StepResult:
-        services: Services = ctx.services
+        services: PurgeServices = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
         await advance_marker(services, topic, target, current=marker_kv)
@@ -492,3 +453,51 @@ class WalPurge(Procedure[PurgeData]):
             ProcedureState.SUCCEEDED,
             f"pruned {topic} to {target}: {entries} entries {verb}",
         )
+
+
+_SUBMIT_CONCURRENCY = 64
+
+
+def purge_manager(services: PurgeServices, *other_kinds: type[Procedure[Any]]) -> ProcedureManager:
+    """A procedure manager that runs `WalPurge` (and `other_kinds`) with `services`."""
+    return ProcedureManager(
+        services.procedure_store(),
+        services.history,
+        services.election,
+        services.metrics,
+        services.settings.procedure,
+        services=services,
+        kinds=[WalPurge, *other_kinds],
+    )
+
+
+async def submit_purges(
+    manager: ProcedureManager, topics: list[str] | None, *, reason: str
+) -> list[str]:
+    """Submit a WAL purge per topic (every topic with regions when None); return the
+    procedure ids, in the order of `topics`.
+
+    A topic that already has a purge in flight yields that procedure's id instead (its
+    kv lock). Unknown topics raise `NotFound` before anything is submitted.
+    """
+    manager.require_leader()
+    topology = manager.services.topology
+    known = list(topology.topics())
+    if topics is None:
+        # Topics without regions have nothing to purge (they would only be skipped).
+        wanted = [t for t in known if topology.regions_of(t)]
+    else:
+        known_set = set(known)
+        wanted = list(dict.fromkeys(topics))
+        missing = [t for t in wanted if t not in known_set]
+        if missing:
+            raise NotFound(
+                f"unknown topics: {', '.join(missing[:20])}", details={"topics": missing}
+            )
+    gate = asyncio.Semaphore(_SUBMIT_CONCURRENCY)
+
+    async def one(topic: str) -> str:
+        async with gate:
+            return await manager.submit(WalPurge.new(uuid.uuid4().hex, topic), reason=reason)
+
+    return list(await asyncio.gather(*(one(t) for t in wanted)))

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
-from metasrv.prune_plan import (
+from metasrv.registry import RegionRegistry
+from procedures.wal_purge._plan import (
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
@@ -15,7 +16,6 @@ from metasrv.prune_plan import (
     plan_topic,
     plan_topics,
 )
-from metasrv.registry import RegionRegistry
 
 TOPIC = "wal_0"
 NOW = 1000.0
@@ -148,10 +148,17 @@ def test_every_blocking_region_is_named() -> None:
 # --- Kafka offsets: high watermark clamp, retention overrun -------------------------------
 
 
-def test_prune_point_is_clamped_to_high_watermark() -> None:
+def test_prune_point_is_at_most_the_latest_written_entry() -> None:
+    # P is also the new marker ("no region needs an entry <= P"): at most HWM - 1.
     p = plan([route(1)], [stat(1, 500, latest=900)], offsets=PartitionOffsets(0, 300))
-    assert p.prune_point == 300
-    assert p.reclaimable_entries == 300
+    assert p.prune_point == 299
+    assert p.reclaimable_entries == 299
+
+
+def test_an_empty_partition_has_nothing_to_purge() -> None:
+    p = plan([route(1)], [stat(1, 5, latest=5)], offsets=PartitionOffsets(0, 0))
+    assert p.prune_point == -1
+    assert p.reclaimable_entries == 0
 
 
 def test_reclaimable_is_prune_point_minus_log_start() -> None:
@@ -284,7 +291,7 @@ def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs()
     assert list(plans) == ["a", "b", "c"]
     assert plans["a"].prune_point == 10 and plans["a"].pruned_entry_id == 5
     assert plans["a"].log_start_offset is None
-    assert plans["b"].prune_point == 15  # clamped to b's high watermark
+    assert plans["b"].prune_point == 14  # at most b's latest entry (high watermark - 1)
     assert plans["c"].prune_point is None and plans["c"].region_count == 0
 
 
@@ -392,12 +399,12 @@ def test_properties(
     needs = [max(s.prunable_entry_id, marker) for s in stats]
     for need in needs:
         assert p.prune_point <= need
-    assert p.prune_point == min(needs) or (
-        offsets is not None and p.prune_point == offsets.high_watermark
+    assert p.prune_point == max(min(needs), -1) or (
+        offsets is not None and p.prune_point == max(offsets.high_watermark - 1, -1)
     )
-    # Invariant 6.
+    # Invariant 6, and the marker never names an entry not written yet.
     if offsets is not None:
-        assert p.prune_point <= offsets.high_watermark
+        assert p.prune_point <= max(offsets.high_watermark - 1, -1)
         assert p.reclaimable_entries == max(0, p.prune_point - offsets.log_start_offset)
     assert p.prune_point >= -1
     assert p.reclaimable_entries >= 0

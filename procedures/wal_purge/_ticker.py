@@ -9,7 +9,7 @@ purges it submitted run at once, and never two on one topic (the manager returns
 in-flight purge instead). Topics with WAL data loss get a purge too, once per distinct
 loss, so the procedure records the event and fails loudly (invariant 7).
 
-Each round also refreshes the per-topic plan gauges (prune point, lag, offsets).
+Each round also refreshes the per-topic plan gauges (`export_gauges`).
 Follows the Worker shape: one task plus a shutdown event, repeat-safe `shutdown()`,
 `async with` support. Only the leader's rounds do anything.
 """
@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass
 
 from metasrv.background import ErrorSink, log_only
-from metasrv.model import TopicPlan
 from metasrv.settings import WalSettings
-from procedures import ProcedureManager
-from procedures._planning import PlanInputs, plan_all
-from procedures.wal_purge import flush_candidates, marker_safe_point
+from procedures._manager import ProcedureManager
+from procedures.wal_purge._gauges import export_gauges
+from procedures.wal_purge._inputs import PlanInputs, gather_plans
+from procedures.wal_purge._procedure import flush_targets, nothing_to_cut, submit_purges
+from procedures.wal_purge._services import PurgeServices
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class TickResult:
     """What one round did."""
 
     planned: int
-    """Topics planned."""
+    """Topics with regions planned."""
     submitted: tuple[str, ...]
     """Procedure ids submitted (or joined, when one was already in flight)."""
     topics: tuple[str, ...]
@@ -63,6 +64,7 @@ class PurgeTicker:
         if parallelism < 1:
             raise ValueError("parallelism must be >= 1")
         self.manager = manager
+        self.services: PurgeServices = manager.services
         self.interval = interval
         self.parallelism = parallelism
         self.size_trigger = size_trigger
@@ -157,51 +159,25 @@ class PurgeTicker:
                 return False
             self._reported_loss.add(key)
             return True
-        p = marker_safe_point(inputs)
-        if p is None:
-            return False
-        if p < 0 or (plan.pruned_entry_id is not None and p <= plan.pruned_entry_id):
+        if plan.prune_point is None or plan.high_watermark is None:
+            return False  # blocked, no regions, or no offsets from Kafka
+        if nothing_to_cut(plan) is not None:
             # Nothing to cut now, unless a region far behind is to be asked to flush.
-            services = self.manager.services
-            return not size_only and bool(
-                flush_candidates(
-                    services, plan.topic, inputs.routes, inputs.stats, plan.high_watermark
-                )
-            )
+            return not size_only and bool(flush_targets(self.services, inputs))
         if not size_only:
             return True
-        stat = self.manager.services.registry.topic_stat(plan.topic)
+        stat = self.services.registry.topic_stat(plan.topic)
         avg = stat.avg_record_size if stat is not None else 0.0
         return plan.reclaimable_entries * avg > self.size_trigger
 
-    def _export(self, plans: dict[str, TopicPlan]) -> None:
-        m = self.manager.services.metrics
-        registry = self.manager.services.registry
-        for topic, plan in plans.items():
-            p = plan.prune_point
-            m.prune_point.labels(topic=topic).set(-1 if p is None else p)
-            m.blocked_regions.labels(topic=topic).set(len(plan.blocked_by))
-            pruned = plan.pruned_entry_id if plan.pruned_entry_id is not None else 0
-            if plan.prune_point is not None:
-                m.purge_lag_entries.labels(topic=topic).set(max(0, plan.prune_point - pruned))
-            if plan.log_start_offset is not None and plan.high_watermark is not None:
-                retained = plan.high_watermark - plan.log_start_offset
-                m.log_start_offset.labels(topic=topic).set(plan.log_start_offset)
-                m.high_watermark.labels(topic=topic).set(plan.high_watermark)
-                m.retained_entries.labels(topic=topic).set(retained)
-                stat = registry.topic_stat(topic)
-                if stat is not None:
-                    m.retained_bytes.labels(topic=topic).set(retained * stat.avg_record_size)
-
     async def tick(self, *, size_only: bool = False, wait: bool = True) -> TickResult:
         """Plan every topic; submit purges where wanted; optionally wait for them."""
-        services = self.manager.services
-        if not getattr(services.topology, "loaded", True):
+        services = self.services
+        if not services.topology.loaded:
             return TickResult(planned=0, submitted=(), topics=())
-        pruned = await services.topology.pruned_entry_ids()
-        planned = await plan_all(services, pruned)
+        planned = await gather_plans(services)
         plans = {t: inputs.plan for t, inputs in planned.items()}
-        self._export(plans)
+        export_gauges(services.metrics, plans, services.registry.topic_stats())
         topics: list[str] = []
         for topic, inputs in planned.items():
             if self._wanted(inputs, size_only=size_only):
@@ -212,7 +188,7 @@ class PurgeTicker:
 
         async def one(topic: str) -> str:
             async with gate:
-                [pid] = await self.manager.submit_purge([topic], reason=reason)
+                [pid] = await submit_purges(self.manager, [topic], reason=reason)
                 if wait:
                     await self.manager.wait(pid)
                 return pid
@@ -223,4 +199,5 @@ class PurgeTicker:
                 "purge round",
                 extra={"reason": reason, "topics": len(topics), "planned": len(plans)},
             )
-        return TickResult(planned=len(plans), submitted=tuple(ids), topics=tuple(topics))
+        with_regions = sum(1 for plan in plans.values() if plan.region_count)
+        return TickResult(planned=with_regions, submitted=tuple(ids), topics=tuple(topics))

@@ -1,0 +1,76 @@
+"""The WAL purge: where each topic may be cut, and the procedure that cuts it.
+
+How one purge decision flows, module by module:
+
+- `_plan.py`: the pure planner. P(topic) = min over every mapped region of
+  max(prunable_entry_id, marker), at most Kafka's high watermark - 1, or None when a
+  region blocks it (no stat, stale stat, WAL data loss). P is exactly where a purge
+  cuts and what the marker becomes: the dry run and the purge agree.
+- `_inputs.py`: gathers the plan's inputs at one instant (map, stats, marker, offsets)
+  for every reader: the procedure, the ticker and the API's plan and metrics.
+- `_procedure.py`: `WalPurge`, prepare -> flush -> purge under the topic's write lock;
+  `submit_purges` starts one per topic.
+- `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
+- `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
+- `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.
+- `_gauges.py`: the per-topic gauges, one formula for the ticker and `/metrics`.
+- `_services.py`: what the purge uses from the rest of metasrv, assembled once.
+"""
+
+from procedures.wal_purge._batcher import KafkaBatcher
+from procedures.wal_purge._gauges import export_gauges
+from procedures.wal_purge._inputs import PlanInputs, gather_one, gather_plans
+from procedures.wal_purge._marker import advance_marker, decode_marker, read_marker
+from procedures.wal_purge._plan import (
+    NO_STAT,
+    RETENTION_OVERRUN,
+    STALE_STAT,
+    flush_candidates,
+    plan_topic,
+    plan_topics,
+)
+from procedures.wal_purge._procedure import (
+    DATA_LOSS_EVENT,
+    FlushTarget,
+    PurgeData,
+    PurgeStep,
+    WalPurge,
+    flush_targets,
+    nothing_to_cut,
+    purge_manager,
+    submit_purges,
+)
+from procedures.wal_purge._services import FlushMailbox, PurgeServices, StatSource, TopicMap
+from procedures.wal_purge._ticker import PurgeTicker, TickResult
+
+__all__ = [
+    "DATA_LOSS_EVENT",
+    "NO_STAT",
+    "RETENTION_OVERRUN",
+    "STALE_STAT",
+    "FlushMailbox",
+    "FlushTarget",
+    "KafkaBatcher",
+    "PlanInputs",
+    "PurgeData",
+    "PurgeServices",
+    "PurgeStep",
+    "PurgeTicker",
+    "StatSource",
+    "TickResult",
+    "TopicMap",
+    "WalPurge",
+    "advance_marker",
+    "decode_marker",
+    "export_gauges",
+    "flush_candidates",
+    "flush_targets",
+    "gather_one",
+    "gather_plans",
+    "nothing_to_cut",
+    "plan_topic",
+    "plan_topics",
+    "purge_manager",
+    "read_marker",
+    "submit_purges",
+]

@@ -1,0 +1,37 @@
+"""The per-topic purge gauges, from plans: one writer for the ticker and `/metrics`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from metasrv.metrics import Metrics
+from metasrv.model import TopicPlan, TopicStat
+
+
+def export_gauges(
+    metrics: Metrics, plans: Mapping[str, TopicPlan], topic_stats: Mapping[str, TopicStat]
+) -> None:
+    """Set prune point (-1 when blocked), blocked regions, marker, purge lag and Kafka's
+    offsets and retention of every planned topic.
+
+    The purge lag is P minus the marker, a missing marker read as -1 (nothing purged yet);
+    a blocked topic has no P and shows a lag of 0. Offsets and retention are set only
+    when the plan had Kafka's offsets.
+    """
+    for topic, plan in plans.items():
+        p = plan.prune_point
+        marker = plan.pruned_entry_id
+        metrics.prune_point.labels(topic).set(-1 if p is None else p)
+        metrics.blocked_regions.labels(topic).set(len(plan.blocked_by))
+        if marker is not None:
+            metrics.pruned_entry_id.labels(topic).set(marker)
+        lag = 0 if p is None else max(0, p - (-1 if marker is None else marker))
+        metrics.purge_lag_entries.labels(topic).set(lag)
+        if plan.log_start_offset is not None and plan.high_watermark is not None:
+            retained = max(0, plan.high_watermark - plan.log_start_offset)
+            metrics.log_start_offset.labels(topic).set(plan.log_start_offset)
+            metrics.high_watermark.labels(topic).set(plan.high_watermark)
+            metrics.retained_entries.labels(topic).set(retained)
+            stat = topic_stats.get(topic)
+            if stat is not None:
+                metrics.retained_bytes.labels(topic).set(retained * stat.avg_record_size)

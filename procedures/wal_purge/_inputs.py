@@ -1,0 +1,120 @@
+"""A topic's plan inputs (routes, stats, marker, Kafka offsets), gathered at one instant.
+
+Every reader of a plan gathers here: the purge procedure (one topic, under its write lock,
+with a marker it has just read), the ticker and the API (every topic, or some, with the
+markers as stored). The plan itself is the pure `plan_topic`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from metasrv.errors import NotFound
+from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+from procedures.wal_purge._marker import read_marker
+from procedures.wal_purge._plan import plan_topic
+from procedures.wal_purge._services import PurgeServices
+
+logger = logging.getLogger(__name__)
+
+PLAN_IN_THREAD = 20_000
+"""A topic with more regions than this is planned in a worker thread, so the event loop
+keeps serving heartbeats meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """A topic's plan plus the inputs it was computed from."""
+
+    plan: TopicPlan
+    routes: tuple[RegionRoute, ...]
+    """Every region mapped to the topic."""
+    stats: Mapping[int, RegionStat]
+    """The topic's rows of the registry when planned."""
+
+
+async def _plan(
+    services: PurgeServices,
+    topic: str,
+    mapped: Mapping[int, RegionRoute],
+    pruned: int | None,
+    offsets: PartitionOffsets | None,
+) -> PlanInputs:
+    # Copies: registrations may change the live map while a worker thread plans.
+    routes = dict(mapped)
+    stats = services.registry.topic_snapshot(topic)
+
+    def plan() -> TopicPlan:
+        # Stats carry monotonic receive times; `now` must be the same clock.
+        return plan_topic(
+            topic,
+            routes,
+            stats,
+            now=time.monotonic(),
+            stat_ttl=services.settings.wal.region_stat_ttl,
+            pruned_entry_id=pruned,
+            offsets=offsets,
+        )
+
+    planned = await asyncio.to_thread(plan) if len(routes) > PLAN_IN_THREAD else plan()
+    return PlanInputs(planned, tuple(routes.values()), stats)
+
+
+async def gather_one(
+    services: PurgeServices, topic: str, *, marker: tuple[int | None] | None = None
+) -> PlanInputs:
+    """Plan `topic` now, with fresh offsets (raises when Kafka cannot give them). The purge
+    calls this only while holding the topic's write lock (invariant 4).
+
+    `marker` passes a `pruned_entry_id` the caller has just read, saving a kv read.
+    """
+    if marker is None:
+        pruned, _ = await read_marker(services, topic)
+    else:
+        (pruned,) = marker
+    offsets = await services.batcher.offsets(topic)
+    mapped = services.topology.routes_by_topic().get(topic, {})
+    return await _plan(services, topic, mapped, pruned, offsets)
+
+
+async def gather_plans(
+    services: PurgeServices, topics: Sequence[str] | None = None, *, with_offsets: bool = True
+) -> dict[str, PlanInputs]:
+    """Plan `topics` (default: every topic) from the stored markers, one batched offsets
+    call and the current stats; no locks taken (the ticker's and the API's view).
+
+    A named topic that is neither a pool topic nor has regions is `NotFound`. Offsets are
+    asked only for topics with regions (a pool topic nobody uses may not exist in Kafka
+    yet); a topic Kafka gives none for (e.g. deleted) is planned without them and logged.
+    Topic by topic, yielding to the event loop in between: planning a million regions at
+    once would hold heartbeats for a second.
+    """
+    topology = services.topology
+    known = list(topology.topics())
+    if topics is None:
+        names = known
+    else:
+        known_set = set(known)
+        missing = [t for t in topics if t not in known_set]
+        if missing:
+            raise NotFound(f"unknown topic(s): {', '.join(missing)}", details={"topics": missing})
+        names = list(dict.fromkeys(topics))
+    pruned = await topology.pruned_entry_ids()
+    by_topic = topology.routes_by_topic()
+    offsets: dict[str, PartitionOffsets] = {}
+    if with_offsets:
+        used = [t for t in names if by_topic.get(t)]
+        offsets = await services.batcher.offsets_tolerant(used) if used else {}
+        absent = [t for t in used if t not in offsets]
+        if absent:
+            logger.warning("no Kafka offsets for some topics", extra={"topics": absent})
+    planned: dict[str, PlanInputs] = {}
+    for topic in names:
+        mapped = by_topic.get(topic, {})
+        planned[topic] = await _plan(services, topic, mapped, pruned.get(topic), offsets.get(topic))
+        await asyncio.sleep(0)
+    return planned

@@ -1,0 +1,147 @@
+"""What the WAL purge uses from the rest of metasrv, and the one place it is assembled.
+
+The metadata plane (registry, topology, mailbox) lives in `metasrv/`; the purge depends
+only on the methods named here, so its pure tests can use small doubles while
+integration tests and the daemon pass the real objects.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import KvBackend
+from metasrv.locks import TopicLocks
+from metasrv.metrics import Metrics
+from metasrv.model import RegionRoute, RegionStat, TopicStat
+from metasrv.settings import Settings
+from procedures._group_commit import GroupCommitter
+from procedures._history import History
+from procedures._leader import LeaderFence
+from procedures._store import ProcedureStore
+from procedures.wal_purge._batcher import KafkaBatcher
+
+
+class StatSource(Protocol):
+    """The leader's in-memory region and topic stats (metasrv/registry.py)."""
+
+    def topic_snapshot(self, topic: str) -> Mapping[int, RegionStat]:
+        """Latest stat of every region that reported on `topic` (cheap: one topic's rows)."""
+        ...
+
+    def topic_stat(self, topic: str) -> TopicStat | None:
+        """What datanodes last said about `topic`."""
+        ...
+
+    def topic_stats(self) -> dict[str, TopicStat]:
+        """`topic_stat` of every topic reported on."""
+        ...
+
+
+class TopicMap(Protocol):
+    """The topic-region map (metasrv/topology.py)."""
+
+    @property
+    def loaded(self) -> bool:
+        """False until this leader has read the whole map (nothing may be planned before)."""
+        ...
+
+    def topics(self) -> Sequence[str]:
+        """Every WAL topic."""
+        ...
+
+    def regions_of(self, topic: str) -> list[RegionRoute]:
+        """Every region mapped to `topic`."""
+        ...
+
+    def routes_by_topic(self) -> Mapping[str, Mapping[int, RegionRoute]]:
+        """Topic -> region id -> route, for every topic with regions."""
+        ...
+
+    async def pruned_entry_ids(self) -> Mapping[str, int | None]:
+        """Every topic's stored `pruned_entry_id` marker."""
+        ...
+
+
+class FlushMailbox(Protocol):
+    """Instructions to datanodes, delivered in heartbeat responses (metasrv/mailbox.py)."""
+
+    def send_flush(self, node_id: int, region_ids: Iterable[int], *, ttl: float) -> str:
+        """Queue a `flush_regions` instruction; return its id."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeServices:
+    """Everything a purge step, the ticker and the plan readers use."""
+
+    kv: KvBackend
+    history: History
+    election: LeaderFence
+    kafka: KafkaAdmin
+    """Kafka admin adapter (blocking)."""
+    batcher: KafkaBatcher
+    """Async, coalescing front of `kafka`."""
+    registry: StatSource
+    topology: TopicMap
+    mailbox: FlushMailbox
+    locks: TopicLocks
+    """Per-topic read/write locks (registration vs purge)."""
+    metrics: Metrics
+    settings: Settings
+    executor: concurrent.futures.ThreadPoolExecutor
+    """Thread pool for blocking kv calls (procedure records and markers)."""
+    committer: GroupCommitter
+    """Merges concurrent kv transactions (see procedures/_group_commit.py)."""
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        kv: KvBackend,
+        history: Engine,
+        election: LeaderFence,
+        kafka: KafkaAdmin,
+        registry: StatSource,
+        topology: TopicMap,
+        mailbox: FlushMailbox,
+        locks: TopicLocks,
+        metrics: Metrics,
+        settings: Settings,
+        kv_threads: int = 16,
+        batch_window: float = 0.005,
+    ) -> PurgeServices:
+        """Wire the purge's own plumbing (kv pool, group commit, Kafka batching) around
+        the process's components. `close()` releases the kv pool."""
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=kv_threads, thread_name_prefix="procedure-kv"
+        )
+        return cls(
+            kv=kv,
+            history=History(history),
+            election=election,
+            kafka=kafka,
+            batcher=KafkaBatcher(kafka, window=batch_window),
+            registry=registry,
+            topology=topology,
+            mailbox=mailbox,
+            locks=locks,
+            metrics=metrics,
+            settings=settings,
+            executor=executor,
+            committer=GroupCommitter(kv, executor),
+        )
+
+    def procedure_store(self) -> ProcedureStore:
+        """Procedure records in the same kv, through the same pool and group commit."""
+        return ProcedureStore(
+            self.kv, self.election.fence, executor=self.executor, committer=self.committer
+        )
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
