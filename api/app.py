@@ -28,6 +28,7 @@ from api.routers import (
     topics,
 )
 from api.runtime import Runtime
+from api.wire_http import install_openapi
 from metasrv.settings import Settings
 
 API_VERSION = "1"
@@ -60,7 +61,6 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     app.add_middleware(heartbeat.HeartbeatFastPath)
     app.add_middleware(BodyLimitMiddleware, limit=settings.http.body_limit)
     routers = (
-        heartbeat,
         regions,
         topics,
         purge,
@@ -73,4 +73,5 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     )
     for module in routers:
         app.include_router(module.router)
+    install_openapi(app, extra_paths={heartbeat.PATH: heartbeat.OPENAPI_PATH})
     return app

@@ -21,7 +21,7 @@ Two load shapes:
         [--duration 20] [--clients 1] [--change 0.02] [--kv sqlite|etcd]
         [--client-impl httpx|raw] [--encoding json|columns] [--json]
 
-`--encoding columns` sends the msgpack columns encoding (`metasrv.heartbeat_wire`) instead
+`--encoding columns` sends the msgpack columns encoding (`metasrv.wire`) instead
 of DESIGN §5 JSON; the in-process handler rate then measures `handle_columns`.
 
 Targets: >= 200,000 region stats/s sustained, p99 <= 50 ms.
@@ -316,7 +316,7 @@ def decode_ceiling(payload: bytes, seconds: float = 2.0) -> float:
     """Region stats/s the handler's own typed decode (msgspec into its Structs, types and
     bounds checked) reaches alone on this payload (one core)."""
     try:
-        from metasrv.heartbeat_wire import decode_json as _decode
+        from metasrv.wire import decode_json as _decode
     except ImportError:  # a baseline checkout from before the wire module
         from metasrv.heartbeat import _decode  # type: ignore[attr-defined,no-redef]
 

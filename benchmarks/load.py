@@ -171,7 +171,7 @@ class Fleet:
         return self._columns(node, body, moved)
 
     def _columns(self, node: int, body: dict[str, Any], moved: list[int]) -> bytes:
-        """The same heartbeat in the msgpack columns encoding (`metasrv.heartbeat_wire`):
+        """The same heartbeat in the msgpack columns encoding (`metasrv.wire`):
         int64 arrays kept per node, only the moved regions copied in per heartbeat."""
         import msgspec
         import numpy as np

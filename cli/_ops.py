@@ -16,6 +16,8 @@ not authenticated or not authorized; 4 not found; 5 conflict; 6 `--wait` timed o
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import sys
 import time
@@ -26,20 +28,21 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 from rich.console import Console, RenderableType
 from rich.table import Table
 
-from metasrv import errors
-from metasrv.client import (
-    FAILED_STATES,
-    MetasrvClient,
-    ProcedureInfo,
-    PurgeRecord,
-    WalEvent,
-    base_url_from_addr,
+from cli._tables import (
+    events_table,
+    fmt,
+    history_table,
+    plan_table,
+    procedure_table,
+    result,
 )
-from metasrv.model import TopicPlan
+from metasrv import errors, wire
+from metasrv.client import MetasrvClient, base_url_from_addr
 from metasrv.settings import load_settings
 
 
@@ -86,6 +89,39 @@ ConfigOpt = Annotated[
     typer.Option("--config", "-c", help="metasrv TOML config (for http.addr and tokens)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+_CONNECTION = (("url", UrlOpt), ("token", TokenOpt), ("config", ConfigOpt))
+
+
+def connected(*, write: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the connection options (`--url`, `--token`, `--config`, declared once
+    above) and call it with a `client: MetasrvClient` for them instead; `write` picks an
+    operator token from the config rather than a viewer's."""
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)
+        params = [p for p in own.parameters.values() if p.name != "client"]
+        params += [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+            for name, kind in _CONNECTION
+        ]
+
+        @functools.wraps(command)
+        def run(
+            *args: Any,
+            url: str | None = None,
+            token: str | None = None,
+            config: Path | None = None,
+            **kwargs: Any,
+        ) -> None:
+            with _client(url, token, config, write=write) as client:
+                command(*args, client=client, **kwargs)
+
+        signature = own.replace(parameters=params)
+        run.__signature__ = signature  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return wrap
 
 
 # --- plumbing ------------------------------------------------------------------------------
@@ -132,6 +168,8 @@ def _client(
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        return msgspec.to_builtins(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, list | tuple):
@@ -157,129 +195,10 @@ def _emit(as_json: bool, data: Any, *human: RenderableType) -> None:
             _out.print(item)
 
 
-def _fmt(value: int | float | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _when(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _elapsed(proc: ProcedureInfo) -> str:
-    start = proc.started_at or proc.submitted_at
-    if start is None:
-        return "-"
-    end = proc.finished_at or datetime.now(tz=start.tzinfo)
-    return f"{(end - start).total_seconds():.2f}s"
-
-
-def why_not_purged(plan: TopicPlan) -> str:
-    """One line telling an operator what a purge of this topic would do now, or why not."""
-    if plan.data_loss:
-        regions = ", ".join(str(r) for r in plan.data_loss)
-        return f"WAL DATA LOSS: Kafka no longer holds entries needed by region(s) {regions}"
-    if plan.blocked_by:
-        reasons = ", ".join(f"region {b.region_id} ({b.reason})" for b in plan.blocked_by)
-        return f"blocked by {reasons}"
-    if plan.prune_point is None:
-        return "no regions mapped" if plan.region_count == 0 else "no prune point"
-    if plan.reclaimable_entries <= 0:
-        return "up to date: nothing below the prune point left to delete"
-    return f"purgeable: {plan.reclaimable_entries} entries below {plan.prune_point}"
-
-
-# --- tables -----------------------------------------------------------------------------------
-
-
-def _plan_table(plans: Sequence[TopicPlan], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("topic", "regions", "prune point", "pruned id", "log start", "high wm"):
-        table.add_column(col, justify="left" if col == "topic" else "right")
-    table.add_column("reclaimable", justify="right")
-    table.add_column("why / blocked regions")
-    for p in plans:
-        why = why_not_purged(p)
-        style = "bold red" if p.data_loss else ("yellow" if p.blocked_by else "")
-        table.add_row(
-            p.topic,
-            str(p.region_count),
-            _fmt(p.prune_point),
-            _fmt(p.pruned_entry_id),
-            _fmt(p.log_start_offset),
-            _fmt(p.high_watermark),
-            str(p.reclaimable_entries),
-            f"[{style}]{why}[/]" if style else why,
-        )
-    return table
-
-
-def _result(proc: ProcedureInfo) -> str:
-    """The error (with its code) of a failed or retrying procedure, else its outcome."""
-    if proc.state in FAILED_STATES or not proc.terminal:
-        if proc.error and proc.error_code:
-            return f"{proc.error_code}: {proc.error}"
-        return proc.error or ""
-    return proc.outcome or ""
-
-
-def _procedure_table(procs: Sequence[ProcedureInfo], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("id", "kind", "topic", "state", "step", "attempts", "elapsed", "error / outcome"):
-        table.add_column(col, overflow="fold")
-    for p in procs:
-        state = f"[red]{p.state}[/]" if p.state in FAILED_STATES else p.state
-        table.add_row(
-            p.id,
-            p.kind,
-            p.topic or "-",
-            state,
-            p.step or "-",
-            str(p.attempts),
-            _elapsed(p),
-            _result(p),
-        )
-    return table
-
-
-def _history_table(records: Sequence[PurgeRecord], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    cols = ("finished", "topic", "prune point", "previous", "deleted", "bytes", "took", "procedure")
-    for col in cols:
-        table.add_column(col, overflow="fold")
-    for r in records:
-        table.add_row(
-            _when(r.finished_at),
-            r.topic,
-            str(r.prune_point),
-            _fmt(r.previous_pruned_entry_id),
-            f"{r.entries_deleted}{' (logical)' if r.logical_delete else ''}",
-            str(r.bytes_estimated),
-            f"{r.duration_s:.2f}s",
-            r.procedure_id,
-        )
-    return table
-
-
-def _events_table(events: Sequence[WalEvent], title: str) -> Table:
-    table = Table(title=title, title_justify="left", style="red")
-    for col in ("at", "topic", "kind", "region", "details"):
-        table.add_column(col, overflow="fold")
-    for e in events:
-        table.add_row(
-            _when(e.at),
-            e.topic,
-            e.kind,
-            _fmt(e.region_id),
-            json.dumps(e.details, sort_keys=True),
-        )
-    return table
-
-
 # --- commands ---------------------------------------------------------------------------------
 
 
+@connected(write=True)
 def purge(
     topic: Annotated[
         list[str] | None,
@@ -295,35 +214,33 @@ def purge(
         float, typer.Option("--timeout", min=0.1, help="Seconds --wait waits at most.")
     ] = 300.0,
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Purge the WAL of some or all topics (exit 1 if a purge fails)."""
     topics = list(topic) if topic else None
-    with _client(url, token, config, write=True) as client:
-        if dry_run:
-            plans = client.purge_dry_run(topics)
-            _emit(as_json, plans, _plan_table(plans, "Purge plan (dry run: nothing submitted)"))
-            return
-        ids = client.purge(topics)
-        if not wait:
-            lines = [f"submitted {pid}" for pid in ids] or ["nothing submitted"]
-            _emit(as_json, {"procedure_ids": ids}, *lines)
-            return
-        views = _follow(client, ids, timeout, quiet=as_json)
+    if dry_run:
+        plans = client.purge_dry_run(topics)
+        _emit(as_json, plans, plan_table(plans, "Purge plan (dry run: nothing submitted)"))
+        return
+    ids = client.purge(topics)
+    if not wait:
+        lines = [f"submitted {pid}" for pid in ids] or ["nothing submitted"]
+        _emit(as_json, {"procedure_ids": ids}, *lines)
+        return
+    views = _follow(client, ids, timeout, quiet=as_json)
     _emit(
         as_json,
         views,
-        _procedure_table(views, "Purge procedures") if views else "nothing submitted",
+        procedure_table(views, "Purge procedures") if views else "nothing submitted",
     )
-    if any(v.state in FAILED_STATES for v in views):
+    if any(v.failed for v in views):
         raise typer.Exit(int(Exit.PURGE_FAILED))
 
 
 def _follow(
     client: MetasrvClient, ids: Sequence[str], timeout: float, *, quiet: bool
-) -> list[ProcedureInfo]:
+) -> list[wire.Procedure]:
     """Poll the procedures, printing each state or step change on stderr, until terminal."""
     deadline = time.monotonic() + timeout
     seen: dict[str, tuple[str, str | None]] = {}
@@ -332,7 +249,7 @@ def _follow(
         for v in views:
             now = (v.state, v.step)
             if seen.get(v.id) != now and not quiet:
-                detail = f" ({_result(v)})" if v.terminal or v.error else ""
+                detail = f" ({result(v)})" if v.terminal or v.error else ""
                 _err.print(f"{v.id} {v.topic or ''}: {v.state} step={v.step or '-'}{detail}")
             seen[v.id] = now
         if all(v.terminal for v in views):
@@ -343,28 +260,25 @@ def _follow(
         time.sleep(0.3)
 
 
+@connected(write=False)
 def status(
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Topics (prune point, pruned id, offsets, blockers), procedures and data-loss alerts."""
-    with _client(url, token, config, write=False) as client:
-        leader = client.leader()
-        plans = client.plan(topic)
-        active = [
-            p
-            for state in ("pending", "running", "retrying")
-            for p in client.procedures(state=state)
-        ]
-        failed = sorted(
-            client.procedures(state="failed"),
-            key=lambda p: p.finished_at or datetime.min.replace(tzinfo=UTC),
-            reverse=True,
-        )[:10]
-        events = client.events(topic=topic, kind="wal_data_loss", limit=20)
+    leader = client.leader()
+    plans = client.plan(topic)
+    active = [
+        p for state in ("pending", "running", "retrying") for p in client.procedures(state=state)
+    ]
+    failed = sorted(
+        client.procedures(state="failed"),
+        key=lambda p: p.finished_at or datetime.min.replace(tzinfo=UTC),
+        reverse=True,
+    )[:10]
+    events = client.events(topic=topic, kind="wal_data_loss", limit=20)
     _emit(
         as_json,
         {
@@ -374,76 +288,72 @@ def status(
             "failed_procedures": failed,
             "data_loss_events": events,
         },
-        f"leader: {leader.get('leader') or '-'}  (asked {client.base_url})",
-        _plan_table(plans, "Topics"),
-        _procedure_table(active, "Active procedures") if active else "no active procedures",
-        _procedure_table(failed, "Recently failed procedures") if failed else "",
-        _events_table(events, "WAL data-loss events") if events else "",
+        f"leader: {leader.leader or '-'}  (asked {client.base_url})",
+        plan_table(plans, "Topics"),
+        procedure_table(active, "Active procedures") if active else "no active procedures",
+        procedure_table(failed, "Recently failed procedures") if failed else "",
+        events_table(events, "WAL data-loss events") if events else "",
     )
 
 
+@connected(write=False)
 def history(
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Completed purges, newest first."""
-    with _client(url, token, config, write=False) as client:
-        records = client.history(topic=topic, limit=limit)
-    _emit(as_json, records, _history_table(records, "Purge history") if records else "no purges")
+    records = client.history(topic=topic, limit=limit)
+    _emit(as_json, records, history_table(records, "Purge history") if records else "no purges")
 
 
 procedures_app = typer.Typer(help="Inspect and cancel procedures.", no_args_is_help=True)
 
 
 @procedures_app.command("list")
+@connected(write=False)
 def procedures_list(
     state: Annotated[str | None, typer.Option("--state", help="Only this state.")] = None,
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Known procedures (running ones and recently finished ones)."""
-    with _client(url, token, config, write=False) as client:
-        procs = client.procedures(state=state)
-    _emit(as_json, procs, _procedure_table(procs, "Procedures"))
+    procs = client.procedures(state=state)
+    _emit(as_json, procs, procedure_table(procs, "Procedures"))
 
 
 @procedures_app.command("show")
+@connected(write=False)
 def procedures_show(
     procedure_id: Annotated[str, typer.Argument(help="Procedure id.")],
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """One procedure with its per-step timings."""
-    with _client(url, token, config, write=False) as client:
-        proc = client.procedure(procedure_id)
+    proc = client.procedure(procedure_id)
     steps = Table(title="Step timings", title_justify="left")
     steps.add_column("step")
     steps.add_column("seconds", justify="right")
     for name, seconds in proc.timings.items():
         steps.add_row(name, f"{seconds:.3f}")
     outcome = f"outcome: {proc.outcome}" if proc.outcome else ""
-    _emit(as_json, proc, _procedure_table([proc], f"Procedure {proc.id}"), outcome, steps)
+    _emit(as_json, proc, procedure_table([proc], f"Procedure {proc.id}"), outcome, steps)
 
 
 @procedures_app.command("cancel")
+@connected(write=True)
 def procedures_cancel(
     procedure_id: Annotated[str, typer.Argument(help="Procedure id.")],
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Ask a procedure to stop at its next step boundary."""
-    with _client(url, token, config, write=True) as client:
-        proc = client.cancel(procedure_id)
+    proc = client.cancel(procedure_id)
     _emit(as_json, proc, f"{proc.id}: {proc.state}")
 
 
@@ -451,16 +361,15 @@ regions_app = typer.Typer(help="List, register and drop regions.", no_args_is_he
 
 
 @regions_app.command("list")
+@connected(write=False)
 def regions_list(
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Registered regions with their topic and node."""
-    with _client(url, token, config, write=False) as client:
-        regions = client.regions(topic=topic)
+    regions = client.regions(topic=topic)
     table = Table(title="Regions", title_justify="left")
     for col in ("region_id", "table", "number", "topic", "node"):
         table.add_column(col)
@@ -470,12 +379,13 @@ def regions_list(
             str(r.region_id >> 32),
             str(r.region_id & 0xFFFFFFFF),
             r.topic,
-            _fmt(r.node_id),
+            fmt(r.node_id),
         )
-    _emit(as_json, [r.raw for r in regions], table)
+    _emit(as_json, regions, table)
 
 
 @regions_app.command("add")
+@connected(write=True)
 def regions_add(
     region_id: Annotated[int, typer.Argument(min=0, help="64-bit region id.")],
     node: Annotated[int, typer.Option("--node", min=0, help="Datanode id hosting it.")],
@@ -483,26 +393,23 @@ def regions_add(
         str | None, typer.Option("--topic", "-t", help="Topic; metasrv picks one if omitted.")
     ] = None,
     as_json: JsonOpt = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Register a region."""
-    with _client(url, token, config, write=True) as client:
-        region = client.add_region(region_id, node, topic)
-    _emit(as_json, region.raw, f"region {region.region_id} registered on topic {region.topic}")
+    region = client.add_region(region_id, node, topic)
+    _emit(as_json, region, f"region {region.region_id} registered on topic {region.topic}")
 
 
 @regions_app.command("drop")
+@connected(write=True)
 def regions_drop(
     region_id: Annotated[int, typer.Argument(min=0, help="64-bit region id.")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    config: ConfigOpt = None,
+    *,
+    client: MetasrvClient,
 ) -> None:
     """Deregister a region (it no longer pins its topic)."""
-    with _client(url, token, config, write=True) as client:
-        client.drop_region(region_id)
+    client.drop_region(region_id)
     _out.print(f"region {region_id} dropped")
 
 

@@ -46,6 +46,12 @@ class InvalidArgument(MetasrvError):
     code = "invalid_argument"
 
 
+class SchemaError(InvalidArgument):
+    """A request body (or its field) does not match the wire schema (`metasrv.wire`)."""
+
+    code = "validation_error"
+
+
 class NotFound(MetasrvError):
     """A named region, topic, procedure or key does not exist."""
 

@@ -2,7 +2,7 @@
 
 One heartbeat carries a datanode's stats for up to thousands of regions, and the leader
 takes hundreds of heartbeats a second, so this module decodes and type-checks the body in
-one pass in C with msgspec (`metasrv.heartbeat_wire`), leaving the Python loop only the
+one pass in C with msgspec (`metasrv.wire`), leaving the Python loop only the
 registry logic: one dict lookup per region for its previous stat (or its route), one
 tuple per accepted region (`metasrv.registry.StatRow`), one dict update per topic. A
 heartbeat in the columns encoding skips even that loop in the steady state: its columns
@@ -38,16 +38,6 @@ import numpy as np
 import orjson
 
 from metasrv.checkpoints import Checkpointer
-from metasrv.heartbeat_wire import (
-    NULL,
-    Columns,
-    Region,
-    TopicReport,
-    columns_of,
-    decode_columns,
-    decode_json,
-    invalid,
-)
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
@@ -62,12 +52,23 @@ from metasrv.registry import (
     StatSnapshot,
 )
 from metasrv.topology import Topology
+from metasrv.wire import (
+    NULL,
+    Columns,
+    RegionReport,
+    RejectReason,
+    TopicReport,
+    columns_of,
+    decode_columns,
+    decode_json,
+    invalid,
+)
 
-NEGATIVE_ID: Final = "negative_id"
-UNKNOWN_REGION: Final = "unknown_region"
-TOPIC_MISMATCH: Final = "topic_mismatch"
-STAT_REGRESSED: Final = "stat_regressed"
-REJECT_REASONS: Final = (NEGATIVE_ID, UNKNOWN_REGION, TOPIC_MISMATCH, STAT_REGRESSED)
+NEGATIVE_ID: Final = RejectReason.NEGATIVE_ID.value
+UNKNOWN_REGION: Final = RejectReason.UNKNOWN_REGION.value
+TOPIC_MISMATCH: Final = RejectReason.TOPIC_MISMATCH.value
+STAT_REGRESSED: Final = RejectReason.STAT_REGRESSED.value
+REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
 
 _NODE_OF: Final = itemgetter(NODE)
 _FLUSHED_OF: Final = itemgetter(FLUSHED)
@@ -154,7 +155,7 @@ class HeartbeatHandler:
         return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
 
     def handle_columns(self, body: bytes) -> bytes:
-        """Apply one heartbeat in the columns encoding (`metasrv.heartbeat_wire`): the
+        """Apply one heartbeat in the columns encoding (`metasrv.wire`): the
         same checks and answers as `handle`, whole columns at a time."""
         doc = decode_columns(body)
         cols = columns_of(doc)
@@ -174,7 +175,7 @@ class HeartbeatHandler:
                 f"region {duplicate} is reported more than once", ["regions", "region_id"]
             )
 
-    def _judge(self, node_id: int, regions: list[Region], now: float, out: _Outcome) -> None:
+    def _judge(self, node_id: int, regions: list[RegionReport], now: float, out: _Outcome) -> None:
         """Region by region: accept, reject, or set aside as misrouted."""
         accepted = out.accepted
         changed = out.changed

@@ -4,16 +4,15 @@ It knows no procedure kind; the runtime registers them (today the one in
 `procedures.wal_purge`).
 """
 
-from procedures._history import History, PurgeRecord, WalEvent
+from metasrv.wire import TERMINAL_STATES, ProcedureState
+from procedures._history import History
 from procedures._leader import LeaderFence
 from procedures._manager import ProcedureManager
 from procedures._procedure import (
-    TERMINAL_STATES,
     Finish,
     Next,
     Procedure,
     ProcedureRecord,
-    ProcedureState,
     ProcedureView,
     StepContext,
     StepResult,
@@ -35,12 +34,10 @@ __all__ = [
     "ProcedureState",
     "ProcedureStore",
     "ProcedureView",
-    "PurgeRecord",
     "RecordConflict",
     "StepContext",
     "StepResult",
     "StepRun",
-    "WalEvent",
     "backoff_delay",
     "state_key",
 ]

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -24,7 +23,8 @@ from sqlalchemy import Engine, func, insert, select, update
 
 from metasrv.errors import Unavailable
 from metasrv.sql_schema import procedure_history_table, purge_history_table, wal_events_table
-from procedures._procedure import ProcedureRecord, ProcedureState, ProcedureView, StepRun
+from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
+from procedures._procedure import ProcedureRecord, ProcedureView, StepRun
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,11 @@ def to_datetime(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
+def _aware(value: datetime) -> datetime:
+    """UTC when naive (SQLite keeps no zone)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def to_epoch(value: datetime | None) -> float | None:
     """Aware or naive-UTC (SQLite) datetime -> epoch seconds."""
     if value is None:
@@ -46,54 +51,6 @@ def to_epoch(value: datetime | None) -> float | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.timestamp()
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeRecord:
-    """One completed purge (a `purge_history` row)."""
-
-    procedure_id: str
-    """Procedure that did it."""
-    topic: str
-    """Purged topic."""
-    prune_point: int
-    """P: offsets below it were deleted (or logically released)."""
-    previous_pruned_entry_id: int | None
-    """The marker before this purge."""
-    previous_log_start: int | None
-    """Kafka's log start offset before the purge."""
-    low_watermark: int | None
-    """Kafka's log start offset after the purge (None for a logical delete)."""
-    entries_deleted: int
-    """Offsets that became unreadable: max(0, P - previous_log_start)."""
-    bytes_estimated: int
-    """`entries_deleted` times the topic's average record size."""
-    logical_delete: bool
-    """True when only the marker moved (`wal.logical_delete`)."""
-    duration_s: float
-    """Procedure wall time, submission to completion."""
-    finished_at: float
-    """Completion time, epoch seconds."""
-    id: int | None = None
-    """Row id (None before insertion)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WalEvent:
-    """A notable WAL event (a `wal_events` row), e.g. detected data loss."""
-
-    topic: str
-    """Topic concerned."""
-    kind: str
-    """Event kind, e.g. `wal_data_loss`."""
-    region_id: int | None
-    """Region concerned, if one."""
-    details: Mapping[str, Any]
-    """Free-form JSON details (offsets, procedure id)."""
-    at: float
-    """When it was detected, epoch seconds."""
-    id: int | None = None
-    """Row id (None before insertion)."""
 
 
 def _steps_json(record: ProcedureRecord) -> dict[str, Any]:
@@ -306,7 +263,7 @@ class History:
                     "bytes_estimated": p.bytes_estimated,
                     "logical_delete": p.logical_delete,
                     "duration_s": p.duration_s,
-                    "finished_at": to_datetime(p.finished_at),
+                    "finished_at": _aware(p.finished_at),
                 }
                 for pid, p in by_id.items()
                 if pid not in existing
@@ -325,7 +282,6 @@ class History:
             with self.engine.connect() as conn:
                 return [
                     PurgeRecord(
-                        id=row.id,
                         procedure_id=row.procedure_id,
                         topic=row.topic,
                         prune_point=row.prune_point,
@@ -336,7 +292,7 @@ class History:
                         bytes_estimated=row.bytes_estimated,
                         logical_delete=row.logical_delete,
                         duration_s=row.duration_s,
-                        finished_at=to_epoch(row.finished_at) or 0.0,
+                        finished_at=_aware(row.finished_at),
                     )
                     for row in conn.execute(q)
                 ]
@@ -370,7 +326,7 @@ class History:
                         kind=event.kind,
                         region_id=event.region_id,
                         details=dict(event.details),
-                        at=to_datetime(event.at),
+                        at=_aware(event.at),
                     )
                 )
 
@@ -391,12 +347,11 @@ class History:
             with self.engine.connect() as conn:
                 return [
                     WalEvent(
-                        id=row.id,
                         topic=row.topic,
                         kind=row.kind,
                         region_id=row.region_id,
                         details=dict(row.details or {}),
-                        at=to_epoch(row.at) or 0.0,
+                        at=_aware(row.at),
                     )
                     for row in conn.execute(q)
                 ]

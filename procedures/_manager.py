@@ -38,9 +38,10 @@ from metasrv.errors import (
 )
 from metasrv.metrics import Metrics
 from metasrv.settings import ProcedureSettings
+from metasrv.wire import ProcedureState
 from procedures._history import History
 from procedures._leader import LeaderFence
-from procedures._procedure import Procedure, ProcedureRecord, ProcedureState, ProcedureView
+from procedures._procedure import Procedure, ProcedureRecord, ProcedureView
 from procedures._runner import ProcedureRun, backoff_delay
 from procedures._store import ProcedureStore, RecordConflict, Stored
 

@@ -24,37 +24,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 import orjson
 
 from metasrv.errors import Cancelled, MetasrvError
+from metasrv.wire import ProcedureState
 
 logger = logging.getLogger(__name__)
-
-
-class ProcedureState(enum.StrEnum):
-    """Lifecycle of a procedure."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    RETRYING = "retrying"
-    SUCCEEDED = "succeeded"
-    SKIPPED = "skipped"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """True once the procedure will never run again."""
-        return self in _TERMINAL
-
-
-_TERMINAL = frozenset(
-    {
-        ProcedureState.SUCCEEDED,
-        ProcedureState.SKIPPED,
-        ProcedureState.FAILED,
-        ProcedureState.CANCELLED,
-    }
-)
-TERMINAL_STATES = _TERMINAL
-"""States a procedure never leaves."""
 
 
 @dataclass(frozen=True, slots=True)

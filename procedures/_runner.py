@@ -20,12 +20,12 @@ from typing import Any
 from metasrv.errors import Cancelled, LeadershipLost, MetasrvError
 from metasrv.metrics import Metrics
 from metasrv.settings import ProcedureSettings
+from metasrv.wire import ProcedureState
 from procedures._procedure import (
     Finish,
     Next,
     Procedure,
     ProcedureRecord,
-    ProcedureState,
     StepContext,
     StepRun,
 )

@@ -21,7 +21,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from api.errors import error_response
-from api.models import ErrorBody
+from api.wire_http import gives
+from metasrv import wire
 
 router = APIRouter(tags=["dashboard"])
 
@@ -69,7 +70,7 @@ def security_headers() -> dict[str, str]:
     summary="Operator dashboard (HTML; no auth: its data calls carry the token)",
     responses={
         200: {"content": {"text/html": {}}, "description": "The dashboard page."},
-        400: {"model": ErrorBody, "description": "A token was passed in the URL."},
+        400: gives(wire.ErrorBody, "A token was passed in the URL."),
     },
 )
 async def dashboard(request: Request) -> Response:

@@ -3,39 +3,43 @@ background task dead). No token, so failures name the store or task, never an ad
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from api import queries
 from api.deps import RuntimeDep
 from api.errors import error_response
-from api.models import ErrorBody, HealthOut, ReadyOut
+from api.wire_http import answer, gives
+from metasrv import wire
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness: the process is up")
-async def healthz() -> HealthOut:
-    """Always ok while the event loop runs."""
-    return HealthOut(status="ok")
+@router.get(
+    "/healthz",
+    summary="Liveness: the process is up",
+    response_class=Response,
+    responses={200: gives(wire.Health, "Always ok while the event loop runs.")},
+)
+async def healthz() -> Response:
+    return answer(wire.Health(status="ok"))
 
 
 @router.get(
     "/readyz",
     summary="Readiness: kv and Kafka answer, the history schema is current, no task died",
-    response_model=ReadyOut,
+    response_class=Response,
     responses={
-        503: {"model": ErrorBody, "description": "A dependency is unreachable or unmigrated."}
+        200: gives(wire.Ready, "Every check is ok."),
+        503: gives(wire.ErrorBody, "A dependency is unreachable or unmigrated."),
     },
 )
-async def readyz(runtime: RuntimeDep) -> Any:
+async def readyz(runtime: RuntimeDep) -> Response:
     """200 when kv and Kafka answer, the history database has the newest schema and every
     background task runs; 503 with the failing checks (and why) otherwise."""
     checks = await queries.readiness(runtime)
     leader = runtime.election.is_leader
     if all(v == "ok" for v in checks.values()):
-        return ReadyOut(status="ready", checks=checks, is_leader=leader)
+        return answer(wire.Ready(status="ready", checks=checks, is_leader=leader))
     failing = ", ".join(f"{k}: {v}" for k, v in checks.items() if v != "ok")
     return error_response(
         503, "not_ready", f"not ready ({failing})", headers={"Retry-After": "1"}, checks=checks

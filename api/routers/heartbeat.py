@@ -1,67 +1,60 @@
 """`POST /v1/heartbeat`: the datanodes' only write (DESIGN §5).
 
-The body is read as bytes and handed to `metasrv.heartbeat.HeartbeatHandler`, which
-decodes and validates it itself: FastAPI's pydantic body parsing would cost more than
-everything else on this path together. The pydantic models in api/models.py only
-document the shape in OpenAPI.
-
 `HeartbeatFastPath` serves the route as pure ASGI middleware, ahead of FastAPI's routing,
 exception middleware and endpoint wrapping (a measurable share of this route's time at
-hundreds of heartbeats a second); it applies the same auth and leadership checks and
-renders errors with the app's own handlers (api/errors.py), and it sits inside the body
-limit middleware, so 413s are unchanged. The FastAPI route below documents the endpoint
-in OpenAPI and serves it when the middleware is not installed.
+hundreds of heartbeats a second); it applies the auth and leadership checks of every
+route and renders errors with the app's own handlers (api/errors.py), and it sits inside
+the body limit middleware, so 413s are unchanged. The body goes as bytes to
+`metasrv.heartbeat.HeartbeatHandler`, which decodes it with the `metasrv.wire` structs
+that `OPENAPI_PATH` documents.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Any
+
+from fastapi import Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import BEARER_SECURITY, Access, authorize
 from api.errors import render_error
-from api.models import ERROR_RESPONSES, HeartbeatRequest, HeartbeatResponse, inline_schema
 from api.runtime import Runtime
+from api.wire_http import ERROR_RESPONSES, JSON, gives
+from metasrv import wire
 from metasrv.errors import MetasrvError
-from metasrv.heartbeat_wire import COLUMNS_FORMAT
-
-router = APIRouter(tags=["datanode"])
 
 PATH = "/v1/heartbeat"
 
-
-@router.post(
-    PATH,
-    summary="Report region and topic stats; receive instructions",
-    response_class=Response,
-    responses={200: {"model": HeartbeatResponse}, **ERROR_RESPONSES},
-    openapi_extra={
+OPENAPI_PATH: dict[str, Any] = {
+    "post": {
+        "tags": ["datanode"],
+        "summary": "Report region and topic stats; receive instructions",
+        "description": "Accept what is valid, list per-region rejections, return pending "
+        "instructions. A malformed body, or one naming a region twice, is a 422 and "
+        "changes nothing.",
+        "operationId": "heartbeat",
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {"schema": inline_schema(HeartbeatRequest)},
+                JSON: {"schema": wire.schema_ref(wire.Heartbeat)},
                 "application/msgpack": {
                     "schema": {
                         "type": "string",
                         "format": "binary",
-                        "description": COLUMNS_FORMAT,
+                        "description": wire.COLUMNS_FORMAT,
                     }
                 },
             },
         },
+        "responses": {
+            "200": gives(wire.HeartbeatResponse, "Rejections and pending instructions."),
+            **{str(status): entry for status, entry in ERROR_RESPONSES.items()},
+        },
         "security": BEARER_SECURITY,
-    },
-)
-async def heartbeat(request: Request) -> Response:
-    """Accept what is valid, list per-region rejections, return pending instructions."""
-    # Auth and leadership are checked inline rather than as dependencies: FastAPI's
-    # dependency resolution costs a measurable share of this route's time.
-    authorize(request, Access.DATANODE)
-    runtime: Runtime = request.app.state.runtime
-    runtime.require_serving()
-    body = await request.body()
-    return Response(handle(runtime, request, body), media_type="application/json")
+    }
+}
+"""The route's OpenAPI entry (`HeartbeatFastPath` serves it; FastAPI's router never sees it)."""
 
 
 MSGPACK_TYPES = frozenset(
@@ -87,11 +80,13 @@ class HeartbeatFastPath:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["path"] != PATH:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
         try:
+            if scope["method"] != "POST":
+                raise StarletteHTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
             authorize(request, Access.DATANODE)
             runtime: Runtime = request.app.state.runtime
             runtime.require_serving()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from api.auth import RequireViewer
 from api.deps import RuntimeDep
-from api.models import ERROR_RESPONSES, LeaderOut
+from api.wire_http import ERROR_RESPONSES, answer, gives
+from metasrv import wire
 
 router = APIRouter(tags=["health"])
 
@@ -15,15 +16,20 @@ router = APIRouter(tags=["health"])
     "/v1/leader",
     dependencies=[RequireViewer],
     summary="Current leader address",
-    responses={s: ERROR_RESPONSES[s] for s in (401, 403)},
+    response_class=Response,
+    responses={
+        200: gives(wire.Leader, "The leader's address as this process knows it."),
+        **{s: ERROR_RESPONSES[s] for s in (401, 403)},
+    },
 )
-async def leader(runtime: RuntimeDep) -> LeaderOut:
-    """The leader's address as this process knows it."""
+async def leader(runtime: RuntimeDep) -> Response:
     election = runtime.election
-    return LeaderOut(
-        leader=election.leader_addr(),
-        is_leader=election.is_leader,
-        serving=runtime.serving,
-        term=election.term,
-        node=runtime.settings.node_name,
+    return answer(
+        wire.Leader(
+            leader=election.leader_addr(),
+            is_leader=election.is_leader,
+            serving=runtime.serving,
+            term=election.term,
+            node=runtime.settings.node_name,
+        )
     )

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from api import queries
 from api.auth import RequireViewer
 from api.deps import RuntimeDep
-from api.models import ERROR_RESPONSES
+from api.wire_http import ERROR_RESPONSES
 
 router = APIRouter(tags=["health"])
 

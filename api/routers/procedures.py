@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 
+from api import answers
 from api.auth import RequireOperator, RequireViewer
 from api.deps import LeaderDep, RuntimeDep
-from api.models import ERROR_RESPONSES, TopicName
-from api.models_ops import ProcedureList, ProcedureOut, ProcedureStateName
 from api.runtime import Runtime
+from api.wire_http import ERROR_RESPONSES, TopicQuery, answer, gives
+from metasrv import wire
 from metasrv.errors import Unavailable
 from procedures import ProcedureManager
 
@@ -52,39 +53,46 @@ LeaderManagerDep = Annotated[ProcedureManager, Depends(_leader_manager)]
     "/v1/procedures",
     dependencies=[RequireViewer],
     summary="Procedures: unfinished and recent ones, newest first",
+    response_class=Response,
+    responses={200: gives(wire.ProcedureList, "Newest first.")},
 )
 async def list_procedures(
     manager: ManagerDep,
-    state: Annotated[ProcedureStateName | None, Query()] = None,
-    topic: Annotated[TopicName | None, Query()] = None,
+    state: Annotated[wire.ProcedureState | None, Query()] = None,
+    topic: TopicQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> ProcedureList:
+) -> Response:
     """Viewer token. Running ones from the kv backend, finished ones from SQL history."""
     views = await manager.list(state, topic=topic, limit=limit)
-    return ProcedureList(procedures=[ProcedureOut.of(v) for v in views])
+    return answer(wire.ProcedureList(procedures=[answers.procedure(v) for v in views]))
 
 
 @router.get(
     "/v1/procedures/{procedure_id}",
     dependencies=[RequireViewer],
     summary="One procedure: state, step, attempts, error, timings",
-    responses={404: {"description": "Unknown procedure id."}},
+    response_class=Response,
+    responses={
+        200: gives(wire.Procedure, "As the kv record (running) or SQL history (finished) has it."),
+        404: {"description": "Unknown procedure id."},
+    },
 )
-async def get_procedure(procedure_id: ProcedureId, manager: ManagerDep) -> ProcedureOut:
-    """Viewer token. As the kv record (running) or SQL history (finished) holds it."""
-    return ProcedureOut.of(await manager.get(procedure_id))
+async def get_procedure(procedure_id: ProcedureId, manager: ManagerDep) -> Response:
+    return answer(answers.procedure(await manager.get(procedure_id)))
 
 
 @router.post(
     "/v1/procedures/{procedure_id}/cancel",
     dependencies=[RequireOperator],
     summary="Ask a procedure to stop at its next step boundary",
+    response_class=Response,
     responses={
+        200: gives(wire.Procedure, "The procedure after a short wait."),
         404: {"description": "Unknown procedure id."},
         409: {"description": "The procedure already finished."},
     },
 )
-async def cancel_procedure(procedure_id: ProcedureId, manager: LeaderManagerDep) -> ProcedureOut:
+async def cancel_procedure(procedure_id: ProcedureId, manager: LeaderManagerDep) -> Response:
     """Operator token. Returns the procedure after a short wait: `cancelled`, or still
     running if it had already recorded its deletion intent (a purge then runs to the end)."""
-    return ProcedureOut.of(await manager.cancel(procedure_id))
+    return answer(answers.procedure(await manager.cancel(procedure_id)))

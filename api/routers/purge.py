@@ -9,22 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Query, Response
 
-from api import queries
+from api import answers, queries
 from api.auth import RequireOperator, RequireViewer
 from api.deps import LeaderDep, RuntimeDep
-from api.models import ERROR_RESPONSES, PlanList, TopicName, TopicPlanOut
-from api.models_ops import (
-    PurgeHistory,
-    PurgeRecordOut,
-    PurgeRequest,
-    PurgeSubmitted,
-    WalEventList,
-    WalEventOut,
-)
 from api.routers.procedures import manager_of
+from api.wire_http import ERROR_RESPONSES, TopicQuery, answer, body_of, gives, takes
+from metasrv import wire
 from procedures import History
 from procedures.wal_purge import submit_purges
 
@@ -38,51 +30,57 @@ EventKind = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[a-z0-9
     dependencies=[RequireOperator],
     status_code=202,
     summary="Purge the WAL of some or all topics (or show the plan with dry_run)",
-    response_model=None,
+    response_class=Response,
     responses={
-        202: {"model": PurgeSubmitted, "description": "Procedures submitted (one per topic)."},
-        200: {"model": PlanList, "description": "dry_run: the plan; nothing submitted."},
+        202: gives(wire.PurgeSubmitted, "Procedures submitted (one per topic)."),
+        200: gives(wire.PlanList, "dry_run: the plan; nothing submitted."),
         404: {"description": "A named topic is unknown; nothing was submitted."},
     },
+    openapi_extra=takes(wire.PurgeRequest),
 )
-async def purge(body: PurgeRequest, runtime: LeaderDep) -> JSONResponse:
+async def purge(
+    runtime: LeaderDep, body: Annotated[wire.PurgeRequest, Depends(body_of(wire.PurgeRequest))]
+) -> Response:
     """Operator token. A topic that already has a purge running yields that procedure's
     id again; an unknown topic fails the whole request (404) before anything is submitted."""
     topics = None if body.topics is None else list(dict.fromkeys(body.topics))
     if body.dry_run:
         plans = await queries.compute_plans(runtime, topics)
-        plan = PlanList(topics=[TopicPlanOut.of(p) for p in plans.values()])
-        return JSONResponse(plan.model_dump(mode="json"), status_code=200)
+        return answer(wire.PlanList(topics=[answers.plan(p) for p in plans.values()]))
     ids = await submit_purges(manager_of(runtime), topics, reason="manual")
-    return JSONResponse(PurgeSubmitted(procedure_ids=ids).model_dump(mode="json"), status_code=202)
+    return answer(wire.PurgeSubmitted(procedure_ids=ids), 202)
 
 
 @router.get(
     "/v1/purge/history",
     dependencies=[RequireViewer],
     summary="Completed purges, newest first (from SQL)",
+    response_class=Response,
+    responses={200: gives(wire.PurgeHistory, "Newest first.")},
 )
 async def purge_history(
     runtime: RuntimeDep,
-    topic: Annotated[TopicName | None, Query()] = None,
+    topic: TopicQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> PurgeHistory:
+) -> Response:
     """Viewer token. What each purge deleted, from which marker to which, how long it took."""
     rows = await History(runtime.history).purges(topic=topic, limit=limit)
-    return PurgeHistory(purges=[PurgeRecordOut.of(r) for r in rows])
+    return answer(wire.PurgeHistory(purges=rows))
 
 
 @router.get(
     "/v1/events",
     dependencies=[RequireViewer],
     summary="WAL events (e.g. `wal_data_loss`), newest first (from SQL)",
+    response_class=Response,
+    responses={200: gives(wire.WalEventList, "Newest first.")},
 )
 async def wal_events(
     runtime: RuntimeDep,
-    topic: Annotated[TopicName | None, Query()] = None,
+    topic: TopicQuery = None,
     kind: EventKind | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> WalEventList:
+) -> Response:
     """Viewer token. Data loss detected by purges (invariant 7) and other WAL events."""
     rows = await History(runtime.history).events(topic=topic, kind=kind, limit=limit)
-    return WalEventList(events=[WalEventOut.of(r) for r in rows])
+    return answer(wire.WalEventList(events=rows))

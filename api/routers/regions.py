@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
-from api import queries
+from api import answers, queries
 from api.auth import RequireOperator, RequireReplay, RequireViewer
 from api.deps import LeaderDep
-from api.models import (
-    ERROR_RESPONSES,
-    RegionList,
-    RegionOut,
-    RegisteredRegion,
-    RegisterRegion,
-    ReplayStartOut,
-    TopicName,
-)
+from api.wire_http import ERROR_RESPONSES, TopicQuery, answer, body_of, gives, takes
+from metasrv import wire
 from metasrv.model import ID_MAX
 
 router = APIRouter(tags=["regions"], responses=ERROR_RESPONSES)
@@ -30,12 +23,24 @@ RegionIdPath = Annotated[int, Path(ge=0, le=ID_MAX, description="64-bit region i
     status_code=201,
     dependencies=[RequireOperator],
     summary="Register a region on a topic (least-loaded pool topic unless named)",
-    responses={404: {}, 409: {"description": "Already registered on another topic."}},
+    response_class=Response,
+    responses={
+        201: gives(wire.RegisteredRegion, "Registered (or already registered there)."),
+        404: {},
+        409: {"description": "Already registered on another topic."},
+    },
+    openapi_extra=takes(wire.RegisterRegion),
 )
-async def register_region(body: RegisterRegion, runtime: LeaderDep) -> RegisteredRegion:
+async def register_region(
+    runtime: LeaderDep,
+    body: Annotated[wire.RegisterRegion, Depends(body_of(wire.RegisterRegion))],
+) -> Response:
     """Idempotent for the same region and topic; creates the Kafka topic on first use."""
     route = await runtime.register_region(body.region_id, body.node_id, body.topic)
-    return RegisteredRegion(region_id=route.region_id, topic=route.topic, node_id=route.node_id)
+    registered = wire.RegisteredRegion(
+        region_id=route.region_id, topic=route.topic, node_id=route.node_id
+    )
+    return answer(registered, 201)
 
 
 @router.delete(
@@ -56,35 +61,49 @@ async def deregister_region(region_id: RegionIdPath, runtime: LeaderDep) -> Resp
     "/v1/regions",
     dependencies=[RequireViewer],
     summary="Registered regions, ordered by id",
+    response_class=Response,
+    responses={200: gives(wire.RegionList, "Regions, up to `limit`.")},
 )
 async def list_regions(
     runtime: LeaderDep,
-    topic: Annotated[TopicName | None, Query()] = None,
+    topic: TopicQuery = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
-) -> RegionList:
+) -> Response:
     """Every region (or one topic's), up to `limit`."""
     views = await queries.region_views(runtime, topic, limit)
-    return RegionList(regions=[RegionOut.of(v) for v in views])
+    return answer(wire.RegionList(regions=[answers.region(v) for v in views]))
 
 
 @router.get(
     "/v1/regions/{region_id}",
     dependencies=[RequireViewer],
     summary="A region's route, latest stat, prunable id and replay start",
-    responses={404: {"description": "Region not registered."}},
+    response_class=Response,
+    responses={
+        200: gives(wire.Region, "What the leader knows about the region now."),
+        404: {"description": "Region not registered."},
+    },
 )
-async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> RegionOut:
-    """What the leader knows about one region now."""
-    return RegionOut.of(await queries.region_view(runtime, region_id))
+async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
+    return answer(answers.region(await queries.region_view(runtime, region_id)))
 
 
 @router.get(
     "/v1/regions/{region_id}/replay-start",
     dependencies=[RequireReplay],
     summary="Entry id a restarting region replays its WAL from",
-    responses={404: {"description": "Region not registered."}},
+    response_class=Response,
+    responses={
+        200: gives(wire.ReplayStart, "Where to replay from."),
+        404: {"description": "Region not registered."},
+    },
 )
-async def replay_start(region_id: RegionIdPath, runtime: LeaderDep) -> ReplayStartOut:
+async def replay_start(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
     """`max(flushed_entry_id, pruned_entry_id) + 1`; flushed from the live stat, else the
     last checkpoint, else -1."""
-    return ReplayStartOut.of(await queries.replay_start(runtime, region_id))
+    start = await queries.replay_start(runtime, region_id)
+    return answer(
+        wire.ReplayStart(
+            region_id=start.region_id, topic=start.topic, start_entry_id=start.start_entry_id
+        )
+    )

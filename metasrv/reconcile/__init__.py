@@ -24,8 +24,6 @@ from metasrv.reconcile._findings import (
     MAP_SCHEMA,
     SEVERITY_RANK,
     Finding,
-    FindingKind,
-    Severity,
     findings_table,
 )
 from metasrv.reconcile._rules import (
@@ -40,6 +38,7 @@ from metasrv.reconcile._run import NullProgress, Progress, RunOptions, RunReport
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, latest_run, save_run
 from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table
+from metasrv.wire import FindingKind, Severity
 
 if TYPE_CHECKING:
     from metasrv.reconcile._job import JobInputs, JobResult, run_job

@@ -26,8 +26,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from metasrv import wire
 from metasrv.errors import Conflict, MetasrvError, NotFound, Unavailable
-from metasrv.reconcile._findings import Finding, FindingKind
+from metasrv.reconcile._findings import Finding
+from metasrv.wire import FindingKind
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +177,7 @@ class RegionApi(Protocol):
 
     def drop_region(self, region_id: int) -> None: ...
 
-    def region(self, region_id: int) -> Any: ...
+    def region(self, region_id: int) -> wire.Region: ...
 
 
 class TopicCreator(Protocol):
@@ -261,14 +263,13 @@ def _drop(api: RegionApi, a: Action) -> ActionResult:
         view = api.region(a.region_id)
     except NotFound:
         return ActionResult(a, Outcome.ALREADY, "region not registered")
-    raw = getattr(view, "raw", {}) or {}
-    topic = raw.get("topic", getattr(view, "topic", None))
-    if a.topic is not None and topic is not None and topic != a.topic:
-        return ActionResult(a, Outcome.SKIPPED, f"region is now mapped to {topic}, not {a.topic}")
-    stat = raw.get("stat")
-    age = stat.get("age_seconds") if isinstance(stat, dict) else None
-    if age is not None and a.min_stale_s is not None and float(age) < a.min_stale_s:
-        return ActionResult(a, Outcome.SKIPPED, f"the leader heard from it {float(age):.0f}s ago")
+    if a.topic is not None and view.topic != a.topic:
+        return ActionResult(
+            a, Outcome.SKIPPED, f"region is now mapped to {view.topic}, not {a.topic}"
+        )
+    age = None if view.stat is None else view.stat.age_seconds
+    if age is not None and a.min_stale_s is not None and age < a.min_stale_s:
+        return ActionResult(a, Outcome.SKIPPED, f"the leader heard from it {age:.0f}s ago")
     try:
         api.drop_region(a.region_id)
     except NotFound:

@@ -2,40 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-
-class FindingKind(enum.StrEnum):
-    """The inconsistencies the job looks for (the issue's list, nothing else)."""
-
-    STALE_REGION = "stale_region"
-    """Mapped, but no stat for longer than the threshold: it blocks purging its topic."""
-    TOPIC_MISMATCH = "topic_mismatch"
-    """The region's latest report names a topic other than its mapped one."""
-    UNMAPPED_REGION = "unmapped_region"
-    """The region reports heartbeats but is not in the topic-region map."""
-    MISSING_TOPIC = "missing_topic"
-    """A pool topic, or a topic of the map, does not exist in Kafka."""
-    ORPHAN_TOPIC = "orphan_topic"
-    """A Kafka topic with the pool prefix, outside the pool, with no region mapped."""
-    RETENTION_OVERRUN = "retention_overrun"
-    """Kafka's log start offset is above a region's prunable entry id + 1: WAL data loss."""
-    SKEW = "skew"
-    """Regions per pool topic are out of balance."""
-
-
-class Severity(enum.StrEnum):
-    """How urgent a finding is."""
-
-    INFO = "info"
-    WARNING = "warning"
-    CRITICAL = "critical"
-
+from metasrv.wire import FindingKind, Severity
 
 SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 """Sort order: most urgent first."""

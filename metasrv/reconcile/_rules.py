@@ -23,7 +23,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from metasrv.model import PartitionOffsets
-from metasrv.reconcile._findings import Finding, FindingKind, Severity
+from metasrv.reconcile._findings import Finding
+from metasrv.wire import FindingKind, Severity
 
 SKEW_EVIDENCE_TOPICS = 100
 """Most topics listed in a skew finding's proposed assignment."""

@@ -40,12 +40,13 @@ from metasrv.reconcile._apply import (
     execute_plan,
     plan_actions,
 )
-from metasrv.reconcile._findings import Finding, FindingKind
+from metasrv.reconcile._findings import Finding
 from metasrv.reconcile._rules import ReconcileParams, pool_topics
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
 from metasrv.stat_location import cluster_root
+from metasrv.wire import FindingKind
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

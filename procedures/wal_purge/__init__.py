@@ -9,7 +9,7 @@ How one purge decision flows, module by module:
 - `_inputs.py`: gathers the plan's inputs at one instant (map, stats, marker, offsets)
   for every reader: the procedure, the ticker and the API's plan and metrics.
 - `_procedure.py`: `WalPurge`, prepare -> flush -> purge under the topic's write lock;
-  `submit_purges` starts one per topic.
+  `_submit.py` starts one per topic (`submit_purges`) on a manager that runs them.
 - `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
 - `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
 - `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.
@@ -37,10 +37,9 @@ from procedures.wal_purge._procedure import (
     WalPurge,
     flush_targets,
     nothing_to_cut,
-    purge_manager,
-    submit_purges,
 )
 from procedures.wal_purge._services import FlushMailbox, PurgeServices, StatSource, TopicMap
+from procedures.wal_purge._submit import purge_manager, submit_purges
 from procedures.wal_purge._ticker import PurgeTicker, TickResult
 
 __all__ = [

@@ -51,13 +51,11 @@ from metasrv.registry import (
     StatSnapshot,
     row_of,
 )
+from metasrv.wire import BlockReason
 
-NO_STAT = "no_stat"
-"""The region has never reported to this leader (or reported on another topic)."""
-STALE_STAT = "stale_stat"
-"""The region's last report is older than `region_stat_ttl`."""
-RETENTION_OVERRUN = "retention_overrun"
-"""Kafka no longer holds entries the region still needs (WAL data loss)."""
+NO_STAT = BlockReason.NO_STAT.value
+STALE_STAT = BlockReason.STALE_STAT.value
+RETENTION_OVERRUN = BlockReason.RETENTION_OVERRUN.value
 
 
 def plan_topic(

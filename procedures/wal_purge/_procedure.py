@@ -33,27 +33,25 @@ import dataclasses
 import enum
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from metasrv import keys
-from metasrv.errors import KafkaUnavailable, MetasrvError, NotFound, Unavailable, WalDataLoss
+from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
 from metasrv.kv import KeyValue
 from metasrv.model import TopicPlan
 from metasrv.registry import NODE, PRUNABLE
-from procedures._history import PurgeRecord, WalEvent
-from procedures._manager import ProcedureManager
+from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
 from procedures._procedure import (
     Finish,
     Next,
     Procedure,
     ProcedureRecord,
-    ProcedureState,
     StepContext,
     StepResult,
 )
@@ -245,7 +243,13 @@ class WalPurge(Procedure[PurgeData]):
                 "pruned_entry_id": plan.pruned_entry_id,
             }
             await services.history.record_event(
-                WalEvent(self.data.topic, DATA_LOSS_EVENT, region_id, details, now)
+                WalEvent(
+                    topic=self.data.topic,
+                    kind=DATA_LOSS_EVENT,
+                    region_id=region_id,
+                    details=details,
+                    at=datetime.fromtimestamp(now, tz=UTC),
+                )
             )
             services.metrics.wal_data_loss.labels(topic=self.data.topic).inc()
         logger.error(
@@ -442,7 +446,7 @@ class WalPurge(Procedure[PurgeData]):
                 bytes_estimated=int(entries * avg),
                 logical_delete=wal.logical_delete,
                 duration_s=max(0.0, now - ctx.submitted_at),
-                finished_at=now,
+                finished_at=datetime.fromtimestamp(now, tz=UTC),
             )
         )
         services.metrics.purges.labels(topic=topic).inc()
@@ -453,51 +457,3 @@ class WalPurge(Procedure[PurgeData]):
             ProcedureState.SUCCEEDED,
             f"pruned {topic} to {target}: {entries} entries {verb}",
         )
-
-
-_SUBMIT_CONCURRENCY = 64
-
-
-def purge_manager(services: PurgeServices, *other_kinds: type[Procedure[Any]]) -> ProcedureManager:
-    """A procedure manager that runs `WalPurge` (and `other_kinds`) with `services`."""
-    return ProcedureManager(
-        services.procedure_store(),
-        services.history,
-        services.election,
-        services.metrics,
-        services.settings.procedure,
-        services=services,
-        kinds=[WalPurge, *other_kinds],
-    )
-
-
-async def submit_purges(
-    manager: ProcedureManager, topics: list[str] | None, *, reason: str
-) -> list[str]:
-    """Submit a WAL purge per topic (every topic with regions when None); return the
-    procedure ids, in the order of `topics`.
-
-    A topic that already has a purge in flight yields that procedure's id instead (its
-    kv lock). Unknown topics raise `NotFound` before anything is submitted.
-    """
-    manager.require_leader()
-    topology = manager.services.topology
-    known = list(topology.topics())
-    if topics is None:
-        # Topics without regions have nothing to purge (they would only be skipped).
-        wanted = [t for t in known if topology.regions_of(t)]
-    else:
-        known_set = set(known)
-        wanted = list(dict.fromkeys(topics))
-        missing = [t for t in wanted if t not in known_set]
-        if missing:
-            raise NotFound(
-                f"unknown topics: {', '.join(missing[:20])}", details={"topics": missing}
-            )
-    gate = asyncio.Semaphore(_SUBMIT_CONCURRENCY)
-
-    async def one(topic: str) -> str:
-        async with gate:
-            return await manager.submit(WalPurge.new(uuid.uuid4().hex, topic), reason=reason)
-
-    return list(await asyncio.gather(*(one(t) for t in wanted)))

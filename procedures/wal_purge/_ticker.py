@@ -27,8 +27,9 @@ from metasrv.settings import WalSettings
 from procedures._manager import ProcedureManager
 from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, gather_plans
-from procedures.wal_purge._procedure import flush_targets, nothing_to_cut, submit_purges
+from procedures.wal_purge._procedure import flush_targets, nothing_to_cut
 from procedures.wal_purge._services import PurgeServices
+from procedures.wal_purge._submit import submit_purges
 
 logger = logging.getLogger(__name__)
 

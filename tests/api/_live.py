@@ -27,7 +27,8 @@ from confluent_kafka import Producer
 import migrations
 from api.app import create_app
 from api.serving import uvicorn_config
-from metasrv.client import MetasrvClient, ProcedureInfo
+from metasrv import wire
+from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
@@ -137,7 +138,7 @@ def _wait_serving(url: str, thread: threading.Thread, timeout: float) -> None:
                 raise RuntimeError("metasrv server thread exited during startup")
             try:
                 leader = client.leader()
-                if leader.get("serving"):
+                if leader.serving:
                     return
                 last = leader
             except Exception as exc:  # not up yet: refused or 503
@@ -209,12 +210,12 @@ def seed_world(url: str, prefix: str, kafka_bootstrap: str) -> World:
                 ],
             }
         )
-        assert response["rejected"] == [], response
+        assert response.rejected == [], response
         # A region nobody registered: rejected, so the rejection counter has a sample.
         stray = datanode.heartbeat(
             {"node_id": 1, "addr": None, "regions": [_report(region_id_of(9, 9), t0, 1)]}
         )
-        assert [r["region_id"] for r in stray["rejected"]] == [region_id_of(9, 9)], stray
+        assert [r.region_id for r in stray.rejected] == [region_id_of(9, 9)], stray
     # Retention (or another tool) deletes entries region r4 still needs (it flushed to 4).
     admin = KafkaAdmin(kafka_bootstrap)
     try:
@@ -243,7 +244,7 @@ def _report(region_id: int, topic: str, flushed: int) -> dict[str, object]:
     }
 
 
-def purge_and_wait(url: str, topics: list[str], timeout: float = 60.0) -> list[ProcedureInfo]:
+def purge_and_wait(url: str, topics: list[str], timeout: float = 60.0) -> list[wire.Procedure]:
     """Submit purges over the REST API and wait until every one is terminal."""
     with MetasrvClient(url, token=OPERATOR_TOKEN) as operator:
         ids = operator.purge(topics)

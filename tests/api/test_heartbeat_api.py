@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from metasrv import keys
-from metasrv.heartbeat_wire import encode_columns
 from metasrv.kv import EtcdKv
+from metasrv.wire import encode_columns
 from tests.api.conftest import (
     Server,
     SettingsFactory,

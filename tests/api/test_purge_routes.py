@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from metasrv.client import ProcedureInfo
+from metasrv import wire
 from metasrv.kafka import KafkaAdmin
 from tests.api._live import (
     OPERATOR_TOKEN,
@@ -58,7 +58,7 @@ def live(
 
 
 @pytest.fixture(scope="module")
-def outcomes(live: Live) -> dict[str, ProcedureInfo]:
+def outcomes(live: Live) -> dict[str, wire.Procedure]:
     """One purge per seeded topic, each waited for: topic -> final procedure."""
     w = live.world
     topics = [w.purgeable_topic, w.blocked_topic, w.loss_topic]
@@ -147,7 +147,7 @@ def test_bad_reads_are_4xx(live: Live) -> None:
 
 
 def test_purge_runs_to_completion_and_lands_in_history(
-    live: Live, outcomes: dict[str, ProcedureInfo]
+    live: Live, outcomes: dict[str, wire.Procedure]
 ) -> None:
     w = live.world
     done = outcomes[w.purgeable_topic]
@@ -182,7 +182,7 @@ def test_purge_runs_to_completion_and_lands_in_history(
 
 
 def test_blocked_topic_is_skipped_and_untouched(
-    live: Live, outcomes: dict[str, ProcedureInfo]
+    live: Live, outcomes: dict[str, wire.Procedure]
 ) -> None:
     w = live.world
     done = outcomes[w.blocked_topic]
@@ -192,7 +192,7 @@ def test_blocked_topic_is_skipped_and_untouched(
 
 
 def test_data_loss_fails_the_purge_and_is_reported(
-    live: Live, outcomes: dict[str, ProcedureInfo]
+    live: Live, outcomes: dict[str, wire.Procedure]
 ) -> None:
     w = live.world
     done = outcomes[w.loss_topic]
@@ -226,7 +226,7 @@ def _value(samples: Samples, name: str, **labels: str) -> float:
 
 
 def test_metrics_parse_and_carry_the_purge_series(
-    live: Live, outcomes: dict[str, ProcedureInfo]
+    live: Live, outcomes: dict[str, wire.Procedure]
 ) -> None:
     w = live.world
     assert _error(live.anonymous.get("/metrics"), 401)

@@ -62,6 +62,31 @@ def test_unknown_route_and_method_use_the_error_shape(client: httpx.Client) -> N
 def test_openapi_documents_the_heartbeat_body(client: httpx.Client) -> None:
     doc = client.get("/openapi.json").json()
     op = doc["paths"]["/v1/heartbeat"]["post"]
-    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
     assert set(schema["required"]) == {"node_id", "regions"}
+    region_ref = schema["properties"]["regions"]["items"]["$ref"]
+    region = doc["components"]["schemas"][region_ref.rsplit("/", 1)[1]]
+    assert set(region["required"]) == {"region_id", "topic", "flushed_entry_id", "memtable_bytes"}
     assert "421" in op["responses"]
+    answer = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert answer.endswith("/HeartbeatResponse")
+
+
+def test_every_schema_reference_resolves(client: httpx.Client) -> None:
+    doc = client.get("/openapi.json").json()
+    refs: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.add(node["$ref"].rsplit("/", 1)[1])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    assert {"PlanList", "Procedure", "RegisterRegion", "PurgeRequest"} <= refs
+    assert refs <= set(doc["components"]["schemas"])

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from metasrv import wire
 from metasrv.client import MetasrvClient, base_url_from_addr
 from metasrv.errors import MetasrvError, NotLeader, Unavailable
 
@@ -63,7 +64,7 @@ class ClusterClient(MetasrvClient):
         assert last is not None
         raise last
 
-    def heartbeat(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def heartbeat(self, payload: Mapping[str, Any]) -> wire.HeartbeatResponse:
         response = self._call(lambda c: c.heartbeat(payload))
         # Kept for diagnosing an invariant violation: what each region told which leader.
         now = time.time()

@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from cli import app
-from cli._ops import Exit, resolve_target, why_not_purged
-from metasrv.model import BlockingRegion, TopicPlan
+from cli._ops import Exit, resolve_target
+from cli._tables import why_not_purged
+from metasrv import wire
 from tests.api._live import (
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
@@ -23,19 +24,24 @@ from tests.api._live import (
 runner = CliRunner()
 
 
-def _plan(**overrides: object) -> TopicPlan:
+def _plan(**overrides: object) -> wire.TopicPlan:
     base: dict[str, object] = {
         "topic": "wal_0",
         "prune_point": 50,
         "pruned_entry_id": 10,
         "log_start_offset": 10,
         "high_watermark": 100,
-        "blocked_by": (),
+        "blocked_by": [],
         "reclaimable_entries": 40,
+        "data_loss": [],
         "region_count": 2,
     }
     base.update(overrides)
-    return TopicPlan(**base)  # type: ignore[arg-type]
+    return wire.TopicPlan(**base)  # type: ignore[arg-type]
+
+
+def _blocking(region_id: int, reason: str) -> wire.BlockingRegion:
+    return wire.BlockingRegion(region_id=region_id, reason=wire.BlockReason(reason))
 
 
 def test_why_names_blockers_data_loss_and_progress() -> None:
@@ -43,10 +49,10 @@ def test_why_names_blockers_data_loss_and_progress() -> None:
     blocked = _plan(
         prune_point=None,
         reclaimable_entries=0,
-        blocked_by=(BlockingRegion(7, "no_stat"), BlockingRegion(8, "stale_stat")),
+        blocked_by=[_blocking(7, "no_stat"), _blocking(8, "stale_stat")],
     )
     assert why_not_purged(blocked) == "blocked by region 7 (no_stat), region 8 (stale_stat)"
-    lost = _plan(data_loss=(9,), blocked_by=(BlockingRegion(9, "retention_overrun"),))
+    lost = _plan(data_loss=[9], blocked_by=[_blocking(9, "retention_overrun")])
     assert why_not_purged(lost).startswith("WAL DATA LOSS")
     assert "9" in why_not_purged(lost)
     assert why_not_purged(_plan(prune_point=None, region_count=0, reclaimable_entries=0)) == (

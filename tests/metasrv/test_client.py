@@ -1,4 +1,5 @@
-"""metasrv.client: pure parsing and error mapping; the live API is exercised in test_cli_ops."""
+"""metasrv.client: decoding answers and mapping errors; the live API is exercised in
+test_cli_ops."""
 
 from __future__ import annotations
 
@@ -7,16 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from metasrv import errors
-from metasrv.client import (
-    MetasrvClient,
-    ProcedureInfo,
-    PurgeRecord,
-    base_url_from_addr,
-    error_from_response,
-    plan_from_json,
-)
-from metasrv.model import BlockingRegion
+from metasrv import errors, wire
+from metasrv.client import MetasrvClient, base_url_from_addr, error_from_response
 
 
 def _response(status: int, body: Any = None, *, text: str | None = None) -> httpx.Response:
@@ -96,66 +89,88 @@ def test_base_url_from_addr(addr: str, url: str) -> None:
     assert base_url_from_addr(addr) == url
 
 
-def test_plan_from_json_round_trips_blockers_and_nulls() -> None:
-    plan = plan_from_json(
-        {
-            "topic": "wal_0",
-            "prune_point": None,
-            "pruned_entry_id": 41,
-            "log_start_offset": 42,
-            "high_watermark": 100,
-            "blocked_by": [{"region_id": 4294967296, "reason": "stale_stat"}],
-            "reclaimable_entries": 0,
-            "region_count": 3,
-            "future_field": "ignored",
-        }
-    )
-    assert plan.prune_point is None
-    assert plan.pruned_entry_id == 41
-    assert plan.blocked_by == (BlockingRegion(4294967296, "stale_stat"),)
-    assert plan.region_count == 3
-    assert plan.data_loss == ()
+def _answering(body: Any) -> MetasrvClient:
+    """A client whose every request is answered 200 with `body`."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    return MetasrvClient("http://metasrv.test", transport=transport)
 
 
-def test_procedure_and_history_parsing() -> None:
-    proc = ProcedureInfo.from_json(
-        {
-            "id": "p1",
-            "kind": "wal_purge",
-            "topic": "wal_0",
-            "state": "failed",
-            "step": "purge",
-            "attempts": 3,
-            "error": "kafka_unavailable: timed out",
-            "submitted_at": "2025-01-01T00:00:00+00:00",
-            "started_at": "2025-01-01T00:00:01+00:00",
-            "finished_at": "2025-01-01T00:00:05+00:00",
-            "timings": {"prepare": 1.0, "flush": 2.5},
-        }
-    )
-    assert proc.terminal
+def test_plans_decode_blockers_and_nulls_and_ignore_unknown_fields() -> None:
+    plan = {
+        "topic": "wal_0",
+        "prune_point": None,
+        "pruned_entry_id": 41,
+        "log_start_offset": 42,
+        "high_watermark": 100,
+        "blocked_by": [{"region_id": 4294967296, "reason": "stale_stat"}],
+        "reclaimable_entries": 0,
+        "data_loss": [],
+        "region_count": 3,
+        "future_field": "ignored",
+    }
+    with _answering({"topics": [plan]}) as client:
+        (decoded,) = client.plan()
+    assert decoded.prune_point is None
+    assert decoded.pruned_entry_id == 41
+    assert decoded.blocked_by == [
+        wire.BlockingRegion(region_id=4294967296, reason=wire.BlockReason.STALE_STAT)
+    ]
+    assert decoded.region_count == 3
+    assert decoded.data_loss == []
+
+
+def test_an_answer_of_the_wrong_shape_is_an_error() -> None:
+    with (
+        _answering({"topics": [{"topic": "wal_0"}]}) as client,
+        pytest.raises(errors.MetasrvError, match="unexpected answer"),
+    ):
+        client.plan()
+
+
+def test_procedures_and_history_decode() -> None:
+    procedure = {
+        "id": "p1",
+        "kind": "wal_purge",
+        "topic": "wal_0",
+        "state": "failed",
+        "step": "purge",
+        "attempts": 3,
+        "error": "kafka_unavailable: timed out",
+        "error_code": "kafka_unavailable",
+        "reason": "manual",
+        "outcome": None,
+        "submitted_at": "2025-01-01T00:00:00+00:00",
+        "started_at": "2025-01-01T00:00:01+00:00",
+        "finished_at": "2025-01-01T00:00:05+00:00",
+        "timings": {"prepare": 1.0, "flush": 2.5},
+        "data": {},
+    }
+    with _answering(procedure) as client:
+        proc = client.procedure("p1")
+    assert proc.terminal and proc.failed
     assert proc.timings == {"prepare": 1.0, "flush": 2.5}
     assert proc.finished_at is not None and proc.started_at is not None
     assert (proc.finished_at - proc.started_at).total_seconds() == 4
-    assert not ProcedureInfo.from_json({"id": "p2", "state": "retrying"}).terminal
+    with _answering({**procedure, "state": "retrying"}) as client:
+        assert not client.procedure("p1").terminal
 
-    record = PurgeRecord.from_json(
-        {
-            "procedure_id": "p1",
-            "topic": "wal_0",
-            "prune_point": 10,
-            "previous_pruned_entry_id": None,
-            "previous_log_start": 0,
-            "low_watermark": 10,
-            "entries_deleted": 10,
-            "bytes_estimated": 1000,
-            "logical_delete": False,
-            "duration_s": 0.5,
-            "finished_at": "2025-01-01T00:00:05Z",
-        }
-    )
-    assert record.previous_pruned_entry_id is None
-    assert record.finished_at.tzinfo is not None
+    record = {
+        "procedure_id": "p1",
+        "topic": "wal_0",
+        "prune_point": 10,
+        "previous_pruned_entry_id": None,
+        "previous_log_start": 0,
+        "low_watermark": 10,
+        "entries_deleted": 10,
+        "bytes_estimated": 1000,
+        "logical_delete": False,
+        "duration_s": 0.5,
+        "finished_at": "2025-01-01T00:00:05Z",
+    }
+    with _answering({"purges": [record]}) as client:
+        (decoded,) = client.history()
+    assert decoded.previous_pruned_entry_id is None
+    assert decoded.finished_at.tzinfo is not None
 
 
 def test_unreachable_server_is_unavailable() -> None:

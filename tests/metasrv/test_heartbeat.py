@@ -17,7 +17,6 @@ from metasrv import keys
 from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
 from metasrv.heartbeat import HeartbeatHandler
-from metasrv.heartbeat_wire import encode_columns
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import SqlKv
 from metasrv.locks import TopicLocks
@@ -27,6 +26,7 @@ from metasrv.model import RegionStat
 from metasrv.registry import PRUNABLE, RegionRegistry
 from metasrv.settings import load_settings
 from metasrv.topology import Topology, route_value
+from metasrv.wire import encode_columns
 
 
 class Clock:

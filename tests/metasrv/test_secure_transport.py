@@ -319,7 +319,7 @@ def test_heartbeat_and_purge_over_sasl_ssl_and_etcd_tls(
                         "topics": [],
                     }
                 )
-            assert answer["rejected"] == []
+            assert answer.rejected == []
             with MetasrvClient(url, token=OPERATOR_TOKEN) as operator:
                 done = operator.wait(operator.purge([region.topic]), timeout=60)
             assert [p.state for p in done] == ["succeeded"], done

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,15 +17,14 @@ from metasrv import keys
 from metasrv.errors import LeadershipLost
 from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
 from metasrv.kv._sql import normalize_url
+from metasrv.wire import PurgeRecord, WalEvent
 from procedures import (
     History,
     ProcedureRecord,
     ProcedureState,
     ProcedureStore,
-    PurgeRecord,
     RecordConflict,
     StepRun,
-    WalEvent,
     backoff_delay,
 )
 from tests.metasrv.kv._pgschema import fresh_schema
@@ -160,14 +160,30 @@ async def test_history_on_postgresql(pg_history: History) -> None:
     ]
     assert await pg_history.list_procedures(state=ProcedureState.FAILED) == []
 
-    purge = PurgeRecord(rec.id, "wal_0", 40, None, 0, 40, 40, 4000, False, 1.5, now)
+    at = datetime.fromtimestamp(now, tz=UTC)
+    purge = PurgeRecord(
+        procedure_id=rec.id,
+        topic="wal_0",
+        prune_point=40,
+        previous_pruned_entry_id=None,
+        previous_log_start=0,
+        low_watermark=40,
+        entries_deleted=40,
+        bytes_estimated=4000,
+        logical_delete=False,
+        duration_s=1.5,
+        finished_at=at,
+    )
     await pg_history.record_purge(purge)
     await pg_history.record_purge(purge)  # a resumed procedure writes once
     [row] = await pg_history.purges(topic="wal_0")
     assert (row.prune_point, row.entries_deleted, row.bytes_estimated) == (40, 40, 4000)
-    assert abs(row.finished_at - now) < 1e-3
+    assert abs((row.finished_at - at).total_seconds()) < 1e-3
 
-    await pg_history.record_event(WalEvent("wal_0", "wal_data_loss", 2, {"log_start": 30}, now))
+    event = WalEvent(
+        topic="wal_0", kind="wal_data_loss", region_id=2, details={"log_start": 30}, at=at
+    )
+    await pg_history.record_event(event)
     [event] = await pg_history.events(topic="wal_0", kind="wal_data_loss")
     assert (event.region_id, event.details) == (2, {"log_start": 30})
 

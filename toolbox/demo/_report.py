@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from rich.table import Table
 
-from metasrv.client import MetasrvClient, PurgeRecord
+from metasrv import wire
+from metasrv.client import MetasrvClient
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
-from metasrv.model import TopicPlan
 from toolbox.simulator import NodeRecovery, Workload
 
 
@@ -46,7 +46,7 @@ class Watcher:
         self.viewer = viewer
         self.findings = findings
         self.admin = KafkaAdmin(workload.kafka_bootstrap)
-        self.plans: dict[str, TopicPlan] = {}
+        self.plans: dict[str, wire.TopicPlan] = {}
         self.purges: dict[str, int] = {}
         self.outage = False
         self.phase = ""
@@ -143,8 +143,8 @@ def recovery_table(recoveries: list[NodeRecovery]) -> Table:
 
 def summary_table(
     topics: list[str],
-    plans: dict[str, TopicPlan],
-    history: dict[str, list[PurgeRecord]],
+    plans: dict[str, wire.TopicPlan],
+    history: dict[str, list[wire.PurgeRecord]],
     findings: Findings,
 ) -> Table:
     table = Table(title="WAL purge summary", title_justify="left")

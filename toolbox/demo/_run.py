@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
 
-from metasrv.client import MetasrvClient, PurgeRecord
+from metasrv import wire
+from metasrv.client import MetasrvClient
 from metasrv.errors import MetasrvError, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from toolbox.demo._report import Findings, Watcher, failure_text, recovery_table, summary_table
@@ -336,7 +337,7 @@ def _run_phase(run: DemoRun, number: int, phase: Phase) -> None:
 
 def _summarize(run: DemoRun) -> None:
     run.watcher.tick()
-    history: dict[str, list[PurgeRecord]] = {}
+    history: dict[str, list[wire.PurgeRecord]] = {}
     for record in run.viewer.history(limit=1000):
         history.setdefault(record.topic, []).append(record)
     run.console.print(summary_table(run.workload.topics, run.watcher.plans, history, run.findings))

@@ -393,10 +393,7 @@ class SimDatanode:
             raise InvalidArgument("this datanode has no metasrv")
         response = self.client.heartbeat(self.heartbeat_payload())
         self.heartbeats_sent += 1
-        rejected = tuple(
-            Rejection(int(r["region_id"]), str(r.get("reason", "")))
-            for r in response.get("rejected", [])
-        )
+        rejected = tuple(Rejection(r.region_id, r.reason) for r in response.rejected)
         for rejection in rejected:
             logger.warning(
                 "metasrv rejected region %s: %s",
@@ -406,25 +403,22 @@ class SimDatanode:
             )
         self.rejections.extend(rejected)
         flush_ids: list[int] = []
-        for instruction in response.get("instructions", []):
-            if instruction.get("kind") != "flush_regions":
-                logger.warning("unknown instruction %r", instruction.get("kind"))
-                continue
+        for instruction in response.instructions:
             # The metasrv repeats an instruction on every response until it sees it applied.
-            if instruction.get("id") in self._instructions_seen:
+            if instruction.id in self._instructions_seen:
                 continue
-            self._instructions_seen[instruction.get("id")] = None
+            self._instructions_seen[instruction.id] = None
             while len(self._instructions_seen) > 4096:
                 del self._instructions_seen[next(iter(self._instructions_seen))]
-            for region_id in instruction.get("region_ids", []):
-                if int(region_id) in self.regions:
-                    flush_ids.append(int(region_id))
+            for region_id in instruction.region_ids:
+                if region_id in self.regions:
+                    flush_ids.append(region_id)
                 else:
                     logger.warning("asked to flush region %s, not hosted here", region_id)
         for region_id in flush_ids:
             self._flush_queue.put(region_id)
         self.flushes_instructed += len(flush_ids)
-        leader = response.get("leader")
+        leader = response.leader
         return HeartbeatOutcome(
             leader=str(leader) if leader is not None else None,
             flush_instructions=tuple(flush_ids),

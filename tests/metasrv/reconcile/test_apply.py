@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from metasrv import wire
 from metasrv.errors import Conflict, NotFound, Unavailable
 from metasrv.reconcile import (
     ActionKind,
@@ -49,17 +50,32 @@ class FakeMetasrv:
         if self.regions.pop(region_id, None) is None:
             raise NotFound(f"region {region_id} not registered")
 
-    def region(self, region_id: int) -> Any:
+    def region(self, region_id: int) -> wire.Region:
         if region_id not in self.regions:
             raise NotFound(f"region {region_id} not registered")
         topic, node, age = self.regions[region_id]
-        stat = None if age is None else {"age_seconds": age}
-
-        @dataclass
-        class View:
-            raw: dict[str, Any]
-
-        return View({"region_id": region_id, "topic": topic, "node_id": node, "stat": stat})
+        stat = None
+        if age is not None:
+            stat = wire.RegionStat(
+                node_id=node,
+                flushed_entry_id=0,
+                topic_latest_entry_id=None,
+                memtable_bytes=0,
+                manifest_version=None,
+                prunable_entry_id=0,
+                idle_claim_ignored=False,
+                age_seconds=age,
+            )
+        return wire.Region(
+            region_id=region_id,
+            topic=topic,
+            node_id=node,
+            checkpoint_entry_id=None,
+            stat=stat,
+            prunable_entry_id=None if stat is None else 0,
+            pruned_entry_id=None,
+            replay_start_entry_id=0,
+        )
 
 
 @dataclass

@@ -42,7 +42,7 @@ def test_plan_follows_heartbeats_and_restart_replays_from_metasrv(
         outcome = datanode.heartbeat_once()
         assert outcome.rejected == ()
         (plan,) = operator.plan(topic)
-        assert plan.blocked_by == ()
+        assert plan.blocked_by == []
         assert plan.region_count == 2
         assert plan.prune_point == flushed  # min(A flushed, B topic latest = HW - 1)
         assert plan.high_watermark == flushed + 11
@@ -81,7 +81,7 @@ def test_rejected_regions_are_logged_and_the_rest_accepted(
     assert datanode.rejections == list(outcome.rejected)
     assert f"metasrv rejected region {C}: unknown_region" in caplog.text
     (plan,) = operator.plan(topic)
-    assert plan.blocked_by == ()  # A's stat was stored
+    assert plan.blocked_by == []  # A's stat was stored
 
 
 def test_heartbeat_sent_to_a_follower_follows_the_421_to_the_leader(
@@ -109,7 +109,7 @@ def test_heartbeat_sent_to_a_follower_follows_the_421_to_the_leader(
         assert datanode.client.base_url == leader.url
         with MetasrvClient(leader.url, token=VIEWER) as viewer:
             (plan,) = viewer.plan(topic)
-        assert plan.blocked_by == ()
+        assert plan.blocked_by == []
     finally:
         if datanode is not None:
             datanode.close()

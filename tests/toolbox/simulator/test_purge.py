@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from metasrv.client import MetasrvClient, ProcedureInfo
+from metasrv import wire
+from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, settings, start_metasrv
@@ -82,7 +83,7 @@ def write(region: SimRegion, n: int) -> list[int]:
     return [f.result(30) for f in [region.write("x" * 200) for _ in range(n)]]
 
 
-def purge(operator: MetasrvClient, topic: str) -> ProcedureInfo:
+def purge(operator: MetasrvClient, topic: str) -> wire.Procedure:
     time.sleep(1.0)  # let every region report its latest state
     (info,) = operator.wait(operator.purge([topic]), timeout=60, poll_interval=0.2)
     assert info.state in ("succeeded", "skipped"), (info.error, info.outcome)
@@ -177,7 +178,7 @@ def test_an_idle_region_that_writes_again_is_not_reported_as_data_loss(
     busy.flush()
     time.sleep(1.0)
     (plan,) = operator.plan(served.topic)
-    assert plan.data_loss == ()
+    assert plan.data_loss == []
     info = purge(operator, served.topic)
     assert info.state in ("succeeded", "skipped"), (info.error, info.outcome)
     assert crash_and_verify(datanode) == {A: 0, B: 0}
@@ -208,7 +209,7 @@ def test_regions_opened_or_restarted_behind_the_marker_write_without_a_data_loss
     datanode.regions[B].flush()
     time.sleep(1.0)
     (plan,) = operator.plan(served.topic)
-    assert plan.data_loss == ()
-    assert plan.blocked_by == ()
+    assert plan.data_loss == []
+    assert plan.blocked_by == []
     assert purge(operator, served.topic).state in ("succeeded", "skipped")
     assert crash_and_verify(datanode) == {A: 0, B: 0, C: 0}

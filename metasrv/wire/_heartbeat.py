@@ -26,15 +26,14 @@ checks a body in one pass in C into structs the garbage collector does not track
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import numpy as np
 
-from metasrv.errors import InvalidArgument
-from metasrv.model import ID_MAX
+from metasrv.wire._codec import invalid, refusal
+from metasrv.wire._types import EntryId, Id, Int64, RejectReason
 
 COLUMNS_FORMAT: Final = (
     "The heartbeat of DESIGN §5 as msgpack columns: {node_id, addr, topic_names: [str], "
@@ -51,20 +50,17 @@ MAX_REGIONS: Final = 100_000
 MAX_TOPIC_REPORTS: Final = 100_000
 """Topic reports one heartbeat may carry (at most one per pool topic: `num_topics`)."""
 
-_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=ID_MAX)]
-Id = Annotated[int, msgspec.Meta(ge=0, le=ID_MAX)]
-EntryId = Annotated[int, msgspec.Meta(ge=-1, le=ID_MAX)]
 Topic = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class Region(msgspec.Struct, gc=False):
+class RegionReport(msgspec.Struct, gc=False):
     """One `regions[]` entry of a JSON heartbeat; unknown fields are ignored."""
 
-    region_id: _Int
+    region_id: Int64
     topic: str
-    flushed_entry_id: _Int
+    flushed_entry_id: Int64
     memtable_bytes: Id
-    topic_latest_entry_id: _Int | None = None
+    topic_latest_entry_id: Int64 | None = None
     manifest_version: Id | None = None
 
 
@@ -81,9 +77,32 @@ class Heartbeat(msgspec.Struct, gc=False):
     """A JSON heartbeat (DESIGN §5)."""
 
     node_id: Id
-    regions: Annotated[list[Region], msgspec.Meta(max_length=MAX_REGIONS)]
+    regions: Annotated[list[RegionReport], msgspec.Meta(max_length=MAX_REGIONS)]
     addr: str | None = None
     topics: Annotated[list[TopicReport], msgspec.Meta(max_length=MAX_TOPIC_REPORTS)] | None = None
+
+
+class Instruction(msgspec.Struct, kw_only=True):
+    """An instruction for the datanode; repeated until applied or expired."""
+
+    id: str
+    kind: Literal["flush_regions"]
+    region_ids: list[int]
+
+
+class Rejection(msgspec.Struct, kw_only=True):
+    """A region whose stat was not stored, and why."""
+
+    region_id: int
+    reason: RejectReason
+
+
+class HeartbeatResponse(msgspec.Struct, kw_only=True):
+    """`POST /v1/heartbeat` answer (the handler writes it directly; see metasrv/heartbeat.py)."""
+
+    leader: str | None
+    instructions: list[Instruction]
+    rejected: list[Rejection]
 
 
 class RegionColumns(msgspec.Struct, gc=False):
@@ -120,13 +139,13 @@ class Columns:
     latest: np.ndarray | None
     manifest: np.ndarray | None
 
-    def regions(self) -> list[Region]:
+    def regions(self) -> list[RegionReport]:
         """The same regions one by one, as a JSON heartbeat would carry them."""
         n = len(self.region_id)
         names = self.topic_names
         return list(
             map(
-                Region,
+                RegionReport,
                 self.region_id.tolist(),
                 [names[i] for i in self.topic.tolist()],
                 self.flushed.tolist(),
@@ -148,52 +167,22 @@ def _nullable(column: np.ndarray | None, n: int) -> list[int | None]:
 
 _json_decode: Final = msgspec.json.Decoder(Heartbeat).decode
 _msgpack_decode: Final = msgspec.msgpack.Decoder(ColumnHeartbeat).decode
-_AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.DOTALL)
-_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[\.\.\.\]")
-_MISSING = re.compile(r"^Object missing required field `([^`]+)`$")
-
-
-def invalid(message: str, loc: list[Any]) -> InvalidArgument:
-    """A 422 naming the body field at `loc`."""
-    return InvalidArgument(message, details={"errors": [{"loc": ["body", *loc], "msg": message}]})
-
-
-def _refusal(exc: Exception, encoding: str) -> InvalidArgument:
-    """msgspec's reason for refusing a body, as a 422 naming the field."""
-    if isinstance(exc, UnicodeDecodeError):
-        return invalid(f"the body is not valid UTF-8 ({exc.reason})", [])
-    if isinstance(exc, RecursionError):
-        return invalid("the body is nested too deeply", [])
-    if not isinstance(exc, msgspec.ValidationError):
-        return InvalidArgument(f"request body is not valid {encoding}: {exc}")
-    match = _AT.match(str(exc))
-    assert match is not None  # the pattern matches any string
-    message, path = match.group(1), match.group(2) or ""
-    loc: list[Any] = [
-        int(index) if index else name for name, index in _STEP.findall(path) if name or index
-    ]
-    missing = _MISSING.match(message)
-    if missing is not None:
-        loc.append(missing.group(1))
-        message = "field required"
-    where = ".".join(str(step) for step in loc)
-    return invalid(f"{where}: {message}" if where else message, loc)
 
 
 def decode_json(body: bytes) -> Heartbeat:
-    """A JSON heartbeat, or `InvalidArgument` naming the first field that is wrong."""
+    """A JSON heartbeat, or `SchemaError` naming the first field that is wrong."""
     try:
         return _json_decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise _refusal(exc, "JSON") from None
+        raise refusal(exc, "JSON") from None
 
 
 def decode_columns(body: bytes) -> ColumnHeartbeat:
-    """A columns heartbeat, or `InvalidArgument` naming the first field that is wrong."""
+    """A columns heartbeat, or `SchemaError` naming the first field that is wrong."""
     try:
         return _msgpack_decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise _refusal(exc, "msgpack") from None
+        raise refusal(exc, "msgpack") from None
 
 
 def columns_of(doc: ColumnHeartbeat) -> Columns:

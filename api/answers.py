@@ -1,0 +1,89 @@
+"""The daemon's values as wire answers (`metasrv.wire`): plans, regions, topics, procedures."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from api.queries import RegionView, TopicView
+from metasrv import wire
+from metasrv.model import TopicPlan
+from procedures import ProcedureView
+
+
+def _at(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
+
+
+def region(view: RegionView) -> wire.Region:
+    stat = view.stat
+    route = view.route
+    return wire.Region(
+        region_id=route.region_id,
+        topic=route.topic,
+        node_id=route.node_id,
+        checkpoint_entry_id=route.checkpoint_entry_id,
+        stat=None
+        if stat is None
+        else wire.RegionStat(
+            node_id=stat.node_id,
+            flushed_entry_id=stat.flushed_entry_id,
+            topic_latest_entry_id=stat.topic_latest_entry_id,
+            memtable_bytes=stat.memtable_bytes,
+            manifest_version=stat.manifest_version,
+            prunable_entry_id=stat.prunable_entry_id,
+            idle_claim_ignored=stat.idle_claim_ignored,
+            age_seconds=round(view.stat_age or 0.0, 3),
+        ),
+        prunable_entry_id=None if stat is None else stat.prunable_entry_id,
+        pruned_entry_id=view.pruned_entry_id,
+        replay_start_entry_id=view.replay_start_entry_id,
+    )
+
+
+def plan(p: TopicPlan) -> wire.TopicPlan:
+    return wire.TopicPlan(
+        topic=p.topic,
+        prune_point=p.prune_point,
+        pruned_entry_id=p.pruned_entry_id,
+        log_start_offset=p.log_start_offset,
+        high_watermark=p.high_watermark,
+        blocked_by=[
+            wire.BlockingRegion(region_id=b.region_id, reason=wire.BlockReason(b.reason))
+            for b in p.blocked_by
+        ],
+        reclaimable_entries=p.reclaimable_entries,
+        data_loss=list(p.data_loss),
+        region_count=p.region_count,
+    )
+
+
+def topic(view: TopicView) -> wire.Topic:
+    stat = view.stat
+    return wire.Topic(
+        **msgspec.structs.asdict(plan(view.plan)),
+        pool=view.pool,
+        latest_entry_id=None if stat is None else stat.latest_entry_id,
+        avg_record_size=None if stat is None else round(stat.avg_record_size, 3),
+    )
+
+
+def procedure(view: ProcedureView) -> wire.Procedure:
+    return wire.Procedure(
+        id=view.id,
+        kind=view.kind,
+        topic=view.topic,
+        state=wire.ProcedureState(view.state),
+        step=view.step or None,
+        attempts=view.attempts,
+        error=view.error,
+        error_code=view.error_code,
+        reason=view.reason,
+        outcome=view.outcome,
+        submitted_at=datetime.fromtimestamp(view.submitted_at, tz=UTC),
+        started_at=_at(view.started_at),
+        finished_at=_at(view.finished_at),
+        timings=dict(view.timings),
+        data=dict(view.data),
+    )

@@ -1,0 +1,335 @@
+"""The bodies of every endpoint but the heartbeat (DESIGN §5), requests and answers.
+
+Requests are strict: no coercion ("5" is not 5), unknown fields rejected. Answers ignore
+unknown fields when a client decodes them, so a newer server does not break an older
+client. Field descriptions are what the OpenAPI document shows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from msgspec import Meta, Struct
+
+from metasrv.wire._types import (
+    FAILED_STATES,
+    BlockReason,
+    FindingKind,
+    Id,
+    ProcedureState,
+    Severity,
+    TopicName,
+)
+
+MAX_PURGE_TOPICS = 10_000
+"""Most topics one purge request may name."""
+
+
+class Request(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of request bodies."""
+
+
+class Answer(Struct, kw_only=True):
+    """Base of response bodies."""
+
+
+def _doc(text: str) -> Meta:
+    return Meta(description=text)
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+class ErrorDetail(Struct, kw_only=True):
+    """`code` is stable and machine-readable; other fields depend on the code (e.g.
+    `leader` on a 421, `errors` on a 422)."""
+
+    code: str
+    message: str
+
+
+class ErrorBody(Answer):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+# --- regions -------------------------------------------------------------------------------
+
+
+class RegisterRegion(Request):
+    """`POST /v1/regions`."""
+
+    region_id: Annotated[Id, Meta(examples=[(1024 << 32) | 1])]
+    node_id: Id
+    topic: Annotated[
+        TopicName | None,
+        _doc("Pin the region to this topic; default: the least-loaded pool topic."),
+    ] = None
+
+
+class RegisteredRegion(Answer):
+    region_id: int
+    topic: str
+    node_id: int
+
+
+class RegionStat(Answer):
+    """The latest heartbeat stat of a region."""
+
+    node_id: int
+    flushed_entry_id: int
+    topic_latest_entry_id: int | None
+    memtable_bytes: int
+    manifest_version: int | None
+    prunable_entry_id: int
+    idle_claim_ignored: Annotated[
+        bool, _doc("`topic_latest_entry_id` came with a non-empty memtable, so it is not used.")
+    ]
+    age_seconds: float
+
+
+class Region(Answer):
+    """`GET /v1/regions/{region_id}`."""
+
+    region_id: int
+    topic: str
+    node_id: int
+    checkpoint_entry_id: int | None
+    stat: RegionStat | None
+    prunable_entry_id: int | None
+    pruned_entry_id: int | None
+    replay_start_entry_id: int
+
+
+class RegionList(Answer):
+    regions: list[Region]
+
+
+class ReplayStart(Answer):
+    """`GET /v1/regions/{region_id}/replay-start`."""
+
+    region_id: int
+    topic: str
+    start_entry_id: Annotated[int, _doc("max(flushed_entry_id, pruned_entry_id) + 1")]
+
+
+# --- topics and plans ----------------------------------------------------------------------
+
+
+class BlockingRegion(Answer):
+    region_id: int
+    reason: BlockReason
+
+
+class TopicPlan(Answer):
+    """One topic's prune plan."""
+
+    topic: str
+    prune_point: Annotated[
+        int | None,
+        _doc("Offsets below it may be deleted, and the marker moves to it; null if blocked."),
+    ]
+    pruned_entry_id: int | None
+    log_start_offset: int | None
+    high_watermark: int | None
+    blocked_by: list[BlockingRegion]
+    reclaimable_entries: int
+    data_loss: Annotated[list[int], _doc("Regions whose needed entries Kafka no longer holds.")]
+    region_count: int
+
+
+class PlanList(Answer):
+    topics: list[TopicPlan]
+
+
+class Topic(TopicPlan):
+    """`GET /v1/topics/{topic}`: the plan plus what datanodes report about the topic."""
+
+    pool: Annotated[bool, _doc("A `{prefix}_{n}` pool topic.")]
+    latest_entry_id: Annotated[int | None, _doc("Highest entry id a datanode reported.")]
+    avg_record_size: Annotated[float | None, _doc("Bytes per record, recent average.")]
+
+
+class TopicList(Answer):
+    topics: list[Topic]
+
+
+# --- purge, procedures, history ------------------------------------------------------------
+
+
+class PurgeRequest(Request):
+    """`POST /v1/purge`."""
+
+    topics: (
+        Annotated[
+            list[TopicName],
+            Meta(
+                min_length=1,
+                max_length=MAX_PURGE_TOPICS,
+                description="Topics to purge (deduplicated); null purges every topic with regions.",
+            ),
+        ]
+        | None
+    ) = None
+    dry_run: Annotated[bool, _doc("Return the plan; submit nothing.")] = False
+
+
+class PurgeSubmitted(Answer):
+    procedure_ids: Annotated[list[str], _doc("Ids to follow at /v1/procedures/{id}.")]
+
+
+class Procedure(Answer):
+    """A procedure, running or finished."""
+
+    id: str
+    kind: Annotated[str, _doc("e.g. `wal_purge`.")]
+    topic: str | None
+    state: ProcedureState
+    step: Annotated[str | None, _doc("Current step, or the one it ended in.")]
+    attempts: Annotated[int, Meta(ge=0, description="Executions of the current (or last) step.")]
+    error: Annotated[str | None, _doc("Last error message.")]
+    error_code: Annotated[str | None, _doc("Stable code of the last error.")]
+    reason: Annotated[str, _doc("Why it was submitted (`manual`, `ticker`, ...).")]
+    outcome: Annotated[str | None, _doc("Terminal summary (skip reason, purge result).")]
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    timings: Annotated[dict[str, float], _doc("Seconds spent per finished step.")]
+    data: Annotated[dict[str, Any], _doc("The procedure's own data (prune point, ...).")]
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def failed(self) -> bool:
+        """Ended without doing its work (failed or cancelled)."""
+        return self.state in FAILED_STATES
+
+
+class ProcedureList(Answer):
+    """Newest first."""
+
+    procedures: list[Procedure]
+
+
+class PurgeRecord(Answer):
+    """One completed purge."""
+
+    procedure_id: str
+    topic: str
+    prune_point: Annotated[int, _doc("Offsets below it were deleted (or released).")]
+    previous_pruned_entry_id: int | None
+    previous_log_start: int | None
+    low_watermark: Annotated[int | None, _doc("Log start after the purge (null: logical).")]
+    entries_deleted: int
+    bytes_estimated: int
+    logical_delete: bool
+    duration_s: float
+    finished_at: datetime
+
+
+class PurgeHistory(Answer):
+    """Newest first."""
+
+    purges: list[PurgeRecord]
+
+
+class WalEvent(Answer):
+    """One WAL event, e.g. `wal_data_loss`."""
+
+    topic: str
+    kind: str
+    region_id: int | None
+    details: dict[str, Any]
+    at: datetime
+
+
+class WalEventList(Answer):
+    """Newest first."""
+
+    events: list[WalEvent]
+
+
+# --- leader, health, reconcile -------------------------------------------------------------
+
+
+class Leader(Answer):
+    """`GET /v1/leader`."""
+
+    leader: Annotated[str | None, _doc("HTTP address of the leader, if known.")]
+    is_leader: Annotated[bool, _doc("True when the answering process leads.")]
+    serving: Annotated[bool, _doc("Leader with its topic-region map loaded.")]
+    term: int
+    node: Annotated[str, _doc("The answering process's election name.")]
+
+
+class Health(Answer):
+    status: str
+
+
+class Ready(Answer):
+    """`GET /readyz` (200 only when every check is "ok")."""
+
+    status: str
+    checks: dict[str, str]
+    is_leader: bool
+
+
+class ReconcileFinding(Answer):
+    kind: FindingKind
+    severity: Severity
+    topic: str | None
+    region_id: int | None
+    message: str
+    evidence: Annotated[dict[str, Any], _doc("The observed values the finding rests on.")]
+    action: Annotated[str | None, _doc("What --apply did about it, if anything.")]
+
+
+class ReconcileRun(Answer):
+    run_id: str
+    started_at: datetime
+    finished_at: datetime
+    status: str
+    master: str
+    applied: bool
+    kv_revision: int | None
+    counts: Annotated[dict[str, dict[str, int]], _doc("kind -> severity -> findings")]
+    findings_total: int
+    findings_stored: Annotated[int, _doc("Findings kept in SQL (the Parquet has all).")]
+    out_dir: str | None
+    summary: dict[str, Any]
+
+
+class ReconcileLatest(Answer):
+    """The newest reconcile run with one page of its findings, most urgent first."""
+
+    run: ReconcileRun
+    findings: list[ReconcileFinding]
+    matched: Annotated[int, _doc("Stored findings matching the filters.")]
+    limit: int
+    offset: int
+
+
+ANSWERS: tuple[type[Struct], ...] = (
+    ErrorBody,
+    RegisteredRegion,
+    Region,
+    RegionList,
+    ReplayStart,
+    PlanList,
+    Topic,
+    TopicList,
+    PurgeSubmitted,
+    Procedure,
+    ProcedureList,
+    PurgeHistory,
+    WalEventList,
+    Leader,
+    Health,
+    Ready,
+    ReconcileLatest,
+)
+REQUESTS: tuple[type[Struct], ...] = (RegisterRegion, PurgeRequest)

@@ -1,0 +1,104 @@
+"""The scalar types and closed vocabularies of the wire: ids, topic names, states, reasons."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Final
+
+import msgspec
+
+from metasrv.model import ID_MAX
+
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=ID_MAX)]
+Id = Annotated[int, msgspec.Meta(ge=0, le=ID_MAX)]
+"""Region ids (`table_id << 32 | region_number`), node ids, counters."""
+EntryId = Annotated[int, msgspec.Meta(ge=-1, le=ID_MAX)]
+"""A WAL entry id; -1 is "nothing"."""
+TOPIC_PATTERN: Final = r"^([A-Za-z0-9_-]|\.[A-Za-z0-9_-]|\.\.[A-Za-z0-9._-])[A-Za-z0-9._-]*$"
+"""Kafka's legal topic names: [A-Za-z0-9._-], but not "." or ".." (no look-around: the
+pattern is also the OpenAPI document's, for every client's validator)."""
+TOPIC_MAX_LENGTH: Final = 249
+TopicName = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1, max_length=TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN, examples=["wal_0"]
+    ),
+]
+"""A topic name Kafka accepts (a collision with an existing topic is found on creation)."""
+
+
+class ProcedureState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the procedure will never run again."""
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES: Final = frozenset(
+    {
+        ProcedureState.SUCCEEDED,
+        ProcedureState.SKIPPED,
+        ProcedureState.FAILED,
+        ProcedureState.CANCELLED,
+    }
+)
+FAILED_STATES: Final = frozenset({ProcedureState.FAILED, ProcedureState.CANCELLED})
+"""Terminal states that mean the procedure did not do its work."""
+
+
+class RejectReason(enum.StrEnum):
+    """Why a heartbeat's region stat was not stored (the rest of the heartbeat was)."""
+
+    NEGATIVE_ID = "negative_id"
+    """region_id < 0, or flushed/topic-latest entry id below -1."""
+    UNKNOWN_REGION = "unknown_region"
+    """Not in the topic-region map."""
+    TOPIC_MISMATCH = "topic_mismatch"
+    """Reported on a topic other than its mapped one."""
+    STAT_REGRESSED = "stat_regressed"
+    """A lower `flushed_entry_id` than the stored stat at the same or a newer manifest
+    version (a lower manifest version means the region was re-created)."""
+
+
+class BlockReason(enum.StrEnum):
+    """Why a region keeps its topic from being purged."""
+
+    NO_STAT = "no_stat"
+    """The region has never reported to this leader (or reported on another topic)."""
+    STALE_STAT = "stale_stat"
+    """The region's last report is older than `region_stat_ttl`."""
+    RETENTION_OVERRUN = "retention_overrun"
+    """Kafka no longer holds entries the region still needs (WAL data loss)."""
+
+
+class FindingKind(enum.StrEnum):
+    """The inconsistencies the reconcile job looks for."""
+
+    STALE_REGION = "stale_region"
+    """Mapped, but no stat for longer than the threshold: it blocks purging its topic."""
+    TOPIC_MISMATCH = "topic_mismatch"
+    """The region's latest report names a topic other than its mapped one."""
+    UNMAPPED_REGION = "unmapped_region"
+    """The region reports heartbeats but is not in the topic-region map."""
+    MISSING_TOPIC = "missing_topic"
+    """A pool topic, or a topic of the map, does not exist in Kafka."""
+    ORPHAN_TOPIC = "orphan_topic"
+    """A Kafka topic with the pool prefix, outside the pool, with no region mapped."""
+    RETENTION_OVERRUN = "retention_overrun"
+    """Kafka's log start offset is above a region's prunable entry id + 1: WAL data loss."""
+    SKEW = "skew"
+    """Regions per pool topic are out of balance."""
+
+
+class Severity(enum.StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
