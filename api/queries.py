@@ -29,9 +29,7 @@ class ReplayStart:
     """Where a restarting region replays its WAL from."""
 
     region_id: int
-    """Region."""
     topic: str
-    """Its mapped topic."""
     start_entry_id: int
     """`max(flushed_entry_id, pruned_entry_id) + 1` (DESIGN §1)."""
 

@@ -62,7 +62,6 @@ class Runtime:
     kv: KvBackend
     """etcd or SQL kv backend."""
     kafka: KafkaAdmin
-    """Kafka admin adapter."""
     locks: TopicLocks
     """Per-topic shared/exclusive locks (registration vs purge)."""
     registry: RegionRegistry

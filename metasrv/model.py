@@ -65,7 +65,6 @@ class TopicStat:
     """What datanodes said about one topic."""
 
     topic: str
-    """Topic name."""
     latest_entry_id: int
     """Highest entry id a datanode has seen written."""
     avg_record_size: float
@@ -93,7 +92,6 @@ class BlockingRegion:
     """A region that keeps its topic from being purged, and why."""
 
     region_id: int
-    """Blocking region."""
     reason: str
     """`no_stat`, `stale_stat` or `retention_overrun`."""
 
@@ -113,7 +111,6 @@ class TopicPlan:
     """The prune plan of one topic at one instant (the pure function's result)."""
 
     topic: str
-    """Topic name."""
     prune_point: int | None
     """P: offsets < P may be deleted; None when blocked or the topic has no regions."""
     pruned_entry_id: int | None

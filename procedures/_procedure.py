@@ -153,11 +153,9 @@ class ProcedureView:
     """What the API shows about a procedure (from the kv record or SQL history)."""
 
     id: str
-    """Procedure id."""
     kind: str
     """Procedure kind, e.g. `wal_purge`."""
     topic: str | None
-    """Topic it works on."""
     state: ProcedureState
     """pending, running, retrying, succeeded, skipped, failed or cancelled."""
     step: str | None
@@ -165,7 +163,6 @@ class ProcedureView:
     attempts: int
     """Executions of the current (or last) step."""
     error: str | None
-    """Last error message."""
     error_code: str | None
     """Stable code of the last error."""
     reason: str
@@ -215,7 +212,6 @@ class Next:
     """Continue with `step`."""
 
     step: enum.Enum
-    """The next step."""
 
 
 @dataclass(frozen=True, slots=True)

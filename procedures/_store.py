@@ -58,7 +58,6 @@ class Stored:
     """A record and the kv revision it was read or written at."""
 
     record: ProcedureRecord
-    """The record."""
     revision: int
     """Its key's `mod_revision` (the CAS token for the next write)."""
 

@@ -30,7 +30,6 @@ class Compare:
     """A transaction guard on one key: its revision, or its value, must match."""
 
     key: str
-    """Key to check."""
     revision: int | None = None
     """Expected `mod_revision`; 0 means the key must be absent."""
     value: bytes | None = None
@@ -46,7 +45,6 @@ class Put:
     """Transaction operation: write `value` at `key`."""
 
     key: str
-    """Key to write."""
     value: bytes
     """Bytes to store."""
 
@@ -56,7 +54,6 @@ class Delete:
     """Transaction operation: remove `key` (no error when absent)."""
 
     key: str
-    """Key to remove."""
 
 
 TxnOp = Put | Delete

@@ -51,7 +51,6 @@ class RunRecord:
     out_dir: str | None
     """Where the Parquet and JSON summary are."""
     summary: Mapping[str, Any]
-    """The JSON summary."""
 
 
 def save_run(

@@ -83,7 +83,6 @@ class FlushTarget:
     """A region asked to flush so the topic can be cut further."""
 
     region_id: int
-    """Region to flush."""
     node_id: int
     """Datanode hosting it (from its latest stat)."""
     prunable_entry_id: int
@@ -97,7 +96,6 @@ class PurgeData:
     """Persisted state of one WAL purge."""
 
     topic: str
-    """Topic to purge."""
     prune_point: int | None = None
     """P of the latest plan."""
     previous_pruned_entry_id: int | None = None

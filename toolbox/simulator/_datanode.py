@@ -50,7 +50,6 @@ class Rejection:
     """A region the metasrv refused in a heartbeat."""
 
     region_id: int
-    """Refused region."""
     reason: str
     """Reason the metasrv gave."""
 

@@ -73,9 +73,7 @@ class RecoveryReport:
     """What a restart of one region did."""
 
     region_id: int
-    """Region restarted."""
     topic: str
-    """Its topic."""
     start_entry_id: int
     """First entry id replayed (from the metasrv's replay-start)."""
     flushed_entry_id: int
@@ -91,7 +89,6 @@ class VerifyReport:
     """Whether every acknowledged row of a region is recovered."""
 
     region_id: int
-    """Region checked."""
     acknowledged: int
     """Rows the ledger says were acknowledged."""
     recovered_from_sst: int

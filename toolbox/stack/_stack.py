@@ -42,7 +42,6 @@ class ServiceStatus:
     """What `status` found for one service."""
 
     name: str
-    """Service name."""
     endpoint: str
     """`host:port` clients use."""
     pid: int | None
