@@ -16,8 +16,6 @@ not authenticated or not authorized; 4 not found; 5 conflict; 6 `--wait` timed o
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import json
 import sys
 import time
@@ -33,6 +31,7 @@ import typer
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from cli._options import shared_options
 from cli._tables import (
     events_table,
     fmt,
@@ -93,35 +92,14 @@ _CONNECTION = (("url", UrlOpt), ("token", TokenOpt), ("config", ConfigOpt))
 
 
 def connected(*, write: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command the connection options (`--url`, `--token`, `--config`, declared once
-    above) and call it with a `client: MetasrvClient` for them instead; `write` picks an
-    operator token from the config rather than a viewer's."""
-
-    def wrap(command: Callable[..., None]) -> Callable[..., None]:
-        own = inspect.signature(command, eval_str=True)
-        params = [p for p in own.parameters.values() if p.name != "client"]
-        params += [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-            for name, kind in _CONNECTION
-        ]
-
-        @functools.wraps(command)
-        def run(
-            *args: Any,
-            url: str | None = None,
-            token: str | None = None,
-            config: Path | None = None,
-            **kwargs: Any,
-        ) -> None:
-            with _client(url, token, config, write=write) as client:
-                command(*args, client=client, **kwargs)
-
-        signature = own.replace(parameters=params)
-        run.__signature__ = signature  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in params}
-        return run
-
-    return wrap
+    """Give a command `--url`, `--token` and `--config` and call it with a
+    `client: MetasrvClient` for them instead; `write` picks an operator token from the
+    config rather than a viewer's."""
+    return shared_options(
+        _CONNECTION,
+        into="client",
+        build=lambda url, token, config: _client(url, token, config, write=write),
+    )
 
 
 # --- plumbing ------------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli._options import shared_options
 from metasrv.errors import MetasrvError
 
 if TYPE_CHECKING:
@@ -58,23 +60,30 @@ def _config(
     )
 
 
+stack_options = shared_options(
+    (
+        ("state_dir", StateDir),
+        ("kafka_port", KafkaPort),
+        ("etcd_port", EtcdPort),
+        ("postgres_port", PostgresPort),
+    ),
+    into="cfg",
+    build=lambda **ports: contextlib.nullcontext(_config(**ports)),
+)
+"""Give a stack command the state dir and port options; it gets `cfg: StackConfig`."""
+
+
 def _setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
 
 @stack_app.command("up")
-def up_cmd(
-    state_dir: StateDir = None,
-    kafka_port: KafkaPort = None,
-    etcd_port: EtcdPort = None,
-    postgres_port: PostgresPort = None,
-    spark: Spark = False,
-) -> None:
+@stack_options
+def up_cmd(spark: Spark = False, *, cfg: StackConfig) -> None:
     """Install (first time) and start every service; print the endpoints. Idempotent."""
     from toolbox.stack import ensure_up, status
 
     _setup_logging()
-    cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
     try:
         endpoints = ensure_up(cfg, spark=spark)
     except MetasrvError as exc:
@@ -88,17 +97,11 @@ def up_cmd(
 
 
 @stack_app.command("status")
-def status_cmd(
-    state_dir: StateDir = None,
-    kafka_port: KafkaPort = None,
-    etcd_port: EtcdPort = None,
-    postgres_port: PostgresPort = None,
-    spark: Spark = False,
-) -> None:
+@stack_options
+def status_cmd(spark: Spark = False, *, cfg: StackConfig) -> None:
     """Per service: running (pid of ours), healthy (a real request), endpoint."""
     from toolbox.stack import endpoints_of, status
 
-    cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
     results = status(cfg, spark=spark)
     for st in results:
         running = (
@@ -115,17 +118,12 @@ def status_cmd(
 
 
 @stack_app.command("down")
-def down_cmd(
-    state_dir: StateDir = None,
-    kafka_port: KafkaPort = None,
-    etcd_port: EtcdPort = None,
-    postgres_port: PostgresPort = None,
-) -> None:
+@stack_options
+def down_cmd(*, cfg: StackConfig) -> None:
     """Stop the services this state dir started (never ones it merely reused)."""
     from toolbox.stack import down
 
     _setup_logging()
-    cfg = _config(state_dir, kafka_port, etcd_port, postgres_port)
     try:
         stopped = down(cfg)
     except MetasrvError as exc:

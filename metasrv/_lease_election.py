@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from metasrv.errors import KvUnavailable
 from metasrv.keys import ELECTION_KEY
@@ -95,6 +95,15 @@ class Listeners:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
+
+
+class LeaseOptions(TypedDict, total=False):
+    """How a `LeaseElection` keeps its lease; the backends pass these through."""
+
+    lease_secs: int
+    poll_interval: float
+    loop_stalled_for: Callable[[], float] | None
+    watchdog_secs: float | None
 
 
 class LeaseElection:

@@ -32,12 +32,12 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, Any, Protocol, Unpack, runtime_checkable
 
 from pyetcd import etcdrpc
 from sqlalchemy import make_url
 
-from metasrv._lease_election import Attempt, LeaseElection, Listener, Listeners
+from metasrv._lease_election import Attempt, LeaseElection, LeaseOptions, Listener, Listeners
 from metasrv.errors import ConfigError, KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
@@ -251,19 +251,9 @@ class EtcdElection(LeaseElection):
         *,
         node_name: str,
         addr: str,
-        lease_secs: int = 5,
-        poll_interval: float = 0.5,
-        loop_stalled_for: Callable[[], float] | None = None,
-        watchdog_secs: float | None = None,
+        **options: Unpack[LeaseOptions],
     ) -> None:
-        super().__init__(
-            node_name=node_name,
-            addr=addr,
-            lease_secs=lease_secs,
-            poll_interval=poll_interval,
-            loop_stalled_for=loop_stalled_for,
-            watchdog_secs=watchdog_secs,
-        )
+        super().__init__(node_name=node_name, addr=addr, **options)
         self._kv = kv
         self._key = (kv.key_prefix + ELECTION_KEY).encode()
         self._client: Any = None  # this thread's own gRPC channel, opened by `start`

@@ -25,13 +25,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import sqlalchemy.exc as sa_exc
 from sqlalchemy import ColumnElement, Float, and_, cast, func, insert, literal, select, update
 from sqlalchemy.engine import Connection
 
-from metasrv._lease_election import Attempt, LeaseElection
+from metasrv._lease_election import Attempt, LeaseElection, LeaseOptions
 from metasrv.errors import KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, Put, SqlKv
@@ -62,19 +62,9 @@ class SqlElection(LeaseElection):
         *,
         node_name: str,
         addr: str,
-        lease_secs: int = 5,
-        poll_interval: float = 0.5,
-        loop_stalled_for: Callable[[], float] | None = None,
-        watchdog_secs: float | None = None,
+        **options: Unpack[LeaseOptions],
     ) -> None:
-        super().__init__(
-            node_name=node_name,
-            addr=addr,
-            lease_secs=lease_secs,
-            poll_interval=poll_interval,
-            loop_stalled_for=loop_stalled_for,
-            watchdog_secs=watchdog_secs,
-        )
+        super().__init__(node_name=node_name, addr=addr, **options)
         self.url = url
         self.key_prefix = key_prefix
         self._name = key_prefix + ELECTION_KEY
