@@ -139,7 +139,7 @@ class Runtime:
                     cluster_root(settings),
                     recon.stat_history_interval,
                     # A follower's view is empty or outdated: it records nothing.
-                    lambda: registry.snapshot() if election.is_leader else {},
+                    lambda: registry.buckets if election.is_leader else {},
                     retention=recon.stat_history_retention,
                     on_error=background.sink("stat_history"),
                     writer=settings.node_name,

@@ -99,6 +99,8 @@ SNAPSHOTS_SCHEMA = pa.schema(
 DEFAULT_RETENTION = 7 * 86400.0
 """Seconds of history kept by default."""
 
+_NO_ROWS: Mapping[int, StatRow] = {}
+
 _MAX_REJECTED = 100_000
 """Rejected reports buffered between two snapshots (latest per region); a flood is cut."""
 
@@ -137,26 +139,71 @@ def rows_table(
 ) -> pa.Table:
     """`stats_table` from the registry's stored rows, a column at a time.
 
-    No object is built per region except the column values themselves: a snapshot of
-    every region allocates a handful of lists, not a `RegionStat` each, so the garbage
-    collector (which stops every thread, the event loop's included) has nothing to walk.
+    The rows are transposed in C (`zip(*rows)`); no object is built per region but the
+    column values, so the garbage collector (which stops every thread, the event loop's
+    included) has nothing new to walk.
     """
     n = len(rows)
-    offset = now - mono_now
-    cols: dict[str, list[object]] = {
+    if n == 0:
+        return STATS_SCHEMA.empty_table()
+    offset_ms = (now - mono_now) * 1000
+    columns = list(zip(*rows, strict=True))
+    cols: dict[str, object] = {
         "ts": [int(now * 1000)] * n,
-        "seen_at": [int((r[RECEIVED] + offset) * 1000) for r in rows],
-        "region_id": list(region_ids),
-        "node_id": [r[NODE] for r in rows],
-        "topic": [r[TOPIC] for r in rows],
-        "flushed_entry_id": [r[FLUSHED] for r in rows],
-        "topic_latest_entry_id": [r[LATEST] for r in rows],
-        "prunable_entry_id": [r[PRUNABLE] for r in rows],
-        "memtable_bytes": [r[MEMTABLE] for r in rows],
-        "manifest_version": [r[MANIFEST] for r in rows],
+        "seen_at": [int(r * 1000 + offset_ms) for r in columns[RECEIVED]],
+        "region_id": region_ids,
+        "node_id": columns[NODE],
+        "topic": columns[TOPIC],
+        "flushed_entry_id": columns[FLUSHED],
+        "topic_latest_entry_id": columns[LATEST],
+        "prunable_entry_id": columns[PRUNABLE],
+        "memtable_bytes": columns[MEMTABLE],
+        "manifest_version": columns[MANIFEST],
         "accepted": [accepted] * n,
     }
-    return pa.Table.from_pydict(cols, schema=STATS_SCHEMA)
+    arrays = [pa.array(cols[f.name], type=f.type) for f in STATS_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=STATS_SCHEMA)
+
+
+SLICE_ROWS = 4096
+"""Rows a periodic snapshot reads between two yields to the event loop (~1-2 ms of work)."""
+
+
+class _ChangedRows:
+    """The rows received since the previous snapshot, gathered a slice at a time.
+
+    `previous` maps region id -> the `received_at` written last time; a row whose
+    `received_at` differs (or a region not in it) is new. Each `add` turns its changed
+    rows into one Arrow table straight away, so what is kept between slices is Arrow
+    buffers, not Python objects.
+    """
+
+    def __init__(self, previous: Mapping[int, float], now: float, mono_now: float) -> None:
+        self._previous = previous
+        self.seen: dict[int, float] = {}
+        self.now = now
+        self.mono_now = mono_now
+        self.tables: list[pa.Table] = []
+        self.written = 0
+
+    def add(self, rows: Iterable[tuple[int, StatRow]]) -> None:
+        previous = self._previous.get
+        seen = self.seen
+        ids: list[int] = []
+        changed: list[StatRow] = []
+        for rid, row in rows:
+            received = seen[rid] = row[RECEIVED]
+            if previous(rid) != received:
+                ids.append(rid)
+                changed.append(row)
+        if changed:
+            self.tables.append(rows_table(ids, changed, self.now, self.mono_now))
+            self.written += len(changed)
+
+    def add_rejected(self, stats: Sequence[RegionStat]) -> None:
+        if stats:
+            self.tables.append(stats_table(stats, self.now, self.mono_now, accepted=False))
+            self.written += len(stats)
 
 
 def _write_whole(fs: pafs.FileSystem, table: pa.Table, directory: str, name: str) -> None:
@@ -171,21 +218,33 @@ def _write_whole(fs: pafs.FileSystem, table: pa.Table, directory: str, name: str
         pq.write_table(table, path, compression="zstd", filesystem=fs)
 
 
+RowsByTopic = Mapping[str, Mapping[int, StatRow]]
+"""The registry's live rows, topic -> region id -> row (`RegionRegistry.buckets`)."""
+
+
 class StatHistoryWriter:
     """Writes the leader's region stats to the history directory every `interval` seconds.
 
     `directory` is the cluster's history root (a path or URL, see
     `metasrv.stat_location`); `writer` names this metasrv node in the file layout.
-    `source` returns the registry's current stats (`RegionRegistry.snapshot()`); give one
-    that returns `{}` while this process is not the leader, since a follower's view is
-    empty or outdated. `write_snapshot` may also be called directly (tests, tools).
+    `source` returns the registry's live rows by topic (`RegionRegistry.buckets`); give
+    one that returns `{}` while this process is not the leader, since a follower's view
+    is empty or outdated. `write_snapshot` writes a given snapshot at once (tests, tools).
+
+    The periodic pass never holds the event loop, or the GIL from a thread, for long: it
+    reads the live rows on the loop `SLICE_ROWS` at a time, yielding between slices, and
+    only the Parquet encoding and the file writes (Arrow code that releases the GIL) run
+    on a worker thread. At a million regions the rows take ~1 s of Python work a minute;
+    done in one go, on the loop or in a thread, that second was a stall of every
+    heartbeat (a thread holding the GIL makes the loop wait ~5 ms for it after every
+    socket call).
     """
 
     def __init__(
         self,
         directory: str | Path,
         interval: float,
-        source: Callable[[], Mapping[int, RegionStat]] | None = None,
+        source: Callable[[], RowsByTopic] | None = None,
         *,
         retention: float = DEFAULT_RETENTION,
         on_error: ErrorSink | None = None,
@@ -230,48 +289,65 @@ class StatHistoryWriter:
         (read now when omitted). Also prunes hour partitions older than the retention.
         """
         mono = time.monotonic() if mono_now is None else mono_now
-        previous, written = self._written, {}
-        changed_ids: list[int] = []
-        changed: list[StatRow] = []
+        changes = _ChangedRows(self._written, now, mono)
         stored = (
             snapshot.rows
             if isinstance(snapshot, StatSnapshot)
             else {rid: row_of(s) for rid, s in snapshot.items()}
         )
-        # Stored rows, as they are: nothing is built per region but the list entries.
-        for rid, row in stored.items():
-            received = written[rid] = row[RECEIVED]
-            if previous.get(rid) != received:
-                changed_ids.append(rid)
-                changed.append(row)
+        changes.add(stored.items())
+        changes.add_rejected(self._take_rejected())
+        return self._write(changes)
+
+    async def record(self) -> int:
+        """One periodic pass over the source's live rows; returns the rows written."""
+        assert self._source is not None
+        changes = _ChangedRows(self._written, time.time(), time.monotonic())
+        buckets = self._source()
+        pending: list[tuple[int, StatRow]] = []
+        # A topic's rows are read whole between two yields (the registry replaces rows,
+        # never edits them), so no row is seen half-updated; a heartbeat arriving
+        # between slices is written now or by the next pass.
+        for topic in list(buckets):
+            pending.extend(buckets.get(topic, _NO_ROWS).items())
+            while len(pending) >= SLICE_ROWS:
+                changes.add(pending[:SLICE_ROWS])
+                del pending[:SLICE_ROWS]
+                await asyncio.sleep(0)
+        changes.add(pending)
+        rejected = self._take_rejected()
+        for start in range(0, len(rejected), SLICE_ROWS):
+            changes.add_rejected(rejected[start : start + SLICE_ROWS])
+            await asyncio.sleep(0)
+        return await asyncio.to_thread(self._write, changes)
+
+    def _take_rejected(self) -> list[RegionStat]:
         rejected = list(self._rejected.values())
         self._rejected.clear()
-        n_written = len(changed) + len(rejected)
+        return rejected
+
+    def _write(self, changes: _ChangedRows) -> int:
+        """Write the gathered rows and the snapshot's coverage row; prune old hours."""
+        now = changes.now
         hour = f"{PARTITION}={hour_partition(now)}"
         name = f"snap-{int(now * 1000)}.parquet"
-        if changed or rejected:
-            table = pa.concat_tables(
-                [
-                    rows_table(changed_ids, changed, now, mono, accepted=True),
-                    stats_table(rejected, now, mono, accepted=False),
-                ]
-            )
+        if changes.tables:
             stats_dir = f"{self._root}/{STATS_DIR}/{hour}/{self._writer}"
-            _write_whole(self._fs, table, stats_dir, name)
+            _write_whole(self._fs, pa.concat_tables(changes.tables), stats_dir, name)
         marker = pa.Table.from_pydict(
             {
                 "ts": [int(now * 1000)],
-                "regions": [len(written)],
-                "written": [n_written],
+                "regions": [len(changes.seen)],
+                "written": [changes.written],
             },
             schema=SNAPSHOTS_SCHEMA,
         )
         marker_dir = f"{self._root}/{SNAPSHOTS_DIR}/{hour}/{self._writer}"
         _write_whole(self._fs, marker, marker_dir, name)
         # Regions gone from the registry are forgotten, so the map does not grow unbounded.
-        self._written = written
+        self._written = changes.seen
         self.prune(now)
-        return n_written
+        return changes.written
 
     def prune(self, now: float) -> int:
         """Delete hour partitions wholly older than the retention; return how many."""
@@ -311,18 +387,12 @@ class StatHistoryWriter:
         await task
 
     async def _run(self) -> None:
-        assert self._source is not None
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.interval)
                 return
-            # A registry snapshot copies one dict per topic (C-level) here; the writer
-            # thread builds the columns from the stored rows.
             try:
-                snapshot = self._source()
-                written = await asyncio.to_thread(
-                    self.write_snapshot, snapshot, time.time(), time.monotonic()
-                )
+                written = await self.record()
             except Exception as exc:
                 # A full or unwritable disk, or a value the history cannot hold, must not
                 # take the leader down or stop the history; the reconcile job sees the

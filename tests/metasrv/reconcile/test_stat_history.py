@@ -10,6 +10,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from metasrv.model import RegionStat
+from metasrv.registry import StatRow, row_of
 from metasrv.stat_history import (
     SNAPSHOTS_DIR,
     STATS_DIR,
@@ -97,10 +98,10 @@ def test_bad_parameters_are_refused(tmp_path: Path) -> None:
 async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Path) -> None:
     calls = 0
 
-    def source() -> dict[int, RegionStat]:
+    def source() -> dict[str, dict[int, StatRow]]:
         nonlocal calls
         calls += 1
-        return {calls: stat(calls, "t", float(calls))}
+        return {"t": {calls: row_of(stat(calls, "t", float(calls)))}}
 
     w = StatHistoryWriter(tmp_path, 0.05, source)
     await w.start()
@@ -116,6 +117,58 @@ async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Pa
     await asyncio.sleep(0.15)
     assert len(_rows(tmp_path, SNAPSHOTS_DIR)) == written
     assert {r["region_id"] for r in _rows(tmp_path, STATS_DIR)} == set(range(1, written + 1))
+
+
+async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(tmp_path: Path) -> None:
+    # 3 topics x 5,000 regions: the pass must give the loop back between slices, and
+    # still write every row once, plus the rejected reports, in one file.
+    buckets = {
+        f"t{t}": {rid: row_of(stat(rid, f"t{t}", 1.0)) for rid in range(t * 5000, (t + 1) * 5000)}
+        for t in range(3)
+    }
+    turns = 0
+    turns_at_read: list[int] = []
+
+    class Live(dict[str, dict[int, StatRow]]):
+        def get(self, topic: str, default: Any = None) -> Any:
+            turns_at_read.append(turns)
+            return super().get(topic, default)
+
+    w = StatHistoryWriter(tmp_path, 60.0, lambda: Live(buckets))
+    w.record_rejected([stat(99_999, "elsewhere", 1.0)])
+    done = False
+
+    async def other_task() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    turns = 0
+    written = await w.record()
+    done = True
+    await other
+    assert written == 15_001
+    # Each topic was read after the loop had run other work since the previous one.
+    assert len(turns_at_read) == 3
+    assert turns_at_read[0] < turns_at_read[1] < turns_at_read[2]
+    rows = _rows(tmp_path, STATS_DIR)
+    assert sorted(r["region_id"] for r in rows if r["accepted"]) == list(range(15_000))
+    assert [(r["region_id"], r["topic"]) for r in rows if not r["accepted"]] == [
+        (99_999, "elsewhere")
+    ]
+    # A second pass writes only the region that reported since.
+    buckets["t1"] = {**buckets["t1"], 5001: row_of(stat(5001, "t1", 2.0))}
+    assert await w.record() == 1
+    (snap1, snap2) = _rows(tmp_path, SNAPSHOTS_DIR)
+    assert (snap1["regions"], snap1["written"], snap2["regions"], snap2["written"]) == (
+        15_000,
+        15_001,
+        15_000,
+        1,
+    )
 
 
 async def test_start_without_a_source_is_an_error(tmp_path: Path) -> None:
