@@ -126,9 +126,7 @@ class Runtime:
                 may_write=lambda: election.is_leader,
                 on_error=background.sink("checkpointer"),
             )
-            registry.topic_of = lambda region_id: (
-                None if (route := topology.route(region_id)) is None else route.topic
-            )
+            registry.topic_of = topology.topic_of
             topology.removal_listeners.append(
                 lambda route: registry.discard(route.region_id, route.topic)
             )

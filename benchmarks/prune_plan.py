@@ -47,7 +47,7 @@ def build(
         age = 100.0 if i % 199_999 == 0 else 1.0  # and a few are stale
         latest = 50_000 + i % 7 if i % 3 == 0 else None
         flushed = 10_000 + i % 10_000
-        rows[topic][region_id] = (
+        rows[topic][region_id] = StatRow(
             i % 50,
             topic,
             flushed,

@@ -4,11 +4,11 @@ One heartbeat carries a datanode's stats for up to thousands of regions, and the
 takes hundreds of heartbeats a second, so this module decodes and type-checks the body in
 one pass in C with msgspec (`metasrv.wire`), leaving the Python loop only the
 registry logic: one dict lookup per region for its previous stat (or its route), one
-tuple per accepted region (`metasrv.registry.StatRow`), one dict update per topic. A
-heartbeat in the columns encoding skips even that loop in the steady state: its columns
-are compared with the stored rows' whole (numpy) and the rows built in C. The whole body
-is validated before anything is stored: a malformed heartbeat, or one naming a region
-twice, is a 422 and changes nothing.
+row per accepted region (`metasrv.registry.StatRow`, which the GC does not track), one
+dict update per topic. A heartbeat in the columns encoding skips even that loop in the
+steady state: its columns are compared with the stored rows' whole (numpy) and the rows
+built in C. The whole body is validated before anything is stored: a malformed
+heartbeat, or one naming a region twice, is a 422 and changes nothing.
 
 An idle claim (`topic_latest_entry_id`) sent with `memtable_bytes > 0` is stored but not
 used for the prune point (`metasrv.model.prunable_entry_id`), and counted in
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any, Final, cast
 
 import numpy as np
@@ -42,11 +42,6 @@ from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.registry import (
-    FLUSHED,
-    MANIFEST,
-    NODE,
-    PRUNABLE,
-    TOPIC,
     RegionRegistry,
     StatRow,
     StatSnapshot,
@@ -70,9 +65,9 @@ TOPIC_MISMATCH: Final = RejectReason.TOPIC_MISMATCH.value
 STAT_REGRESSED: Final = RejectReason.STAT_REGRESSED.value
 REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
 
-_NODE_OF: Final = itemgetter(NODE)
-_FLUSHED_OF: Final = itemgetter(FLUSHED)
-_PRUNABLE_OF: Final = itemgetter(PRUNABLE)
+_NODE_OF: Final = attrgetter("node_id")
+_FLUSHED_OF: Final = attrgetter("flushed_entry_id")
+_PRUNABLE_OF: Final = attrgetter("prunable_entry_id")
 
 
 @dataclass(slots=True)
@@ -207,9 +202,9 @@ class HeartbeatHandler:
             bucket = buckets(topic)
             old = bucket.get(region_id) if bucket is not None else None
             if old is not None:
-                mapped_topic = old[TOPIC]  # equals `topic`: the bucket is keyed by it
-                if flushed < old[FLUSHED]:
-                    old_manifest = old[MANIFEST]
+                mapped_topic = old.topic  # equals `topic`: the bucket is keyed by it
+                if flushed < old.flushed_entry_id:
+                    old_manifest = old.manifest_version
                     if manifest is None or old_manifest is None or manifest >= old_manifest:
                         rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
                         continue
@@ -238,7 +233,7 @@ class HeartbeatHandler:
                 elif latest > flushed:
                     prunable = latest
             # The route's topic string, not the parsed copy: a million rows share one.
-            batch[region_id] = (
+            batch[region_id] = StatRow(
                 node_id,
                 mapped_topic,
                 flushed,
@@ -250,7 +245,7 @@ class HeartbeatHandler:
             )
             # Checkpoints hold the prunable id and node: a change in either makes the
             # region dirty. Most heartbeats of an idle region change nothing.
-            if old is None or old[PRUNABLE] != prunable or old[NODE] != node_id:
+            if old is None or old.prunable_entry_id != prunable or old.node_id != node_id:
                 changed.append(region_id)
         out.ignored_claims += ignored_claims
 
@@ -291,7 +286,7 @@ class HeartbeatHandler:
             if not all(found):  # a region without a row: unmapped, moved or new here
                 return False
             olds.extend(cast(list[StatRow], found))
-            run_topics.append(olds[start][TOPIC])  # the map's own string, shared by rows
+            run_topics.append(olds[start].topic)  # the map's own string, shared by rows
 
         flushed = cols.flushed[order]
         if (flushed < np.fromiter(map(_FLUSHED_OF, olds), np.int64, n)).any():
@@ -314,7 +309,8 @@ class HeartbeatHandler:
         prunable_list = prunable.tolist()
         node, at, none = repeat(node_id), repeat(now), repeat(None)
         for topic, start, end in zip(run_topics, starts, ends, strict=True):
-            rows = zip(
+            rows = map(
+                StatRow,
                 node,
                 repeat(topic),
                 flushed_list[start:end],
@@ -323,7 +319,6 @@ class HeartbeatHandler:
                 none if manifest is None else manifest[start:end],
                 at,
                 prunable_list[start:end],
-                strict=False,
             )
             out.add(topic, dict(zip(id_list[start:end], rows, strict=False)))
         out.changed.extend(ids[dirty].tolist())

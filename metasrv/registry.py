@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
+
+import msgspec
 
 from metasrv.model import RegionStat, TopicStat
 
@@ -60,28 +62,32 @@ def _topic_stat(topic: str, acc: _TopicAccumulator) -> TopicStat:
     )
 
 
-StatRow = tuple[int, str, int, int | None, int, int | None, float, int]
-"""One region's stat as stored: (node_id, topic, flushed_entry_id, topic_latest_entry_id,
-memtable_bytes, manifest_version, received_at, prunable_entry_id). A plain tuple of
-atomic values: the cheapest immutable object Python builds (a `RegionStat` costs ~20x
-more), and the garbage collector stops tracking it, so a million of them add nothing to
-GC pauses. The prunable entry id is stored precomputed so the planner can take a topic's
-minimum with C-level `min()`."""
+class StatRow(msgspec.Struct, frozen=True, gc=False):
+    """One region's stat as stored (a `RegionStat` without its region id, which is the
+    key it is stored under).
 
-# Indexes into a `StatRow` (Final literals, so type checkers know each field's type).
-NODE: Final = 0
-TOPIC: Final = 1
-FLUSHED: Final = 2
-LATEST: Final = 3
-MEMTABLE: Final = 4
-MANIFEST: Final = 5
-RECEIVED: Final = 6
-PRUNABLE: Final = 7
+    Untracked by the garbage collector (`gc=False`: it holds only atomic values, so it
+    can be in no cycle), and so is a dict holding only rows: the registry's buckets, a
+    million rows at the design load, are neither walked by a full collection nor added
+    to the young generation per heartbeat. (A tuple row made every bucket it entered a
+    tracked container again: ~35 ms of every full pass at 1M regions, plus a young
+    object per region stat until the next collection untracked it.) The prunable entry
+    id is stored precomputed so the planner can take a topic's minimum in one pass.
+    """
+
+    node_id: int
+    topic: str
+    flushed_entry_id: int
+    topic_latest_entry_id: int | None
+    memtable_bytes: int
+    manifest_version: int | None
+    received_at: float
+    prunable_entry_id: int
 
 
 def row_of(stat: RegionStat) -> StatRow:
     """The stored form of a stat."""
-    return (
+    return StatRow(
         stat.node_id,
         stat.topic,
         stat.flushed_entry_id,
@@ -95,7 +101,16 @@ def row_of(stat: RegionStat) -> StatRow:
 
 def stat_of(region_id: int, row: StatRow) -> RegionStat:
     """The `RegionStat` a stored row stands for."""
-    return RegionStat(region_id, row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+    return RegionStat(
+        region_id,
+        row.node_id,
+        row.topic,
+        row.flushed_entry_id,
+        row.topic_latest_entry_id,
+        row.memtable_bytes,
+        row.manifest_version,
+        row.received_at,
+    )
 
 
 class StatSnapshot(Mapping[int, RegionStat]):
@@ -209,7 +224,7 @@ class RegionRegistry:
         return self._by_topic
 
     def _store(self, region_id: int, row: StatRow) -> None:
-        topic = row[TOPIC]
+        topic = row.topic
         where = self._locate(region_id)
         if where is not None and where != topic:
             self._drop(region_id, where)
@@ -254,7 +269,7 @@ class RegionRegistry:
             topic = self._locate(region_id)
             if topic is not None:
                 row = by_topic[topic][region_id]
-                out[region_id] = (row[NODE], row[PRUNABLE])
+                out[region_id] = (row.node_id, row.prunable_entry_id)
         return out
 
     def discard(self, region_id: int, topic: str | None = None) -> None:

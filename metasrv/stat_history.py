@@ -36,6 +36,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,19 +45,7 @@ import pyarrow.parquet as pq
 
 from metasrv.background import ErrorSink, log_only
 from metasrv.model import RegionStat
-from metasrv.registry import (
-    FLUSHED,
-    LATEST,
-    MANIFEST,
-    MEMTABLE,
-    NODE,
-    PRUNABLE,
-    RECEIVED,
-    TOPIC,
-    StatRow,
-    StatSnapshot,
-    row_of,
-)
+from metasrv.registry import StatRow, StatSnapshot, row_of
 from metasrv.stat_location import open_location, writer_partition
 
 logger = logging.getLogger(__name__)
@@ -139,29 +128,27 @@ def rows_table(
 ) -> pa.Table:
     """`stats_table` from the registry's stored rows, a column at a time.
 
-    The rows are transposed in C (`zip(*rows)`); no object is built per region but the
-    column values, so the garbage collector (which stops every thread, the event loop's
-    included) has nothing new to walk.
+    No object is built per region but the column values, so the garbage collector (which
+    stops every thread, the event loop's included) has nothing new to walk.
     """
     n = len(rows)
     if n == 0:
         return STATS_SCHEMA.empty_table()
     offset_ms = (now - mono_now) * 1000
-    columns = list(zip(*rows, strict=True))
+
+    def column(name: str) -> list[object]:
+        return list(map(attrgetter(name), rows))
+
     cols: dict[str, object] = {
         "ts": [int(now * 1000)] * n,
-        "seen_at": [int(r * 1000 + offset_ms) for r in columns[RECEIVED]],
+        "seen_at": [int(r.received_at * 1000 + offset_ms) for r in rows],
         "region_id": region_ids,
-        "node_id": columns[NODE],
-        "topic": columns[TOPIC],
-        "flushed_entry_id": columns[FLUSHED],
-        "topic_latest_entry_id": columns[LATEST],
-        "prunable_entry_id": columns[PRUNABLE],
-        "memtable_bytes": columns[MEMTABLE],
-        "manifest_version": columns[MANIFEST],
         "accepted": [accepted] * n,
     }
-    arrays = [pa.array(cols[f.name], type=f.type) for f in STATS_SCHEMA]
+    arrays = [
+        pa.array(cols[f.name] if f.name in cols else column(f.name), type=f.type)
+        for f in STATS_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=STATS_SCHEMA)
 
 
@@ -192,7 +179,7 @@ class _ChangedRows:
         ids: list[int] = []
         changed: list[StatRow] = []
         for rid, row in rows:
-            received = seen[rid] = row[RECEIVED]
+            received = seen[rid] = row.received_at
             if previous(rid) != received:
                 ids.append(rid)
                 changed.append(row)

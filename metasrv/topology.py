@@ -16,6 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+import msgspec
 import orjson
 
 from metasrv import keys
@@ -85,6 +86,14 @@ def parse_pruned(value: bytes) -> int | None:
     return pruned if type(pruned) is int else None
 
 
+class _Written(msgspec.Struct, frozen=True, gc=False):
+    """A checkpoint written since the map was loaded: node id and entry id (untracked by
+    the garbage collector, so a dict of them is too)."""
+
+    node_id: int
+    entry_id: int
+
+
 class Topology:
     """The leader's copy of the topic-region map, and the only code that changes it."""
 
@@ -108,11 +117,12 @@ class Topology:
         self._pool_set = frozenset(self._pool)
         self._routes: dict[int, RegionRoute] = {}
         self._by_topic: dict[str, dict[int, RegionRoute]] = {}
-        # Checkpoints written since the route was loaded or registered: region id ->
-        # (node id, entry id). Kept apart from the routes so a flush replaces two ints,
-        # not a route object: the routes stay the ones frozen out of the collector's
-        # reach when leadership began (see `Runtime`), and full collections stay short.
-        self._checkpoints: dict[int, tuple[int, int]] = {}
+        # Checkpoints written since the route was loaded or registered. Kept apart from
+        # the routes so a flush replaces two ints, not a route object: the routes stay
+        # the ones frozen out of the collector's reach when leadership began (see
+        # `Runtime`), and this dict, holding only untracked values, is never walked by
+        # a collection either (a million entries at the design load).
+        self._checkpoints: dict[int, _Written] = {}
         self._created: set[str] = set()
         self._reserved: Counter[str] = Counter()
         # Serializes map changes (registration, removal, checkpoint writes) with each
@@ -191,6 +201,12 @@ class Topology:
         """A pool topic, or one with regions mapped to it."""
         return topic in self._pool_set or topic in self._by_topic
 
+    def topic_of(self, region_id: int) -> str | None:
+        """The region's mapped topic, or None when it is not registered (builds nothing:
+        the registry asks this for every region a checkpoint flush reads)."""
+        route = self._routes.get(region_id)
+        return None if route is None else route.topic
+
     def route(self, region_id: int) -> RegionRoute | None:
         """The region's route with its latest checkpoint and node, or None when it is
         not registered."""
@@ -200,8 +216,7 @@ class Topology:
         written = self._checkpoints.get(region_id)
         if written is None:
             return route
-        node_id, entry_id = written
-        return RegionRoute(route.region_id, route.topic, node_id, entry_id)
+        return RegionRoute(route.region_id, route.topic, written.node_id, written.entry_id)
 
     @property
     def routes(self) -> Mapping[int, RegionRoute]:
@@ -370,7 +385,11 @@ class Topology:
                 route = routes.get(region_id)
                 if route is None:
                     continue
-                if written.get(region_id, (route.node_id, route.checkpoint_entry_id)) == checkpoint:
+                prior = written.get(region_id)
+                if prior is None:
+                    if (route.node_id, route.checkpoint_entry_id) == checkpoint:
+                        continue
+                elif (prior.node_id, prior.entry_id) == checkpoint:
                     continue
                 node_id, entry_id = checkpoint
                 items.append(
@@ -384,7 +403,7 @@ class Topology:
                 # `unload()` may have run during the write (leadership lost): re-check.
                 current = self._routes.get(region_id)
                 if current is not None and current.topic == topic:
-                    written[region_id] = checkpoint
+                    written[region_id] = _Written(*checkpoint)
         return len(items)
 
     # --- internals -------------------------------------------------------------------

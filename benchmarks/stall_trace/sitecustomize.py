@@ -40,6 +40,15 @@ if OUT and "start" in sys.argv:
             gc_t["types"] = None
             if len(objs) > 100_000:
                 gc_t["types"] = collections.Counter(type(o).__name__ for o in objs).most_common(6)
+            gc_t["largest"] = None
+            if gen == 2:
+                # What a full pass walks: the biggest containers it traverses.
+                sized = [
+                    (len(o), type(o).__name__, repr(next(iter(o), None))[:60])
+                    for o in objs
+                    if isinstance(o, (dict, list, set, frozenset, collections.deque))
+                ]
+                gc_t["largest"] = sorted(sized, reverse=True)[:8]
             del objs
             gc_t["t"] = time.perf_counter()
         else:
@@ -53,6 +62,7 @@ if OUT and "start" in sys.argv:
                         "collected": info["collected"],
                         "n": gc_t.get("n"),
                         "types": gc_t.get("types"),
+                        "largest": gc_t.get("largest"),
                     }
                 )
 

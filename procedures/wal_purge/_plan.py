@@ -33,7 +33,7 @@ run (`GET /v1/plan`) shows the P a purge started now would use.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from metasrv.model import (
     BlockingRegion,
@@ -44,9 +44,6 @@ from metasrv.model import (
     TopicStat,
 )
 from metasrv.registry import (
-    PRUNABLE,
-    RECEIVED,
-    TOPIC,
     StatRow,
     StatSnapshot,
     row_of,
@@ -161,13 +158,13 @@ def _scan(
     blocked: list[BlockingRegion] = []
     lost: list[int] = []
     for region_id, row in zip(region_ids, rows, strict=True):
-        if row is None or row[TOPIC] != topic:
+        if row is None or row.topic != topic:
             blocked.append(BlockingRegion(region_id, NO_STAT))
             continue
-        if row[RECEIVED] < fresh_after:
+        if row.received_at < fresh_after:
             blocked.append(BlockingRegion(region_id, STALE_STAT))
             continue
-        prunable = row[PRUNABLE]
+        prunable = row.prunable_entry_id
         if loss_below is not None and prunable < loss_below:
             lost.append(region_id)
             blocked.append(BlockingRegion(region_id, RETENTION_OVERRUN))
@@ -177,9 +174,9 @@ def _scan(
 
 
 _region_id = attrgetter("region_id")
-_topic_of = itemgetter(TOPIC)
-_received_of = itemgetter(RECEIVED)
-_prunable_of = itemgetter(PRUNABLE)
+_topic_of = attrgetter("topic")
+_received_of = attrgetter("received_at")
+_prunable_of = attrgetter("prunable_entry_id")
 
 
 def row_getter(stats: Mapping[int, RegionStat], topic: str) -> Callable[[int], StatRow | None]:
@@ -259,9 +256,9 @@ def flush_candidates(
     rows = map(row_getter(stats, topic), [route.region_id for route in routes])
     out = []
     for route, row in zip(routes, rows, strict=True):
-        if row is None or row[TOPIC] != topic:
+        if row is None or row.topic != topic:
             continue
-        replay = int(max(0, latest - row[PRUNABLE]) * avg)
+        replay = int(max(0, latest - row.prunable_entry_id) * avg)
         if replay > trigger_bytes:
             out.append((route, row, replay))
     return out

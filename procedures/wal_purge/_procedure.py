@@ -45,7 +45,6 @@ from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
 from metasrv.kv import KeyValue
 from metasrv.model import TopicPlan
-from metasrv.registry import NODE, PRUNABLE
 from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
 from procedures._procedure import (
     Finish,
@@ -152,7 +151,7 @@ def flush_targets(services: PurgeServices, inputs: PlanInputs) -> tuple[FlushTar
         trigger_bytes=services.settings.wal.flush_trigger_size,
     )
     return tuple(
-        FlushTarget(route.region_id, row[NODE], row[PRUNABLE], replay)
+        FlushTarget(route.region_id, row.node_id, row.prunable_entry_id, replay)
         for route, row, replay in found
     )
 

@@ -6,6 +6,7 @@ The topic-region map comes from a real SQL kv backend (SQLite in memory), loaded
 
 from __future__ import annotations
 
+import gc
 import random
 from typing import Any
 
@@ -23,7 +24,7 @@ from metasrv.locks import TopicLocks
 from metasrv.mailbox import Mailbox
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import PRUNABLE, RegionRegistry
+from metasrv.registry import RegionRegistry
 from metasrv.settings import load_settings
 from metasrv.topology import Topology, route_value
 from metasrv.wire import encode_columns
@@ -539,6 +540,19 @@ async def test_a_region_twice_in_the_steady_state_is_still_refused(hb: Setup) ->
     assert stat is not None and stat.flushed_entry_id == 5
 
 
+async def test_stored_rows_leave_their_buckets_untracked_by_the_gc(hb: Setup) -> None:
+    # A full collection must not walk the registry (a million rows at the design load,
+    # #11): the rows, and so the buckets holding them, are untracked, whether a bucket
+    # was made by the first heartbeat or updated by the steady state's.
+    hb.beat([region(1, 10), region(2, 5)])
+    assert not gc.is_tracked(hb.registry.buckets["t_0"])
+    hb.clock.now += 1
+    hb.beat([region(1, 11), region(2, 6)])
+    bucket = hb.registry.buckets["t_0"]
+    assert bucket[1].flushed_entry_id == 11
+    assert not gc.is_tracked(bucket) and not gc.is_tracked(bucket[1])
+
+
 async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Setup) -> None:
     # DESIGN §1: topic_latest_entry_id is reported only with an empty memtable. A claim
     # next to unflushed data would let a purge delete that data.
@@ -550,12 +564,12 @@ async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Se
     assert hb.metrics.idle_claims_ignored._value.get() == 1
     # The rows the planner reads carry the same prunable ids.
     rows = hb.registry.buckets["t_0"]
-    assert (rows[1][PRUNABLE], rows[2][PRUNABLE]) == (10, 500)
+    assert (rows[1].prunable_entry_id, rows[2].prunable_entry_id) == (10, 500)
     # Steady state (the columns fast path for that encoding): still not trusted.
     hb.clock.now += 1
     hb.beat([region(1, 10, latest=600, memtable=4096), region(2, 10, latest=600, memtable=0)])
-    assert hb.registry.buckets["t_0"][1][PRUNABLE] == 10
-    assert hb.registry.buckets["t_0"][2][PRUNABLE] == 600
+    assert hb.registry.buckets["t_0"][1].prunable_entry_id == 10
+    assert hb.registry.buckets["t_0"][2].prunable_entry_id == 600
     assert hb.metrics.idle_claims_ignored._value.get() == 2
 
 

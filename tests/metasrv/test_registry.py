@@ -7,7 +7,7 @@ import math
 import pytest
 
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry, row_of
+from metasrv.registry import RegionRegistry, StatRow, row_of
 
 
 def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -> RegionStat:
@@ -44,7 +44,7 @@ def test_put_rows_and_snapshot_is_a_copy() -> None:
     assert view[2] == stat(2, 1)
     assert view.get(3) is None and 3 not in view and 2 in view
     assert sorted(view) == [1, 2] and len(view) == 2
-    assert view.rows[2] == (7, "t_0", 1, None, 10, 1, 1.0, 1)
+    assert view.rows[2] == StatRow(7, "t_0", 1, None, 10, 1, 1.0, 1)
     with pytest.raises(KeyError):
         view[3]
     with pytest.raises(TypeError):
