@@ -22,6 +22,9 @@ from sqlalchemy.pool import NullPool
 from metasrv.errors import ConfigError
 from metasrv.settings import Settings, load_settings
 
+SWITCH_INTERVAL = 0.0005
+"""Seconds a thread holding the GIL runs before a waiting thread gets it (Python: 0.005)."""
+
 # Attributes every LogRecord has; anything else came from `extra=` and is logged as a field.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
@@ -82,10 +85,14 @@ def serve(settings: Settings) -> None:
 
     host, port = split_addr(settings.http.addr)
     check_exposure(settings.auth, host)
-    # Heartbeats allocate a stat object per region; with millions of long-lived stats the
-    # default gen-0 threshold (700) triggers collections so often that their cost shows in
-    # latency. Stats hold no reference cycles, so collecting rarely loses nothing.
+    # The GC pacer (metasrv/gc_pacer.py) collects the young generation every 50 ms; the
+    # interpreter's own trigger is only a backstop, set high so it rarely fires in between.
     gc.set_threshold(50_000, 20, 20)
+    # A worker thread doing Python work (the etcd client building a checkpoint batch,
+    # the map load decoding routes) keeps the GIL until the interpreter asks it to give
+    # way, by default after 5 ms; the event loop gives the GIL up on every socket call,
+    # so each of a heartbeat's several calls could wait that long. 0.5 ms bounds it.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     config = uvicorn_config(
         create_app(settings),
         settings.http,
