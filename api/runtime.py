@@ -126,7 +126,6 @@ class Runtime:
                 may_write=lambda: election.is_leader,
                 on_error=background.sink("checkpointer"),
             )
-            registry.topic_of = topology.topic_of
             topology.removal_listeners.append(
                 lambda route: registry.discard(route.region_id, route.topic)
             )
@@ -137,7 +136,7 @@ class Runtime:
                     cluster_root(settings),
                     recon.stat_history_interval,
                     # A follower's view is empty or outdated: it records nothing.
-                    lambda: registry.buckets if election.is_leader else {},
+                    lambda: registry.table if election.is_leader else None,
                     retention=recon.stat_history_retention,
                     on_error=background.sink("stat_history"),
                     writer=settings.node_name,

@@ -386,41 +386,43 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
 
 
 def registry_memory(n: int = 1_000_000) -> dict[str, float]:
-    """Bytes per region held by the registry (stats) and the topology (routes)."""
+    """Bytes per region held by the registry (stats, with the per-datanode region lists
+    the heartbeat recalls) and the topology (routes)."""
+    import numpy as np
+
     from metasrv.model import RegionRoute
-    from metasrv.registry import RegionRegistry
+    from metasrv.registry import RegionRegistry, StatRow
 
     topics = [f"{TOPIC_PREFIX}_{t}" for t in range(1024)]
     gc.collect()
     tracemalloc.start()
     registry = RegionRegistry()
     now = time.monotonic()
-    rows: dict[str, dict[int, Any]] = {}
+    rows: dict[str, dict[int, StatRow]] = {}
+    node_ids: list[int] = []
     for i in range(n):
-        # Values as orjson builds them: fresh int objects for large ids, one float per
-        # heartbeat, the route's shared topic string.
         topic = topics[i % 1024]
-        flushed = int(str(1_000_000 + i))
-        latest = None if i % 4 else int(str(2_000_000 + i))
-        rows.setdefault(topic, {})[(1024 + i // 1000) << 32 | i % 1000] = (
-            1 + i % 50,
-            topic,
-            flushed,
-            latest,
-            int(str(4_194_304 + i)),
-            17,
-            now,
+        flushed = 1_000_000 + i
+        latest = None if i % 4 else 2_000_000 + i
+        region_id = (1024 + i // 1000) << 32 | i % 1000
+        node_ids.append(region_id)
+        rows.setdefault(topic, {})[region_id] = StatRow(
+            1 + i % 50, topic, flushed, latest, 4_194_304 + i, 17, now,
             flushed if latest is None else latest,
-        )
-        if i % 1000 == 999:
+        )  # fmt: skip
+        if i % 1000 == 999 or i == n - 1:
             registry.put_topic_rows(rows)
-            rows = {}
-    registry.put_topic_rows(rows)
+            # What a steady heartbeat of this datanode leaves: its ids and slots.
+            ids = np.array(node_ids, np.int64)
+            registry.table.remember(i // 1000, ids, registry.table.lookup(node_ids))
+            rows, node_ids = {}, []
     stats_bytes = tracemalloc.get_traced_memory()[0]
     routes: dict[int, RegionRoute] = {}
     by_topic: dict[str, dict[int, RegionRoute]] = {}
     for rid, row in registry.rows.items():
-        route = RegionRoute(region_id=rid, topic=row[1], node_id=row[0], checkpoint_entry_id=None)
+        route = RegionRoute(
+            region_id=rid, topic=row.topic, node_id=row.node_id, checkpoint_entry_id=None
+        )
         routes[rid] = route
         by_topic.setdefault(route.topic, {})[rid] = route
     total = tracemalloc.get_traced_memory()[0]

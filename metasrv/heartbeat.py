@@ -1,14 +1,15 @@
 """Heartbeat ingest (DESIGN §5 `POST /v1/heartbeat`): the leader's hot path.
 
 One heartbeat carries a datanode's stats for up to thousands of regions, and the leader
-takes hundreds of heartbeats a second, so this module decodes and type-checks the body in
-one pass in C with msgspec (`metasrv.wire`), leaving the Python loop only the
-registry logic: one dict lookup per region for its previous stat (or its route), one
-row per accepted region (`metasrv.registry.StatRow`, which the GC does not track), one
-dict update per topic. A heartbeat in the columns encoding skips even that loop in the
-steady state: its columns are compared with the stored rows' whole (numpy) and the rows
-built in C. The whole body is validated before anything is stored: a malformed
-heartbeat, or one naming a region twice, is a 422 and changes nothing.
+takes hundreds of heartbeats a second, so no Python code runs per region in the steady
+state. The body is decoded and type-checked in C by msgspec (`metasrv.wire`); a JSON
+body's regions become columns in one C-level pass per field, as the msgpack columns
+encoding carries them already; and the regions that have a row under the topic they
+name (every region of a datanode, heartbeat after heartbeat) are checked against the
+stored rows and assigned in place a whole column at a time (`metasrv.stat_table`). Only
+the others (new, unmapped, moved, negative) are judged region by region. The whole body
+is validated before anything is stored: a malformed heartbeat, or one naming a region
+twice, is a 422 and changes nothing.
 
 An idle claim (`topic_latest_entry_id`) sent with `memtable_bytes > 0` is stored but not
 used for the prune point (`metasrv.model.prunable_entry_id`), and counted in
@@ -30,9 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import numpy as np
 import orjson
@@ -57,6 +56,7 @@ from metasrv.wire import (
     decode_columns,
     decode_json,
     invalid,
+    reports_as_columns,
 )
 
 NEGATIVE_ID: Final = RejectReason.NEGATIVE_ID.value
@@ -65,17 +65,28 @@ TOPIC_MISMATCH: Final = RejectReason.TOPIC_MISMATCH.value
 STAT_REGRESSED: Final = RejectReason.STAT_REGRESSED.value
 REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
 
-_NODE_OF: Final = attrgetter("node_id")
-_FLUSHED_OF: Final = attrgetter("flushed_entry_id")
-_PRUNABLE_OF: Final = attrgetter("prunable_entry_id")
+
+@dataclass(slots=True)
+class _Steady:
+    """The regions judged a column at a time: each has a row under the topic it names
+    and is accepted; their new values, to assign in place (`StatTable.assign`)."""
+
+    ids: np.ndarray
+    slots: np.ndarray
+    flushed: np.ndarray
+    latest: np.ndarray
+    memtable: np.ndarray
+    manifest: np.ndarray
+    prunable: np.ndarray
 
 
 @dataclass(slots=True)
 class _Outcome:
     """What one heartbeat's regions come to, before anything is stored."""
 
+    steady: _Steady | None = None
     accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
-    """Rows by topic, as the registry stores them."""
+    """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
     changed: list[int] = field(default_factory=list)
     """Regions whose prunable id or node changed: their checkpoints are dirty."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
@@ -84,14 +95,8 @@ class _Outcome:
     """Idle claims (`topic_latest_entry_id`) sent with a non-empty memtable."""
 
     def count(self) -> int:
-        return sum(map(len, self.accepted.values()))
-
-    def add(self, topic: str, rows: dict[int, StatRow]) -> None:
-        batch = self.accepted.get(topic)
-        if batch is None:
-            self.accepted[topic] = rows
-        else:
-            batch.update(rows)
+        steady = 0 if self.steady is None else len(self.steady.slots)
+        return steady + sum(map(len, self.accepted.values()))
 
 
 def _duplicate(ids: Iterable[int]) -> int | None:
@@ -144,22 +149,23 @@ class HeartbeatHandler:
         doc = decode_json(body)
         now = self._clock()
         outcome = _Outcome()
-        self._judge(doc.node_id, doc.regions, now, outcome)
-        if outcome.count() + len(outcome.rejected) != len(doc.regions) or outcome.rejected:
-            self._refuse_duplicates(r.region_id for r in doc.regions)
+        cols = reports_as_columns(doc.regions)
+        if cols is None:
+            self._judge(doc.node_id, doc.regions, now, outcome)
+            if outcome.count() + len(outcome.rejected) != len(doc.regions):
+                self._refuse_duplicates(r.region_id for r in doc.regions)
+        else:
+            self._judge_columns(doc.node_id, cols, now, outcome, doc.regions)
         return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
 
     def handle_columns(self, body: bytes) -> bytes:
         """Apply one heartbeat in the columns encoding (`metasrv.wire`): the
-        same checks and answers as `handle`, whole columns at a time."""
+        same checks and answers as `handle`."""
         doc = decode_columns(body)
         cols = columns_of(doc)
         now = self._clock()
         outcome = _Outcome()
-        if not self._judge_columns(doc.node_id, cols, now, outcome):
-            self._judge(doc.node_id, cols.regions(), now, outcome)
-        if outcome.count() + len(outcome.rejected) != len(cols.region_id) or outcome.rejected:
-            self._refuse_duplicates(cols.region_id.tolist())
+        self._judge_columns(doc.node_id, cols, now, outcome, None)
         return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
 
     @staticmethod
@@ -249,80 +255,103 @@ class HeartbeatHandler:
                 changed.append(region_id)
         out.ignored_claims += ignored_claims
 
-    def _judge_columns(self, node_id: int, cols: Columns, now: float, out: _Outcome) -> bool:
-        """The steady state, a column at a time: every region already has a row under
-        the topic it names, none went backwards and no id is negative. Returns False,
-        having recorded nothing, when that is not so; `_judge` then takes the regions
-        one by one."""
+    def _judge_columns(
+        self,
+        node_id: int,
+        cols: Columns,
+        now: float,
+        out: _Outcome,
+        reports: list[RegionReport] | None,
+    ) -> None:
+        """Judge a heartbeat a column at a time. The regions that have a row under the
+        topic they name (the steady state: all of them, heartbeat after heartbeat) are
+        checked and accepted whole columns at once, or rejected as `stat_regressed`;
+        the rest (negative ids, new, unmapped or moved regions) go to `_judge`, region
+        by region. `reports` are the same regions as `RegionReport`s, when at hand."""
         n = len(cols.region_id)
         if n == 0:
-            return True
-        if cols.region_id.min() < 0 or cols.flushed.min() < -1:
-            return False
-        claimed = cols.latest
-        claims = None if claimed is None else claimed != NULL
-        if claimed is not None and claims is not None and claims.any():
-            if claimed[claims].min() < -1:
-                return False
-        else:
-            claimed = claims = None
+            return
+        ids = cols.region_id
+        table = self._registry.table
+        id_list: list[int] | None = None
+        slots = table.recall(node_id, ids)  # the same regions as last time: no duplicate
+        if slots is None:
+            id_list = ids.tolist()
+            if len(set(id_list)) != n:
+                self._refuse_duplicates(id_list)
+            slots = table.lookup(id_list)
+        flushed = cols.flushed
+        latest = cols.latest
+        claims = None if latest is None else latest != NULL
+        steady = (slots >= 0) & (ids >= 0) & (flushed >= -1)
+        if latest is not None and claims is not None:
+            steady &= ~claims | (latest >= -1)
+        held = np.where(steady, slots, 0)  # slot 0 stands in for the others; masked out
+        steady &= table.topic[held] == table.codes(cols.topic_names)[cols.topic]
+        manifest = cols.manifest
+        regressed = steady & (flushed < table.flushed[held])
+        if regressed.any():
+            # A lower flushed id is the truth only for a re-created region, which a
+            # lower manifest version than the stored one shows.
+            if manifest is not None:
+                old_manifest = table.manifest[held]
+                recreated = (manifest != NULL) & (old_manifest != NULL) & (manifest < old_manifest)
+                regressed &= ~recreated
+            steady &= ~regressed
+        rest = ~(steady | regressed)
+        if rest.any():
+            regions = cols.regions() if reports is None else reports
+            self._judge(node_id, [regions[i] for i in np.flatnonzero(rest).tolist()], now, out)
+        if regressed.any():
+            out.rejected.extend(
+                {"region_id": rid, "reason": STAT_REGRESSED} for rid in ids[regressed].tolist()
+            )
+            if rest.any():  # answer in the heartbeat's order, as region by region would
+                position = dict(zip(ids.tolist(), range(n), strict=True))
+                out.rejected.sort(key=lambda item: position[item["region_id"]])
+        if not steady.any():
+            return
+        if id_list is not None and not rest.any():
+            table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
 
-        # Regions in runs of one topic; each run is looked up in its topic's bucket.
-        order = np.argsort(cols.topic, kind="stable")
-        topic_index = cols.topic[order]
-        cuts = (np.flatnonzero(np.diff(topic_index)) + 1).tolist()
-        starts, ends = [0, *cuts], [*cuts, n]
-        ids = cols.region_id[order]
-        id_list = ids.tolist()
-        names = cols.topic_names
-        buckets = self._registry.buckets
-        olds: list[StatRow] = []
-        run_topics = []
-        for index, start, end in zip(topic_index[starts].tolist(), starts, ends, strict=True):
-            bucket = buckets.get(names[index])
-            if bucket is None:
-                return False
-            found = list(map(bucket.get, id_list[start:end]))
-            if not all(found):  # a region without a row: unmapped, moved or new here
-                return False
-            olds.extend(cast(list[StatRow], found))
-            run_topics.append(olds[start].topic)  # the map's own string, shared by rows
-
-        flushed = cols.flushed[order]
-        if (flushed < np.fromiter(map(_FLUSHED_OF, olds), np.int64, n)).any():
-            return False  # stat_regressed, unless the manifest says re-created
-        memtable = cols.memtable[order]
+        everything = bool(steady.all())
+        slots = slots if everything else slots[steady]
+        flushed = flushed if everything else flushed[steady]
+        memtable = cols.memtable if everything else cols.memtable[steady]
         prunable = flushed
-        latest: list[int | None] | None = None
-        if claimed is not None and claims is not None:
-            claims = claims[order]
-            claimed = claimed[order]
+        if latest is None or claims is None:
+            latest = np.full(len(slots), NULL, np.int64)
+        else:
+            latest = latest if everything else latest[steady]
+            claims = claims if everything else claims[steady]
             idle = claims & (memtable == 0)
             out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
-            prunable = np.where(idle & (claimed > flushed), claimed, flushed)
-            latest = _nullable_list(claimed, claims)
-        manifest = None if cols.manifest is None else _nullable_list(cols.manifest[order])
-        dirty = np.fromiter(map(_PRUNABLE_OF, olds), np.int64, n) != prunable
-        dirty |= np.fromiter(map(_NODE_OF, olds), np.int64, n) != node_id
+            # `prunable_entry_id()`, a column at a time: an idle claim counts only with
+            # an empty memtable.
+            prunable = np.where(idle & (latest > flushed), latest, flushed)
+        if manifest is None:
+            manifest = np.full(len(slots), NULL, np.int64)
+        elif not everything:
+            manifest = manifest[steady]
+        kept = ids if everything else ids[steady]
+        # Checkpoints hold the prunable id and node: a change in either makes the
+        # region dirty. Most heartbeats of an idle region change nothing.
+        dirty = (table.prunable[slots] != prunable) | (table.node[slots] != node_id)
+        if dirty.any():
+            out.changed.extend(kept[dirty].tolist())
+        out.steady = _Steady(kept, slots, flushed, latest, memtable, manifest, prunable)
 
-        flushed_list, memtable_list = flushed.tolist(), memtable.tolist()
-        prunable_list = prunable.tolist()
-        node, at, none = repeat(node_id), repeat(now), repeat(None)
-        for topic, start, end in zip(run_topics, starts, ends, strict=True):
-            rows = map(
-                StatRow,
-                node,
-                repeat(topic),
-                flushed_list[start:end],
-                none if latest is None else latest[start:end],
-                memtable_list[start:end],
-                none if manifest is None else manifest[start:end],
-                at,
-                prunable_list[start:end],
-            )
-            out.add(topic, dict(zip(id_list[start:end], rows, strict=False)))
-        out.changed.extend(ids[dirty].tolist())
-        return True
+    def _accepted_rows(self, outcome: _Outcome) -> StatSnapshot:
+        """This heartbeat's accepted regions as stored (for the mailbox; built only for
+        a datanode with pending instructions)."""
+        rows: dict[int, StatRow] = {}
+        steady = outcome.steady
+        if steady is not None:
+            stored = self._registry.table.rows(steady.slots)
+            rows.update(zip(steady.ids.tolist(), stored, strict=True))
+        for batch in outcome.accepted.values():
+            rows.update(batch)
+        return StatSnapshot({}, rows)
 
     def _apply(
         self,
@@ -334,6 +363,18 @@ class HeartbeatHandler:
     ) -> bytes:
         """Store a judged heartbeat and answer it."""
         registry = self._registry
+        steady = outcome.steady
+        if steady is not None:
+            registry.table.assign(
+                steady.slots,
+                node_id,
+                steady.flushed,
+                steady.latest,
+                steady.memtable,
+                steady.manifest,
+                now,
+                steady.prunable,
+            )
         registry.put_topic_rows(outcome.accepted)
         registry.note_node(node_id, addr, now)
         if topic_reports:
@@ -359,7 +400,7 @@ class HeartbeatHandler:
             self._checkpointer.mark(outcome.changed)
         mailbox = self._mailbox
         if mailbox.has_pending(node_id):
-            mailbox.observe(node_id, StatSnapshot(outcome.accepted))
+            mailbox.observe(node_id, self._accepted_rows(outcome))
 
         self._heartbeats.inc()
         count = outcome.count()
@@ -378,15 +419,3 @@ class HeartbeatHandler:
                 "rejected": outcome.rejected,
             }
         )
-
-
-def _nullable_list(column: np.ndarray, present: np.ndarray | None = None) -> list[int | None]:
-    """A column's values with its `NULL`s as None."""
-    if present is None:
-        present = column != NULL
-    if present.all():
-        values: list[int | None] = column.tolist()
-        return values
-    boxed = column.astype(object)
-    boxed[~present] = None
-    return boxed.tolist()  # type: ignore[no-any-return]

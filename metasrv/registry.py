@@ -1,7 +1,8 @@
 """The leader's in-memory region and topic stats (DESIGN §4: never one kv write per heartbeat).
 
-Heartbeats overwrite a region's stored row in one dict store, so ingest is O(1) per
-region and a snapshot is a dict copy; `RegionStat` objects are built when read. Topic
+Region rows are columns (`metasrv.stat_table.StatTable`): a heartbeat overwrites its
+regions' values in place, a snapshot is a copy of arrays, and `RegionStat` objects are
+built only when read. Topic
 stats keep the highest reported entry id and an average record size: the growth of the
 cumulative `record_size`/`record_num` counters (each datanode counts on its own), summed
 with exponentially decaying weights. State per (topic, datanode) is one pair of counters,
@@ -12,13 +13,13 @@ Everything here is lost on purpose when leadership changes (`clear()`, invariant
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from metasrv.model import RegionStat, TopicStat
+from metasrv.stat_table import StatRow as StatRow
+from metasrv.stat_table import StatTable, TopicRows
 
 DEFAULT_WINDOW = 300.0
 """Time constant, in seconds, of the decay behind a topic's average record size: growth
@@ -60,29 +61,6 @@ def _topic_stat(topic: str, acc: _TopicAccumulator) -> TopicStat:
         avg_record_size=acc.avg,
         received_at=acc.received_at,
     )
-
-
-class StatRow(msgspec.Struct, frozen=True, gc=False):
-    """One region's stat as stored (a `RegionStat` without its region id, which is the
-    key it is stored under).
-
-    Untracked by the garbage collector (`gc=False`: it holds only atomic values, so it
-    can be in no cycle), and so is a dict holding only rows: the registry's buckets, a
-    million rows at the design load, are neither walked by a full collection nor added
-    to the young generation per heartbeat. (A tuple row made every bucket it entered a
-    tracked container again: ~35 ms of every full pass at 1M regions, plus a young
-    object per region stat until the next collection untracked it.) The prunable entry
-    id is stored precomputed so the planner can take a topic's minimum in one pass.
-    """
-
-    node_id: int
-    topic: str
-    flushed_entry_id: int
-    topic_latest_entry_id: int | None
-    memtable_bytes: int
-    manifest_version: int | None
-    received_at: float
-    prunable_entry_id: int
 
 
 def row_of(stat: RegionStat) -> StatRow:
@@ -165,26 +143,23 @@ class StatSnapshot(Mapping[int, RegionStat]):
 _EMPTY: Mapping[int, StatRow] = {}
 
 
+def _snapshot_of(table: StatTable) -> StatSnapshot:
+    return StatSnapshot({topic: table.topic_rows(topic) for topic in table.topics()})
+
+
 class RegionRegistry:
     """Latest stat of every region and topic this leader has heard about.
 
-    Rows are stored by topic (`{topic: {region_id: row}}`), a row always in the bucket
-    of the topic it names: a heartbeat finds a region's previous row in its topic's
-    small dict (cache-friendly, unlike one dict of a million regions), and the planner
-    reads a topic's rows in one pass. Lookups by region id alone ask `topic_of` (the
-    topology's route) which bucket to look in.
+    Region rows live in a `StatTable` (columns, one slot per region, each row under the
+    topic it names): the heartbeat's steady state reads and assigns whole columns
+    (`table`), and `buckets` gives every other reader the rows of a topic as a
+    read-only mapping.
     """
 
-    def __init__(
-        self,
-        *,
-        window: float = DEFAULT_WINDOW,
-        topic_of: Callable[[int], str | None] | None = None,
-    ) -> None:
+    def __init__(self, *, window: float = DEFAULT_WINDOW) -> None:
         self.window = window
-        self.topic_of = topic_of
-        """Region id -> its mapped topic (the topology's); None: search every bucket."""
-        self._by_topic: dict[str, dict[int, StatRow]] = {}
+        self.table = StatTable()
+        """The rows themselves; replaced by `clear()`, so read it anew after an `await`."""
         self._topic_acc: dict[str, _TopicAccumulator] = {}
         self._nodes: dict[int, DatanodeInfo] = {}
         self.generation = 0
@@ -194,120 +169,87 @@ class RegionRegistry:
 
     def update(self, stats: Iterable[RegionStat]) -> None:
         """Store each stat as its region's latest (callers have validated ordering)."""
+        put = self.table.put
         for stat in stats:
-            self._store(stat.region_id, row_of(stat))
+            put(stat.region_id, row_of(stat))
 
     def put_rows(self, batch: Mapping[int, StatRow]) -> None:
-        """Store rows keyed by region id (any topics). Not the hot path."""
+        """Store rows keyed by region id (any topics), moving a region whose row named
+        another topic."""
+        put = self.table.put
         for region_id, row in batch.items():
-            self._store(region_id, row)
+            put(region_id, row)
 
     def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
-        """Store a heartbeat's accepted rows grouped by topic: one C-level update each.
-
-        The hot path. Each row must name its batch's topic, and a region must not have
-        a stored row naming another topic (the heartbeat guarantees both: it accepts a
-        region only on its mapped topic, and a region leaves its topic only through
-        `discard`).
-        """
-        by_topic = self._by_topic
-        for topic, batch in batches.items():
-            bucket = by_topic.get(topic)
-            if bucket is None:
-                by_topic[topic] = dict(batch)
-            else:
-                bucket.update(batch)
+        """Store rows grouped by topic (each row naming its batch's topic)."""
+        for batch in batches.values():
+            self.put_rows(batch)
 
     @property
-    def buckets(self) -> Mapping[str, Mapping[int, StatRow]]:
+    def buckets(self) -> Mapping[str, TopicRows]:
         """The live rows by topic (no copy): read them before the next `await`."""
-        return self._by_topic
-
-    def _store(self, region_id: int, row: StatRow) -> None:
-        topic = row.topic
-        where = self._locate(region_id)
-        if where is not None and where != topic:
-            self._drop(region_id, where)
-        self._by_topic.setdefault(topic, {})[region_id] = row
-
-    def _locate(self, region_id: int) -> str | None:
-        """The topic whose bucket holds the region's row, if any."""
-        if self.topic_of is not None:
-            topic = self.topic_of(region_id)
-            if topic is not None and region_id in self._by_topic.get(topic, _EMPTY):
-                return topic
-        for topic, bucket in self._by_topic.items():
-            if region_id in bucket:
-                return topic
-        return None
-
-    def _drop(self, region_id: int, topic: str) -> None:
-        bucket = self._by_topic.get(topic)
-        if bucket is not None:
-            bucket.pop(region_id, None)
-            if not bucket:
-                del self._by_topic[topic]
+        table = self.table
+        return {topic: table.topic_rows(topic) for topic in table.topics()}
 
     def get(self, region_id: int, topic: str | None = None) -> RegionStat | None:
         """The region's latest stat, or None if it has not reported to this leader.
 
-        With `topic`, only a stat naming that topic counts (and the lookup is direct).
+        With `topic`, only a stat naming that topic counts.
         """
-        if topic is None:
-            topic = self._locate(region_id)
-            if topic is None:
-                return None
-        row = self._by_topic.get(topic, _EMPTY).get(region_id)
-        return None if row is None else stat_of(region_id, row)
+        slot = self.table.slot_of(region_id)
+        if slot is None:
+            return None
+        row = self.table.row(slot)
+        if topic is not None and row.topic != topic:
+            return None
+        return stat_of(region_id, row)
 
     def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
-        a row, read from the stored rows (no `RegionStat` is built)."""
-        out: dict[int, tuple[int, int]] = {}
-        by_topic = self._by_topic
-        for region_id in region_ids:
-            topic = self._locate(region_id)
-            if topic is not None:
-                row = by_topic[topic][region_id]
-                out[region_id] = (row.node_id, row.prunable_entry_id)
-        return out
+        a row, read a column at a time (no row is built)."""
+        ids = list(region_ids)
+        table = self.table
+        slots = table.lookup(ids)
+        found = slots >= 0
+        if not found.all():
+            ids = [rid for rid, ok in zip(ids, found.tolist(), strict=True) if ok]
+            slots = slots[found]
+        pairs = zip(table.node[slots].tolist(), table.prunable[slots].tolist(), strict=True)
+        return dict(zip(ids, pairs, strict=True))
 
     def discard(self, region_id: int, topic: str | None = None) -> None:
-        """Forget a region (removed from the map); `topic` is where its row should be."""
-        if topic is not None:
-            self._drop(region_id, topic)
-        where = self._locate(region_id)  # a row elsewhere should not exist; drop it too
-        if where is not None:
-            self._drop(region_id, where)
+        """Forget a region (removed from the map), whichever topic its row names."""
+        del topic  # a region has one row, found by its id
+        self.table.discard(region_id)
 
     @property
     def rows(self) -> Mapping[int, StatRow]:
         """Every row by region id: a merged copy built per call (tools and tests, not
         the hot path)."""
         merged: dict[int, StatRow] = {}
-        for bucket in self._by_topic.values():
-            merged.update(bucket)
+        for bucket in self.buckets.values():
+            merged.update(bucket.items())
         return merged
 
     def snapshot(self) -> StatSnapshot:
         """Every region's latest stat as of now (a copy; later heartbeats do not show)."""
-        return StatSnapshot({t: dict(b) for t, b in self._by_topic.items()})
+        return _snapshot_of(self.table.copy())
 
     def topic_snapshot(self, topic: str) -> StatSnapshot:
         """The latest stats naming `topic`, as of now: a copy of one topic's rows only
         (what a single-topic plan needs; far cheaper than `snapshot()` at scale)."""
-        return StatSnapshot({topic: dict(self._by_topic.get(topic, _EMPTY))})
+        return _snapshot_of(self.table.copy([topic]))
 
     def view(self) -> StatSnapshot:
         """Every region's latest stat, live for the rows of each topic; do not hold it
         across an `await` (its by-region index, if used, is built once on first use)."""
-        return StatSnapshot(self._by_topic)
+        return StatSnapshot(self.buckets)
 
     def __contains__(self, region_id: object) -> bool:
-        return isinstance(region_id, int) and self._locate(region_id) is not None
+        return region_id in self.table
 
     def __len__(self) -> int:
-        return sum(map(len, self._by_topic.values()))
+        return len(self.table)
 
     # --- topics ----------------------------------------------------------------------
 
@@ -380,7 +322,7 @@ class RegionRegistry:
 
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
-        self._by_topic = {}
+        self.table = StatTable()
         self._topic_acc = {}
         self._nodes = {}
         self.generation += 1

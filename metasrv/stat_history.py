@@ -36,17 +36,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from operator import attrgetter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from metasrv.background import ErrorSink, log_only
 from metasrv.model import RegionStat
-from metasrv.registry import StatRow, StatSnapshot, row_of
+from metasrv.registry import StatSnapshot, row_of
 from metasrv.stat_location import open_location, writer_partition
+from metasrv.stat_table import NULL, RowColumns, StatTable
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +89,6 @@ SNAPSHOTS_SCHEMA = pa.schema(
 DEFAULT_RETENTION = 7 * 86400.0
 """Seconds of history kept by default."""
 
-_NO_ROWS: Mapping[int, StatRow] = {}
-
 _MAX_REJECTED = 100_000
 """Rejected reports buffered between two snapshots (latest per region); a flood is cut."""
 
@@ -100,97 +99,106 @@ def hour_partition(epoch_s: float) -> int:
     return ((t.year * 100 + t.month) * 100 + t.day) * 100 + t.hour
 
 
-def stats_table(
-    stats: Iterable[RegionStat],
+def columns_table(
+    cols: RowColumns,
     now: float,
     mono_now: float,
     *,
     accepted: bool = True,
 ) -> pa.Table:
-    """Rows of `STATS_SCHEMA` for `stats`, taken at wall-clock `now`.
+    """Rows of `STATS_SCHEMA` for `cols`, taken at wall-clock `now`, a column at a time.
 
-    `RegionStat.received_at` is monotonic; it becomes wall-clock `seen_at` through the
-    pair (`now`, `mono_now`) read at the same instant.
+    `received` is monotonic; it becomes wall-clock `seen_at` through the pair (`now`,
+    `mono_now`) read at the same instant.
     """
-    pairs = [(s.region_id, row_of(s)) for s in stats]
-    return rows_table(
-        [rid for rid, _ in pairs], [row for _, row in pairs], now, mono_now, accepted=accepted
-    )
-
-
-def rows_table(
-    region_ids: Sequence[int],
-    rows: Sequence[StatRow],
-    now: float,
-    mono_now: float,
-    *,
-    accepted: bool = True,
-) -> pa.Table:
-    """`stats_table` from the registry's stored rows, a column at a time.
-
-    No object is built per region but the column values, so the garbage collector (which
-    stops every thread, the event loop's included) has nothing new to walk.
-    """
-    n = len(rows)
+    n = len(cols)
     if n == 0:
         return STATS_SCHEMA.empty_table()
     offset_ms = (now - mono_now) * 1000
-
-    def column(name: str) -> list[object]:
-        return list(map(attrgetter(name), rows))
-
-    cols: dict[str, object] = {
-        "ts": [int(now * 1000)] * n,
-        "seen_at": [int(r.received_at * 1000 + offset_ms) for r in rows],
-        "region_id": region_ids,
-        "accepted": [accepted] * n,
+    names = pa.array(cols.names, pa.string())
+    columns = {
+        "ts": pa.array(np.full(n, int(now * 1000), np.int64), _TS),
+        "seen_at": pa.array((cols.received * 1000 + offset_ms).astype(np.int64), _TS),
+        "region_id": pa.array(cols.ids, pa.int64()),
+        "node_id": pa.array(cols.node, pa.int64()),
+        "topic": pa.DictionaryArray.from_arrays(pa.array(cols.topic, pa.int32()), names).cast(
+            pa.string()
+        ),
+        "flushed_entry_id": pa.array(cols.flushed, pa.int64()),
+        "topic_latest_entry_id": pa.array(cols.latest, pa.int64(), mask=cols.latest == NULL),
+        "prunable_entry_id": pa.array(cols.prunable, pa.int64()),
+        "memtable_bytes": pa.array(cols.memtable, pa.int64()),
+        "manifest_version": pa.array(cols.manifest, pa.int64(), mask=cols.manifest == NULL),
+        "accepted": pa.array(np.full(n, accepted), pa.bool_()),
     }
-    arrays = [
-        pa.array(cols[f.name] if f.name in cols else column(f.name), type=f.type)
-        for f in STATS_SCHEMA
-    ]
-    return pa.Table.from_arrays(arrays, schema=STATS_SCHEMA)
+    return pa.Table.from_arrays([columns[f.name] for f in STATS_SCHEMA], schema=STATS_SCHEMA)
 
 
-SLICE_ROWS = 4096
-"""Rows a periodic snapshot reads between two yields to the event loop (~1-2 ms of work)."""
+def stats_columns(stats: Iterable[RegionStat]) -> RowColumns:
+    """Stats as columns (tools, tests and rejected reports: not the periodic pass)."""
+    table = StatTable()
+    for stat in stats:
+        table.put(stat.region_id, row_of(stat))
+    return table.columns()
+
+
+SLICE_SLOTS = 65_536
+"""Registry slots a periodic pass copies between two yields to the event loop (~1 ms)."""
+
+_Seen = tuple[np.ndarray, np.ndarray]
+"""Region ids (sorted) and the `received_at` written for each."""
+
+_NOTHING_SEEN: _Seen = (np.zeros(0, np.int64), np.zeros(0, np.float64))
 
 
 class _ChangedRows:
     """The rows received since the previous snapshot, gathered a slice at a time.
 
-    `previous` maps region id -> the `received_at` written last time; a row whose
-    `received_at` differs (or a region not in it) is new. Each `add` turns its changed
-    rows into one Arrow table straight away, so what is kept between slices is Arrow
-    buffers, not Python objects.
+    `previous` holds the region ids and `received_at` values written last time; a row
+    whose `received_at` differs (or a region not in it) is new. What is kept between
+    slices is column copies; the Arrow tables are built by `tables()` on the writer's
+    thread.
     """
 
-    def __init__(self, previous: Mapping[int, float], now: float, mono_now: float) -> None:
+    def __init__(self, previous: _Seen, now: float, mono_now: float) -> None:
         self._previous = previous
-        self.seen: dict[int, float] = {}
+        self._seen: list[RowColumns] = []
+        self._parts: list[tuple[RowColumns, bool]] = []
         self.now = now
         self.mono_now = mono_now
-        self.tables: list[pa.Table] = []
         self.written = 0
 
-    def add(self, rows: Iterable[tuple[int, StatRow]]) -> None:
-        previous = self._previous.get
-        seen = self.seen
-        ids: list[int] = []
-        changed: list[StatRow] = []
-        for rid, row in rows:
-            received = seen[rid] = row.received_at
-            if previous(rid) != received:
-                ids.append(rid)
-                changed.append(row)
-        if changed:
-            self.tables.append(rows_table(ids, changed, self.now, self.mono_now))
-            self.written += len(changed)
+    def add(self, cols: RowColumns) -> None:
+        self._seen.append(cols)
+        prev_ids, prev_received = self._previous
+        changed = np.ones(len(cols), bool)
+        if len(prev_ids) and len(cols):
+            at = np.minimum(np.searchsorted(prev_ids, cols.ids), len(prev_ids) - 1)
+            changed = (prev_ids[at] != cols.ids) | (prev_received[at] != cols.received)
+        if changed.any():
+            kept = cols if changed.all() else cols.where(changed)
+            self._parts.append((kept, True))
+            self.written += len(kept)
 
     def add_rejected(self, stats: Sequence[RegionStat]) -> None:
         if stats:
-            self.tables.append(stats_table(stats, self.now, self.mono_now, accepted=False))
+            self._parts.append((stats_columns(stats), False))
             self.written += len(stats)
+
+    def seen(self) -> _Seen:
+        """The ids and `received_at` of every row added, for the next pass to compare."""
+        if not self._seen:
+            return _NOTHING_SEEN
+        ids = np.concatenate([c.ids for c in self._seen])
+        received = np.concatenate([c.received for c in self._seen])
+        order = np.argsort(ids, kind="stable")
+        return ids[order], received[order]
+
+    def tables(self) -> list[pa.Table]:
+        return [
+            columns_table(cols, self.now, self.mono_now, accepted=accepted)
+            for cols, accepted in self._parts
+        ]
 
 
 def _write_whole(fs: pafs.FileSystem, table: pa.Table, directory: str, name: str) -> None:
@@ -205,33 +213,28 @@ def _write_whole(fs: pafs.FileSystem, table: pa.Table, directory: str, name: str
         pq.write_table(table, path, compression="zstd", filesystem=fs)
 
 
-RowsByTopic = Mapping[str, Mapping[int, StatRow]]
-"""The registry's live rows, topic -> region id -> row (`RegionRegistry.buckets`)."""
-
-
 class StatHistoryWriter:
     """Writes the leader's region stats to the history directory every `interval` seconds.
 
     `directory` is the cluster's history root (a path or URL, see
     `metasrv.stat_location`); `writer` names this metasrv node in the file layout.
-    `source` returns the registry's live rows by topic (`RegionRegistry.buckets`); give
-    one that returns `{}` while this process is not the leader, since a follower's view
-    is empty or outdated. `write_snapshot` writes a given snapshot at once (tests, tools).
+    `source` returns the registry's live rows (`RegionRegistry.table`); give one that
+    returns None while this process is not the leader, since a follower's view is empty
+    or outdated. `write_snapshot` writes a given snapshot at once (tests, tools).
 
-    The periodic pass never holds the event loop, or the GIL from a thread, for long: it
-    reads the live rows on the loop `SLICE_ROWS` at a time, yielding between slices, and
-    only the Parquet encoding and the file writes (Arrow code that releases the GIL) run
-    on a worker thread. At a million regions the rows take ~1 s of Python work a minute;
-    done in one go, on the loop or in a thread, that second was a stall of every
-    heartbeat (a thread holding the GIL makes the loop wait ~5 ms for it after every
-    socket call).
+    The periodic pass never holds the event loop for long: it copies the table's columns
+    on the loop `SLICE_SLOTS` slots at a time (whole-array copies, ~1 ms each), yielding
+    between slices, and the comparison with the previous pass is a sort and a search
+    over arrays. The Arrow tables, the Parquet encoding and the file writes run on a
+    worker thread. No object is built per region: the rows built one by one (~1 s of
+    Python work a minute at a million regions) were a stall of every heartbeat.
     """
 
     def __init__(
         self,
         directory: str | Path,
         interval: float,
-        source: Callable[[], RowsByTopic] | None = None,
+        source: Callable[[], StatTable | None] | None = None,
         *,
         retention: float = DEFAULT_RETENTION,
         on_error: ErrorSink | None = None,
@@ -248,7 +251,7 @@ class StatHistoryWriter:
         self.retention = retention
         self._source = source
         self._on_error = on_error or log_only("stat_history")
-        self._written: dict[int, float] = {}
+        self._written: _Seen = _NOTHING_SEEN
         self._rejected: dict[int, RegionStat] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -277,12 +280,13 @@ class StatHistoryWriter:
         """
         mono = time.monotonic() if mono_now is None else mono_now
         changes = _ChangedRows(self._written, now, mono)
-        stored = (
-            snapshot.rows
-            if isinstance(snapshot, StatSnapshot)
-            else {rid: row_of(s) for rid, s in snapshot.items()}
-        )
-        changes.add(stored.items())
+        if isinstance(snapshot, StatSnapshot):
+            table = StatTable()
+            for region_id, row in snapshot.rows.items():
+                table.put(region_id, row)
+            changes.add(table.columns())
+        else:
+            changes.add(stats_columns(snapshot.values()))
         changes.add_rejected(self._take_rejected())
         return self._write(changes)
 
@@ -290,21 +294,16 @@ class StatHistoryWriter:
         """One periodic pass over the source's live rows; returns the rows written."""
         assert self._source is not None
         changes = _ChangedRows(self._written, time.time(), time.monotonic())
-        buckets = self._source()
-        pending: list[tuple[int, StatRow]] = []
-        # A topic's rows are read whole between two yields (the registry replaces rows,
-        # never edits them), so no row is seen half-updated; a heartbeat arriving
-        # between slices is written now or by the next pass.
-        for topic in list(buckets):
-            pending.extend(buckets.get(topic, _NO_ROWS).items())
-            while len(pending) >= SLICE_ROWS:
-                changes.add(pending[:SLICE_ROWS])
-                del pending[:SLICE_ROWS]
+        table = self._source()
+        if table is not None:
+            # Each slice is copied whole between two yields, so no row is seen half
+            # updated; a heartbeat arriving between slices is written now or next pass.
+            for start in range(0, table.end, SLICE_SLOTS):
+                changes.add(table.columns(start, start + SLICE_SLOTS))
                 await asyncio.sleep(0)
-        changes.add(pending)
         rejected = self._take_rejected()
-        for start in range(0, len(rejected), SLICE_ROWS):
-            changes.add_rejected(rejected[start : start + SLICE_ROWS])
+        for start in range(0, len(rejected), SLICE_SLOTS):
+            changes.add_rejected(rejected[start : start + SLICE_SLOTS])
             await asyncio.sleep(0)
         return await asyncio.to_thread(self._write, changes)
 
@@ -316,15 +315,17 @@ class StatHistoryWriter:
     def _write(self, changes: _ChangedRows) -> int:
         """Write the gathered rows and the snapshot's coverage row; prune old hours."""
         now = changes.now
+        seen = changes.seen()
         hour = f"{PARTITION}={hour_partition(now)}"
         name = f"snap-{int(now * 1000)}.parquet"
-        if changes.tables:
+        tables = changes.tables()
+        if tables:
             stats_dir = f"{self._root}/{STATS_DIR}/{hour}/{self._writer}"
-            _write_whole(self._fs, pa.concat_tables(changes.tables), stats_dir, name)
+            _write_whole(self._fs, pa.concat_tables(tables), stats_dir, name)
         marker = pa.Table.from_pydict(
             {
                 "ts": [int(now * 1000)],
-                "regions": [len(changes.seen)],
+                "regions": [len(seen[0])],
                 "written": [changes.written],
             },
             schema=SNAPSHOTS_SCHEMA,
@@ -332,7 +333,7 @@ class StatHistoryWriter:
         marker_dir = f"{self._root}/{SNAPSHOTS_DIR}/{hour}/{self._writer}"
         _write_whole(self._fs, marker, marker_dir, name)
         # Regions gone from the registry are forgotten, so the map does not grow unbounded.
-        self._written = changes.seen
+        self._written = seen
         self.prune(now)
         return changes.written
 

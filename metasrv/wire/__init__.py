@@ -57,6 +57,7 @@ from metasrv.wire._heartbeat import (
     decode_columns,
     decode_json,
     encode_columns,
+    reports_as_columns,
 )
 from metasrv.wire._types import (
     FAILED_STATES,
@@ -142,6 +143,7 @@ __all__ = [
     "encode",
     "encode_columns",
     "invalid",
+    "reports_as_columns",
     "schema_components",
     "schema_ref",
 ]

@@ -27,6 +27,7 @@ checks a body in one pass in C into structs the garbage collector does not track
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -154,6 +155,50 @@ class Columns:
                 _nullable(self.manifest, n),
             )
         )
+
+
+_REGION_ID: Final = attrgetter("region_id")
+_TOPIC: Final = attrgetter("topic")
+_FLUSHED: Final = attrgetter("flushed_entry_id")
+_MEMTABLE: Final = attrgetter("memtable_bytes")
+_LATEST: Final = attrgetter("topic_latest_entry_id")
+_MANIFEST: Final = attrgetter("manifest_version")
+
+
+def reports_as_columns(regions: list[RegionReport]) -> Columns | None:
+    """A JSON heartbeat's regions as columns, one C-level pass per field, so both
+    encodings are judged alike; None when a value is `NULL` itself (-2**63, which a
+    column cannot tell from null: such a heartbeat is judged region by region)."""
+    n = len(regions)
+    topics = list(map(_TOPIC, regions))
+    names = list(dict.fromkeys(topics))
+    index = {name: i for i, name in enumerate(names)}
+    latest = _column_of_nullable(list(map(_LATEST, regions)))
+    manifest = _column_of_nullable(list(map(_MANIFEST, regions)))
+    region_id = np.fromiter(map(_REGION_ID, regions), np.int64, n)
+    if latest is False or manifest is False or (n and region_id.min() == NULL):
+        return None
+    return Columns(
+        topic_names=names,
+        topic=np.fromiter(map(index.__getitem__, topics), np.int64, n),
+        region_id=region_id,
+        flushed=np.fromiter(map(_FLUSHED, regions), np.int64, n),
+        memtable=np.fromiter(map(_MEMTABLE, regions), np.int64, n),
+        latest=latest,
+        manifest=manifest,
+    )
+
+
+def _column_of_nullable(values: list[int | None]) -> np.ndarray | Literal[False] | None:
+    """None: all null; False: a value is `NULL` itself; else the column."""
+    nulls = values.count(None)
+    if nulls == len(values):
+        return None
+    if NULL in values:
+        return False
+    if nulls:
+        values = [NULL if v is None else v for v in values]
+    return np.array(values, np.int64)
 
 
 def _nullable(column: np.ndarray | None, n: int) -> list[int | None]:

@@ -48,6 +48,7 @@ from metasrv.registry import (
     StatSnapshot,
     row_of,
 )
+from metasrv.stat_table import TopicRows
 from metasrv.wire import BlockReason
 
 NO_STAT = BlockReason.NO_STAT.value
@@ -98,8 +99,13 @@ def plan_topic(
             mapped = routes.keys() if isinstance(routes, Mapping) else set(ids)
             if len(bucket) == count and bucket.keys() == mapped:
                 # Fast path: the rows naming this topic are exactly the mapped regions'.
-                values: list[StatRow | None] = list(bucket.values())
-                lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
+                if isinstance(bucket, TopicRows):
+                    lowest = bucket.lowest_prunable(fresh_after)  # a column at a time
+                    if lowest is not None and loss_below is not None and lowest < loss_below:
+                        lowest = None
+                else:
+                    values: list[StatRow | None] = list(bucket.values())
+                    lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
         if lowest is None:
             rows = list(map(row_getter(stats, topic), ids))
             lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)

@@ -208,13 +208,14 @@ def test_put_topic_rows_is_what_put_rows_does_for_one_topic() -> None:
     assert dict(fast.view().topic_rows("t_0")) == dict(slow.view().topic_rows("t_0"))
 
 
-def test_lookups_by_region_use_topic_of_when_given() -> None:
-    routes = {1: "a", 2: "b"}
-    reg = RegionRegistry(topic_of=routes.get)
+def test_a_region_has_one_row_whichever_topic_it_names() -> None:
+    reg = RegionRegistry()
     reg.update([stat(1, 5, topic="a"), stat(2, 6, topic="b")])
     assert reg.get(1) == stat(1, 5, topic="a")
     assert reg.get(1, "a") == stat(1, 5, topic="a")
     assert reg.get(1, "b") is None  # a stat naming another topic is not that topic's
+    reg.update([stat(1, 7, topic="b")])  # moved: its row leaves topic a
+    assert "a" not in reg.buckets and sorted(reg.buckets["b"]) == [1, 2]
     assert 2 in reg and 3 not in reg
     reg.discard(2, "b")
     assert reg.get(2) is None and len(reg) == 1

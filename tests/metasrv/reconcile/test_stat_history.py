@@ -9,14 +9,16 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from metasrv import stat_history
 from metasrv.model import RegionStat
-from metasrv.registry import StatRow, row_of
+from metasrv.registry import row_of
 from metasrv.stat_history import (
     SNAPSHOTS_DIR,
     STATS_DIR,
     StatHistoryWriter,
     hour_partition,
 )
+from metasrv.stat_table import RowColumns, StatTable
 from tests.metasrv.reconcile._seed import NOW, stat
 
 
@@ -98,10 +100,12 @@ def test_bad_parameters_are_refused(tmp_path: Path) -> None:
 async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Path) -> None:
     calls = 0
 
-    def source() -> dict[str, dict[int, StatRow]]:
+    def source() -> StatTable:
         nonlocal calls
         calls += 1
-        return {"t": {calls: row_of(stat(calls, "t", float(calls)))}}
+        table = StatTable()
+        table.put(calls, row_of(stat(calls, "t", float(calls))))
+        return table
 
     w = StatHistoryWriter(tmp_path, 0.05, source)
     await w.start()
@@ -119,22 +123,27 @@ async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Pa
     assert {r["region_id"] for r in _rows(tmp_path, STATS_DIR)} == set(range(1, written + 1))
 
 
-async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(tmp_path: Path) -> None:
-    # 3 topics x 5,000 regions: the pass must give the loop back between slices, and
-    # still write every row once, plus the rejected reports, in one file.
-    buckets = {
-        f"t{t}": {rid: row_of(stat(rid, f"t{t}", 1.0)) for rid in range(t * 5000, (t + 1) * 5000)}
-        for t in range(3)
-    }
+async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 3 topics x 5,000 regions, read 5,000 slots at a time: the pass must give the loop
+    # back between slices, and still write every row once, plus the rejected reports,
+    # in one file.
+    monkeypatch.setattr(stat_history, "SLICE_SLOTS", 5000)
+    table = StatTable()
+    for t in range(3):
+        for rid in range(t * 5000, (t + 1) * 5000):
+            table.put(rid, row_of(stat(rid, f"t{t}", 1.0)))
     turns = 0
     turns_at_read: list[int] = []
+    columns = table.columns
 
-    class Live(dict[str, dict[int, StatRow]]):
-        def get(self, topic: str, default: Any = None) -> Any:
-            turns_at_read.append(turns)
-            return super().get(topic, default)
+    def counted(start: int = 0, stop: int | None = None) -> RowColumns:
+        turns_at_read.append(turns)
+        return columns(start, stop)
 
-    w = StatHistoryWriter(tmp_path, 60.0, lambda: Live(buckets))
+    monkeypatch.setattr(table, "columns", counted)
+    w = StatHistoryWriter(tmp_path, 60.0, lambda: table)
     w.record_rejected([stat(99_999, "elsewhere", 1.0)])
     done = False
 
@@ -151,16 +160,22 @@ async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(tmp_path: P
     done = True
     await other
     assert written == 15_001
-    # Each topic was read after the loop had run other work since the previous one.
+    # Each slice was read after the loop had run other work since the previous one.
     assert len(turns_at_read) == 3
     assert turns_at_read[0] < turns_at_read[1] < turns_at_read[2]
     rows = _rows(tmp_path, STATS_DIR)
-    assert sorted(r["region_id"] for r in rows if r["accepted"]) == list(range(15_000))
+    accepted = [r for r in rows if r["accepted"]]
+    assert sorted(r["region_id"] for r in accepted) == list(range(15_000))
+    assert {(r["region_id"] // 5000, r["topic"]) for r in accepted} == {
+        (0, "t0"),
+        (1, "t1"),
+        (2, "t2"),
+    }
     assert [(r["region_id"], r["topic"]) for r in rows if not r["accepted"]] == [
         (99_999, "elsewhere")
     ]
     # A second pass writes only the region that reported since.
-    buckets["t1"] = {**buckets["t1"], 5001: row_of(stat(5001, "t1", 2.0))}
+    table.put(5001, row_of(stat(5001, "t1", 2.0)))
     assert await w.record() == 1
     (snap1, snap2) = _rows(tmp_path, SNAPSHOTS_DIR)
     assert (snap1["regions"], snap1["written"], snap2["regions"], snap2["written"]) == (

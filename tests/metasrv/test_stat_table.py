@@ -1,0 +1,126 @@
+"""StatTable: region rows as columns (slots, topics, copies, the per-datanode recall)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from metasrv.stat_table import NULL, StatRow, StatTable
+
+
+def row(flushed: int, topic: str = "a", *, node: int = 1, at: float = 1.0) -> StatRow:
+    return StatRow(node, topic, flushed, None, 0, 3, at, flushed)
+
+
+def test_rows_read_back_as_put_with_nulls_kept() -> None:
+    table = StatTable(capacity=2)  # grows past its first capacity
+    rows = {
+        1: row(5),
+        2: StatRow(2, "a", 7, 9, 0, None, 2.5, 9),
+        3: row(6, "b"),
+    }
+    for rid, r in rows.items():
+        table.put(rid, r)
+    assert len(table) == 3 and 2 in table and 4 not in table
+    assert dict(table.topic_rows("a").items()) == {1: rows[1], 2: rows[2]}
+    assert table.topic_rows("b")[3] == rows[3]
+    assert table.latest[table.slot_of(1)] == NULL  # None stored as NULL, read as None
+    assert table.topic_rows("a").get(3) is None and 3 not in table.topic_rows("a")
+
+
+def test_a_row_moves_between_topics_and_a_discarded_slot_is_reused() -> None:
+    table = StatTable()
+    table.put(1, row(5, "a"))
+    table.put(2, row(5, "a"))
+    slot = table.slot_of(1)
+    table.put(1, row(6, "b"))
+    assert table.slot_of(1) == slot
+    assert sorted(table.topic_rows("a")) == [2] and sorted(table.topic_rows("b")) == [1]
+    table.discard(2)
+    assert table.topics() == ["b"] and len(table.topic_rows("a")) == 0
+    table.put(3, row(1, "c"))
+    assert table.slot_of(3) is not None and table.topic_rows("c")[3] == row(1, "c")
+    table.discard(99)  # no row: nothing happens
+    assert len(table) == 2
+
+
+def test_assign_overwrites_whole_columns_in_place() -> None:
+    table = StatTable()
+    for rid in (1, 2, 3):
+        table.put(rid, row(rid))
+    slots = table.lookup([3, 1, 42])
+    assert slots[2] == -1
+    table.assign(
+        slots[:2],
+        node_id=9,
+        flushed=np.array([30, 10]),
+        latest=np.array([NULL, 12]),
+        memtable=np.array([0, 4]),
+        manifest=np.array([5, NULL]),
+        received=7.0,
+        prunable=np.array([30, 10]),
+    )
+    bucket = table.topic_rows("a")
+    assert bucket[3] == StatRow(9, "a", 30, None, 0, 5, 7.0, 30)
+    assert bucket[1] == StatRow(9, "a", 10, 12, 4, None, 7.0, 10)
+    assert bucket[2] == row(2)
+
+
+def test_lowest_prunable_is_none_when_a_row_is_stale_or_there_are_none() -> None:
+    table = StatTable()
+    assert table.topic_rows("a").lowest_prunable(0.0) is None
+    table.put(1, row(5, at=10.0))
+    table.put(2, row(3, at=20.0))
+    table.put(3, row(1, "b", at=0.0))  # another topic's stale row does not count
+    assert table.topic_rows("a").lowest_prunable(10.0) == 3
+    assert table.topic_rows("a").lowest_prunable(15.0) is None
+
+
+def test_a_copy_does_not_follow_later_writes() -> None:
+    table = StatTable()
+    table.put(1, row(5, "a"))
+    table.put(2, row(6, "b"))
+    whole, only_b = table.copy(), table.copy(["b", "zzz"])
+    table.put(1, row(9, "a"))
+    table.discard(2)
+    assert whole.topic_rows("a")[1] == row(5, "a") and whole.topic_rows("b")[2] == row(6, "b")
+    assert only_b.topics() == ["b"] and len(only_b) == 1 and 1 not in only_b
+
+
+def test_recall_needs_the_same_ids_in_order_and_no_discard_since() -> None:
+    table = StatTable()
+    for rid in (1, 2, 3):
+        table.put(rid, row(rid))
+    ids = np.array([3, 1, 2])
+    slots = table.lookup(ids.tolist())
+    table.remember(7, ids, slots)
+    assert np.array_equal(table.recall(7, np.array([3, 1, 2])), slots)  # type: ignore[arg-type]
+    assert table.recall(7, np.array([1, 3, 2])) is None  # another order
+    assert table.recall(8, ids) is None  # another datanode
+    table.put(4, row(4))  # a new row moves no slot
+    assert table.recall(7, ids) is not None
+    table.discard(4)  # a freed slot may be handed to another region
+    assert table.recall(7, ids) is None
+
+
+def test_remembered_regions_stay_within_twice_the_rows() -> None:
+    table = StatTable()
+    for rid in range(100):
+        table.put(rid, row(rid))
+    ids = np.arange(100)
+    slots = table.lookup(ids.tolist())
+    for node in range(50):  # 50 invented datanodes each naming every region
+        table.remember(node, ids, slots)
+    kept = [node for node in range(50) if table.recall(node, ids) is not None]
+    assert kept == [48, 49]  # 200 ids at most: the newest two lists
+
+
+def test_nothing_in_the_table_is_tracked_by_the_gc() -> None:
+    table = StatTable()
+    for rid in range(1000):
+        table.put(rid, row(rid, f"t{rid % 7}"))
+    held = vars(table)
+    assert not gc.is_tracked(held["_slot"])
+    assert not any(gc.is_tracked(members) for members in held["_members"].values())
+    assert all(isinstance(held[name], np.ndarray) for name in ("ids", "node", "received"))
