@@ -183,7 +183,8 @@ class HeartbeatHandler:
         rejected = out.rejected
         keep_misrouted = self._on_misrouted is not None
         route_of = self._topology.routes.get
-        buckets = self._registry.buckets.get
+        table = self._registry.table
+        slot_of = table.slot_of
         ignored_claims = 0
 
         # The hot loop: types and bounds were checked by the decoder; locals only, one
@@ -199,14 +200,17 @@ class HeartbeatHandler:
             if region_id < 0 or flushed < -1 or (latest is not None and latest < -1):
                 rejected.append({"region_id": region_id, "reason": NEGATIVE_ID})
                 continue
-            # The previous row is looked up in the bucket of the topic the datanode
-            # names. Rows are only stored for mapped regions under their mapped topic and
+            # The previous row counts only if it names the topic the datanode names.
+            # Rows are only stored for mapped regions under their mapped topic and
             # dropped when a region leaves the map (Topology removal listeners) or
-            # leadership changes, so a row found there proves the region is mapped to
-            # this topic: the steady state skips the route lookup, and the bucket is a
-            # small dict that stays in cache.
-            bucket = buckets(topic)
-            old = bucket.get(region_id) if bucket is not None else None
+            # leadership changes, so such a row proves the region is mapped to this
+            # topic, and the route lookup is skipped.
+            slot = slot_of(region_id)
+            old = None
+            if slot is not None:
+                old = table.row(slot)
+                if old.topic != topic:
+                    old = None
             if old is not None:
                 mapped_topic = old.topic  # equals `topic`: the bucket is keyed by it
                 if flushed < old.flushed_entry_id:

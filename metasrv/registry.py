@@ -181,9 +181,14 @@ class RegionRegistry:
             put(region_id, row)
 
     def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
-        """Store rows grouped by topic (each row naming its batch's topic)."""
+        """Store rows grouped by topic (each row naming its batch's topic), new regions
+        a column at a time."""
+        region_ids: list[int] = []
+        rows: list[StatRow] = []
         for batch in batches.values():
-            self.put_rows(batch)
+            region_ids.extend(batch)
+            rows.extend(batch.values())
+        self.table.put_many(region_ids, rows)
 
     @property
     def buckets(self) -> Mapping[str, TopicRows]:

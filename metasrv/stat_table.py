@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
+from operator import attrgetter
 from typing import Any, Final, overload
 
 import msgspec
@@ -46,6 +47,22 @@ class StatRow(msgspec.Struct, frozen=True, gc=False):
     manifest_version: int | None
     received_at: float
     prunable_entry_id: int
+
+
+_TOPIC_OF: Final = attrgetter("topic")
+_NODE_OF: Final = attrgetter("node_id")
+_FLUSHED_OF: Final = attrgetter("flushed_entry_id")
+_LATEST_OF: Final = attrgetter("topic_latest_entry_id")
+_MEMTABLE_OF: Final = attrgetter("memtable_bytes")
+_MANIFEST_OF: Final = attrgetter("manifest_version")
+_RECEIVED_OF: Final = attrgetter("received_at")
+_PRUNABLE_OF: Final = attrgetter("prunable_entry_id")
+
+
+def _or_null(values: list[int | None]) -> list[int]:
+    if None in values:
+        return [NULL if v is None else v for v in values]
+    return values  # type: ignore[return-value]  # no None: checked above
 
 
 def _nullable(values: np.ndarray) -> list[int | None]:
@@ -292,6 +309,49 @@ class StatTable:
         self.manifest[slot] = NULL if manifest is None else manifest
         self.received[slot] = row.received_at
         self.prunable[slot] = row.prunable_entry_id
+
+    def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
+        """`put` for many rows at once: new regions get their slots and values a column
+        at a time (a datanode's first heartbeat, a new leader's first minute)."""
+        found = self.lookup(region_ids)
+        fresh = found < 0
+        if not fresh.all():
+            for i in np.flatnonzero(~fresh).tolist():
+                self.put(region_ids[i], rows[i])
+            keep = np.flatnonzero(fresh).tolist()
+            region_ids = [region_ids[i] for i in keep]
+            rows = [rows[i] for i in keep]
+        n = len(region_ids)
+        if n == 0:
+            return
+        slots = self._free[-n:][::-1]
+        del self._free[len(self._free) - len(slots) :]
+        more = n - len(slots)
+        if more:
+            if self._end + more > len(self.ids):
+                self._grow(max(2 * len(self.ids), self._end + more))
+            slots += range(self._end, self._end + more)
+            self._end += more
+        self._slot.update(zip(region_ids, slots, strict=True))
+        topics = list(map(_TOPIC_OF, rows))
+        for topic in dict.fromkeys(topics):
+            self.code_of(topic)
+        codes = np.fromiter(map(self._codes.__getitem__, topics), np.int32, n)
+        # Rows come grouped by topic (a heartbeat's batches): one dict update per run.
+        cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), n]
+        for start, stop in pairwise(cuts):
+            members = self._members.setdefault(topics[start], {})
+            members.update(zip(region_ids[start:stop], slots[start:stop], strict=True))
+        at = np.array(slots, np.intp)
+        self.ids[at] = region_ids
+        self.topic[at] = codes
+        self.node[at] = list(map(_NODE_OF, rows))
+        self.flushed[at] = list(map(_FLUSHED_OF, rows))
+        self.latest[at] = _or_null(list(map(_LATEST_OF, rows)))
+        self.memtable[at] = list(map(_MEMTABLE_OF, rows))
+        self.manifest[at] = _or_null(list(map(_MANIFEST_OF, rows)))
+        self.received[at] = list(map(_RECEIVED_OF, rows))
+        self.prunable[at] = list(map(_PRUNABLE_OF, rows))
 
     def discard(self, region_id: int) -> None:
         """Forget a region's row (no-op when it has none)."""

@@ -124,3 +124,29 @@ def test_nothing_in_the_table_is_tracked_by_the_gc() -> None:
     assert not gc.is_tracked(held["_slot"])
     assert not any(gc.is_tracked(members) for members in held["_members"].values())
     assert all(isinstance(held[name], np.ndarray) for name in ("ids", "node", "received"))
+
+
+def test_put_many_is_put_row_by_row_reusing_free_slots_and_moving_rows() -> None:
+    one_by_one, at_once = StatTable(capacity=4), StatTable(capacity=4)
+    for table in (one_by_one, at_once):
+        for rid in range(6):
+            table.put(rid, row(rid, f"t{rid % 2}"))
+        table.discard(1)
+        table.discard(4)
+    batch = {
+        0: row(10, "t1"),  # moves from t0
+        7: StatRow(3, "t2", 5, 6, 0, None, 2.0, 6),
+        8: row(8, "t0"),
+        9: row(9, "t0"),
+        10: row(11, "t3"),  # more new rows than free slots: the table grows
+    }
+    for rid, r in batch.items():
+        one_by_one.put(rid, r)
+    at_once.put_many(list(batch), list(batch.values()))
+    for table in (one_by_one, at_once):
+        assert sorted(table.topics()) == ["t0", "t1", "t2", "t3"]
+        assert table.topic_rows("t1")[0] == row(10, "t1") and 0 not in table.topic_rows("t0")
+    assert {t: dict(at_once.topic_rows(t).items()) for t in at_once.topics()} == {
+        t: dict(one_by_one.topic_rows(t).items()) for t in one_by_one.topics()
+    }
+    assert len(at_once) == 8 and at_once.end == one_by_one.end  # both reused slots 1 and 4
