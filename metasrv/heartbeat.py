@@ -67,24 +67,29 @@ REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
 
 
 @dataclass(slots=True)
-class _Steady:
-    """The regions judged a column at a time: each has a row under the topic it names
-    and is accepted; their new values, to assign in place (`StatTable.assign`)."""
+class _Accepted:
+    """Regions accepted a column at a time, with their new values."""
 
     ids: np.ndarray
-    slots: np.ndarray
     flushed: np.ndarray
     latest: np.ndarray
     memtable: np.ndarray
     manifest: np.ndarray
     prunable: np.ndarray
+    slots: np.ndarray | None = None
+    """Steady regions: their rows' slots, assigned in place (`StatTable.assign`)."""
+    topics: np.ndarray | None = None
+    """New regions: their topics' codes, for rows inserted (`StatTable.insert`)."""
 
 
 @dataclass(slots=True)
 class _Outcome:
     """What one heartbeat's regions come to, before anything is stored."""
 
-    steady: _Steady | None = None
+    steady: _Accepted | None = None
+    """Regions with a row under the topic they name."""
+    fresh: _Accepted | None = None
+    """Regions reporting for the first time, on their mapped topic."""
     accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
     """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
     changed: list[int] = field(default_factory=list)
@@ -95,8 +100,32 @@ class _Outcome:
     """Idle claims (`topic_latest_entry_id`) sent with a non-empty memtable."""
 
     def count(self) -> int:
-        steady = 0 if self.steady is None else len(self.steady.slots)
-        return steady + sum(map(len, self.accepted.values()))
+        columns = sum(len(part.ids) for part in (self.steady, self.fresh) if part is not None)
+        return columns + sum(map(len, self.accepted.values()))
+
+
+def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> _Accepted:
+    """The new values of the regions `where` is true (the prunable id computed as
+    `prunable_entry_id()` does, a column at a time: an idle claim counts only with an
+    empty memtable, and one that does not count is tallied in `out`)."""
+    everything = bool(where.all())
+
+    def take(column: np.ndarray) -> np.ndarray:
+        return column if everything else column[where]
+
+    flushed, memtable = take(cols.flushed), take(cols.memtable)
+    n = len(flushed)
+    prunable = flushed
+    if cols.latest is None:
+        latest = np.full(n, NULL, np.int64)
+    else:
+        latest = take(cols.latest)
+        claims = latest != NULL
+        idle = claims & (memtable == 0)
+        out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
+        prunable = np.where(idle & (latest > flushed), latest, flushed)
+    manifest = np.full(n, NULL, np.int64) if cols.manifest is None else take(cols.manifest)
+    return _Accepted(take(cols.region_id), flushed, latest, memtable, manifest, prunable)
 
 
 def _duplicate(ids: Iterable[int]) -> int | None:
@@ -287,9 +316,10 @@ class HeartbeatHandler:
         flushed = cols.flushed
         latest = cols.latest
         claims = None if latest is None else latest != NULL
-        steady = (slots >= 0) & (ids >= 0) & (flushed >= -1)
+        valid = (ids >= 0) & (flushed >= -1)
         if latest is not None and claims is not None:
-            steady &= ~claims | (latest >= -1)
+            valid &= ~claims | (latest >= -1)
+        steady = valid & (slots >= 0)
         held = np.where(steady, slots, 0)  # slot 0 stands in for the others; masked out
         steady &= table.topic[held] == table.codes(cols.topic_names)[cols.topic]
         manifest = cols.manifest
@@ -304,6 +334,10 @@ class HeartbeatHandler:
             steady &= ~regressed
         rest = ~(steady | regressed)
         if rest.any():
+            fresh = self._first_reports(node_id, cols, rest & (slots < 0) & valid, out)
+            if fresh is not None:
+                rest[fresh] = False
+        if rest.any():
             regions = cols.regions() if reports is None else reports
             self._judge(node_id, [regions[i] for i in np.flatnonzero(rest).tolist()], now, out)
         if regressed.any():
@@ -315,44 +349,54 @@ class HeartbeatHandler:
                 out.rejected.sort(key=lambda item: position[item["region_id"]])
         if not steady.any():
             return
-        if id_list is not None and not rest.any():
+        if id_list is not None and not rest.any() and out.fresh is None:
+            # Every region has a row (none is new or judged one by one): worth recalling.
             table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
 
-        everything = bool(steady.all())
-        slots = slots if everything else slots[steady]
-        flushed = flushed if everything else flushed[steady]
-        memtable = cols.memtable if everything else cols.memtable[steady]
-        prunable = flushed
-        if latest is None or claims is None:
-            latest = np.full(len(slots), NULL, np.int64)
-        else:
-            latest = latest if everything else latest[steady]
-            claims = claims if everything else claims[steady]
-            idle = claims & (memtable == 0)
-            out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
-            # `prunable_entry_id()`, a column at a time: an idle claim counts only with
-            # an empty memtable.
-            prunable = np.where(idle & (latest > flushed), latest, flushed)
-        if manifest is None:
-            manifest = np.full(len(slots), NULL, np.int64)
-        elif not everything:
-            manifest = manifest[steady]
-        kept = ids if everything else ids[steady]
+        out.steady = _accepted(cols, steady, out)
+        out.steady.slots = slots if bool(steady.all()) else slots[steady]
         # Checkpoints hold the prunable id and node: a change in either makes the
         # region dirty. Most heartbeats of an idle region change nothing.
-        dirty = (table.prunable[slots] != prunable) | (table.node[slots] != node_id)
+        held = out.steady.slots
+        dirty = (table.prunable[held] != out.steady.prunable) | (table.node[held] != node_id)
         if dirty.any():
-            out.changed.extend(kept[dirty].tolist())
-        out.steady = _Steady(kept, slots, flushed, latest, memtable, manifest, prunable)
+            out.changed.extend(out.steady.ids[dirty].tolist())
+
+    def _first_reports(
+        self, node_id: int, cols: Columns, new: np.ndarray, out: _Outcome
+    ) -> np.ndarray | None:
+        """Accept, a column at a time, the regions of `new` (valid ids, no row yet) that
+        the map has on the topic they name; return their mask (None: there were none).
+        The others (unmapped, misrouted) are left to `_judge`."""
+        at = np.flatnonzero(new)
+        if not len(at):
+            return None
+        names = cols.topic_names
+        named = [names[i] for i in cols.topic[at].tolist()]
+        routes = map(self._topology.routes.get, cols.region_id[at].tolist())
+        pairs = zip(routes, named, strict=True)
+        mapped = np.fromiter(
+            (route is not None and route.topic == topic for route, topic in pairs), bool, len(at)
+        )
+        if not mapped.any():
+            return None
+        new = np.zeros(len(new), bool)
+        new[at[mapped]] = True
+        out.fresh = _accepted(cols, new, out)
+        codes = {name: self._registry.table.code_of(name) for name in dict.fromkeys(named)}
+        out.fresh.topics = np.fromiter(map(codes.__getitem__, named), np.int32, len(at))[mapped]
+        out.changed.extend(out.fresh.ids.tolist())  # a first checkpoint for each
+        return new
 
     def _accepted_rows(self, outcome: _Outcome) -> StatSnapshot:
         """This heartbeat's accepted regions as stored (for the mailbox; built only for
         a datanode with pending instructions)."""
         rows: dict[int, StatRow] = {}
-        steady = outcome.steady
-        if steady is not None:
-            stored = self._registry.table.rows(steady.slots)
-            rows.update(zip(steady.ids.tolist(), stored, strict=True))
+        table = self._registry.table
+        for part in (outcome.steady, outcome.fresh):
+            if part is not None:
+                ids = part.ids.tolist()
+                rows.update(zip(ids, table.rows(table.lookup(ids)), strict=True))
         for batch in outcome.accepted.values():
             rows.update(batch)
         return StatSnapshot({}, rows)
@@ -367,8 +411,8 @@ class HeartbeatHandler:
     ) -> bytes:
         """Store a judged heartbeat and answer it."""
         registry = self._registry
-        steady = outcome.steady
-        if steady is not None:
+        steady, fresh = outcome.steady, outcome.fresh
+        if steady is not None and steady.slots is not None:
             registry.table.assign(
                 steady.slots,
                 node_id,
@@ -378,6 +422,18 @@ class HeartbeatHandler:
                 steady.manifest,
                 now,
                 steady.prunable,
+            )
+        if fresh is not None and fresh.topics is not None:
+            registry.table.insert(
+                fresh.ids.tolist(),
+                fresh.topics,
+                node_id,
+                fresh.flushed,
+                fresh.latest,
+                fresh.memtable,
+                fresh.manifest,
+                now,
+                fresh.prunable,
             )
         registry.put_topic_rows(outcome.accepted)
         registry.note_node(node_id, addr, now)

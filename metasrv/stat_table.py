@@ -311,8 +311,7 @@ class StatTable:
         self.prunable[slot] = row.prunable_entry_id
 
     def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
-        """`put` for many rows at once: new regions get their slots and values a column
-        at a time (a datanode's first heartbeat, a new leader's first minute)."""
+        """`put` for many rows at once, new regions a column at a time (`insert`)."""
         found = self.lookup(region_ids)
         fresh = found < 0
         if not fresh.all():
@@ -321,6 +320,38 @@ class StatTable:
             keep = np.flatnonzero(fresh).tolist()
             region_ids = [region_ids[i] for i in keep]
             rows = [rows[i] for i in keep]
+        if not region_ids:
+            return
+        topics = list(map(_TOPIC_OF, rows))
+        for topic in dict.fromkeys(topics):
+            self.code_of(topic)
+        self.insert(
+            region_ids,
+            np.fromiter(map(self._codes.__getitem__, topics), np.int32, len(topics)),
+            np.array(list(map(_NODE_OF, rows)), np.int64),
+            np.array(list(map(_FLUSHED_OF, rows)), np.int64),
+            np.array(_or_null(list(map(_LATEST_OF, rows))), np.int64),
+            np.array(list(map(_MEMTABLE_OF, rows)), np.int64),
+            np.array(_or_null(list(map(_MANIFEST_OF, rows))), np.int64),
+            np.array(list(map(_RECEIVED_OF, rows)), np.float64),
+            np.array(list(map(_PRUNABLE_OF, rows)), np.int64),
+        )
+
+    def insert(
+        self,
+        region_ids: list[int],
+        topics: np.ndarray,
+        node: int | np.ndarray,
+        flushed: np.ndarray,
+        latest: np.ndarray,
+        memtable: np.ndarray,
+        manifest: np.ndarray,
+        received: float | np.ndarray,
+        prunable: np.ndarray,
+    ) -> None:
+        """Rows for distinct regions that have none (the caller checked), a column at a
+        time: a datanode's first heartbeat, or every region's first report to a new
+        leader. `topics` are codes (`code_of`)."""
         n = len(region_ids)
         if n == 0:
             return
@@ -333,25 +364,25 @@ class StatTable:
             slots += range(self._end, self._end + more)
             self._end += more
         self._slot.update(zip(region_ids, slots, strict=True))
-        topics = list(map(_TOPIC_OF, rows))
-        for topic in dict.fromkeys(topics):
-            self.code_of(topic)
-        codes = np.fromiter(map(self._codes.__getitem__, topics), np.int32, n)
-        # Rows come grouped by topic (a heartbeat's batches): one dict update per run.
+        at = np.array(slots, np.intp)
+        # Membership by topic: one dict update per run of a topic.
+        order = np.argsort(topics, kind="stable")
+        codes = topics[order]
+        ids_by_topic = np.asarray(region_ids, np.int64)[order].tolist()
+        slots_by_topic = at[order].tolist()
         cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), n]
         for start, stop in pairwise(cuts):
-            members = self._members.setdefault(topics[start], {})
-            members.update(zip(region_ids[start:stop], slots[start:stop], strict=True))
-        at = np.array(slots, np.intp)
+            members = self._members.setdefault(self._names[int(codes[start])], {})
+            members.update(zip(ids_by_topic[start:stop], slots_by_topic[start:stop], strict=True))
         self.ids[at] = region_ids
-        self.topic[at] = codes
-        self.node[at] = list(map(_NODE_OF, rows))
-        self.flushed[at] = list(map(_FLUSHED_OF, rows))
-        self.latest[at] = _or_null(list(map(_LATEST_OF, rows)))
-        self.memtable[at] = list(map(_MEMTABLE_OF, rows))
-        self.manifest[at] = _or_null(list(map(_MANIFEST_OF, rows)))
-        self.received[at] = list(map(_RECEIVED_OF, rows))
-        self.prunable[at] = list(map(_PRUNABLE_OF, rows))
+        self.topic[at] = topics
+        self.node[at] = node
+        self.flushed[at] = flushed
+        self.latest[at] = latest
+        self.memtable[at] = memtable
+        self.manifest[at] = manifest
+        self.received[at] = received
+        self.prunable[at] = prunable
 
     def discard(self, region_id: int) -> None:
         """Forget a region's row (no-op when it has none)."""

@@ -365,6 +365,20 @@ async def test_a_remembered_region_list_is_not_reused_after_a_region_left_the_ma
     assert two is not None and two.flushed_entry_id == 6 and hb.registry.get(1) is None
 
 
+async def test_a_region_reporting_first_next_to_known_ones_gets_one_row(hb: Setup) -> None:
+    # A heartbeat mixing known regions and a first report: the new region's row is made
+    # once, and the next identical heartbeats update it in place (a datanode's region
+    # list is recalled only once every region in it has a row).
+    hb.beat([region(1, 10)])
+    for flushed in (11, 12, 13):
+        hb.clock.now += 1
+        assert hb.beat([region(1, flushed), region(2, flushed)])["rejected"] == []
+    assert hb.registry.table.end == 2 and len(hb.registry) == 2
+    two = hb.registry.get(2)
+    assert two is not None and two.flushed_entry_id == 13
+    assert sorted(hb.registry.buckets["t_0"]) == [1, 2]
+
+
 async def test_big_heartbeat_round_trip(kafka_bootstrap: str) -> None:
     # Guards the hot loop against per-region state leaking between iterations.
     kv = SqlKv.open("sqlite://", create=True)
