@@ -514,6 +514,21 @@ class TopicRows(Mapping[int, StatRow]):
         members = self._members
         return self._table.rows(np.fromiter(members.values(), np.intp, len(members)))
 
+    def rows_of(self, region_ids: list[int]) -> list[StatRow | None]:
+        """Each region's row, None where the topic has none, built a column at a time
+        (the planner's per-region pass over a topic with missing or stale stats)."""
+        slots = np.fromiter(
+            map(self._members.get, region_ids, repeat(-1)), np.intp, len(region_ids)
+        )
+        found = slots >= 0
+        if found.all():
+            return list(self._table.rows(slots))
+        out: list[StatRow | None] = [None] * len(region_ids)
+        at = np.flatnonzero(found).tolist()
+        for i, row in zip(at, self._table.rows(slots[found]), strict=True):
+            out[i] = row
+        return out
+
     def lowest_prunable(self, fresh_after: float) -> int | None:
         """The lowest prunable entry id of the topic's rows, or None when there are no
         rows or one was received before `fresh_after` (stale)."""

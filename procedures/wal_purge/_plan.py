@@ -107,7 +107,7 @@ def plan_topic(
                     values: list[StatRow | None] = list(bucket.values())
                     lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
         if lowest is None:
-            rows = list(map(row_getter(stats, topic), ids))
+            rows = rows_of(stats, topic, ids)
             lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)
             if lowest is None:
                 lowest, blocked, lost = _scan(ids, rows, topic, fresh_after, loss_below)
@@ -185,6 +185,16 @@ _received_of = attrgetter("received_at")
 _prunable_of = attrgetter("prunable_entry_id")
 
 
+def rows_of(stats: Mapping[int, RegionStat], topic: str, ids: list[int]) -> list[StatRow | None]:
+    """`row_getter` for every id of `ids`; a registry snapshot's rows are built a column
+    at a time."""
+    if isinstance(stats, StatSnapshot):
+        bucket = stats.topic_rows(topic)
+        if isinstance(bucket, TopicRows):
+            return bucket.rows_of(ids)
+    return list(map(row_getter(stats, topic), ids))
+
+
 def row_getter(stats: Mapping[int, RegionStat], topic: str) -> Callable[[int], StatRow | None]:
     """Region id -> stored row. A registry snapshot hands over the rows naming `topic`
     (a region whose row names another topic reads as missing, which is what the topic
@@ -259,7 +269,7 @@ def flush_candidates(
     if high_watermark is not None:
         latest = max(latest, high_watermark - 1)
     avg = topic_stat.avg_record_size
-    rows = map(row_getter(stats, topic), [route.region_id for route in routes])
+    rows = rows_of(stats, topic, [route.region_id for route in routes])
     out = []
     for route, row in zip(routes, rows, strict=True):
         if row is None or row.topic != topic:

@@ -150,3 +150,14 @@ def test_put_many_is_put_row_by_row_reusing_free_slots_and_moving_rows() -> None
         t: dict(one_by_one.topic_rows(t).items()) for t in one_by_one.topics()
     }
     assert len(at_once) == 8 and at_once.end == one_by_one.end  # both reused slots 1 and 4
+
+
+def test_rows_of_reads_a_topics_rows_in_order_with_none_for_the_others() -> None:
+    table = StatTable()
+    table.put(1, row(5, "a"))
+    table.put(2, row(6, "b"))
+    table.put(3, row(7, "a"))
+    rows = table.topic_rows("a")
+    assert rows.rows_of([3, 2, 1, 9]) == [row(7, "a"), None, row(5, "a"), None]
+    assert rows.rows_of([1, 3]) == [row(5, "a"), row(7, "a")]
+    assert rows.rows_of([]) == []
