@@ -49,6 +49,18 @@ class StatRow(msgspec.Struct, frozen=True, gc=False):
     prunable_entry_id: int
 
 
+_VALUE_COLUMNS: Final = (
+    "node",
+    "flushed",
+    "latest",
+    "memtable",
+    "manifest",
+    "received",
+    "prunable",
+)
+"""The columns a row's values live in (beside `ids` and `topic`), in the order `assign`
+and `insert` take them."""
+
 _TOPIC_OF: Final = attrgetter("topic")
 _NODE_OF: Final = attrgetter("node_id")
 _FLUSHED_OF: Final = attrgetter("flushed_entry_id")
@@ -127,7 +139,7 @@ class StatTable:
         """Slots below this have been used; the free ones are in `_free`."""
         self.ids = np.zeros(capacity, np.int64)
         self.topic = np.full(capacity, -1, np.int32)
-        """Topic code (`name_of`), -1 for a free slot."""
+        """Topic code (`code_of`), -1 for a free slot."""
         self.node = np.zeros(capacity, np.int64)
         self.flushed = np.zeros(capacity, np.int64)
         self.latest = np.full(capacity, NULL, np.int64)
@@ -149,9 +161,6 @@ class StatTable:
     def codes(self, topics: Iterable[str]) -> np.ndarray:
         """Each topic's code, -1 for a topic no row has ever named."""
         return np.fromiter(map(self._codes.get, topics, repeat(-1)), np.int32)
-
-    def name_of(self, code: int) -> str:
-        return self._names[code]
 
     def topics(self) -> list[str]:
         """Topics with at least one row."""
@@ -278,13 +287,7 @@ class StatTable:
     ) -> None:
         """Overwrite rows in place (the heartbeat's steady state): every slot holds a
         row already and keeps its region and topic."""
-        self.node[slots] = node_id
-        self.flushed[slots] = flushed
-        self.latest[slots] = latest
-        self.memtable[slots] = memtable
-        self.manifest[slots] = manifest
-        self.received[slots] = received
-        self.prunable[slots] = prunable
+        self._write(slots, node_id, flushed, latest, memtable, manifest, received, prunable)
 
     def put(self, region_id: int, row: StatRow) -> None:
         """Store one row as the region's, moving it to the row's topic if it named
@@ -376,13 +379,12 @@ class StatTable:
             members.update(zip(ids_by_topic[start:stop], slots_by_topic[start:stop], strict=True))
         self.ids[at] = region_ids
         self.topic[at] = topics
-        self.node[at] = node
-        self.flushed[at] = flushed
-        self.latest[at] = latest
-        self.memtable[at] = memtable
-        self.manifest[at] = manifest
-        self.received[at] = received
-        self.prunable[at] = prunable
+        self._write(at, node, flushed, latest, memtable, manifest, received, prunable)
+
+    def _write(self, slots: np.ndarray, *values: int | float | np.ndarray) -> None:
+        """Set the value columns (`_VALUE_COLUMNS`, in that order) of `slots`."""
+        for name, column in zip(_VALUE_COLUMNS, values, strict=True):
+            getattr(self, name)[slots] = column
 
     def discard(self, region_id: int) -> None:
         """Forget a region's row (no-op when it has none)."""
@@ -439,14 +441,8 @@ class StatTable:
         taken = np.concatenate(slots) if slots else np.zeros(0, np.intp)
         out = StatTable(max(len(taken), 1))
         n = len(taken)
-        out.ids[:n] = self.ids[taken]
-        out.node[:n] = self.node[taken]
-        out.flushed[:n] = self.flushed[taken]
-        out.latest[:n] = self.latest[taken]
-        out.memtable[:n] = self.memtable[taken]
-        out.manifest[:n] = self.manifest[taken]
-        out.prunable[:n] = self.prunable[taken]
-        out.received[:n] = self.received[taken]
+        for name in ("ids", *_VALUE_COLUMNS):
+            getattr(out, name)[:n] = getattr(self, name)[taken]
         start = 0
         for topic, topic_slots in zip(names, slots, strict=True):
             end = start + len(topic_slots)
