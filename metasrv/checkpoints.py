@@ -7,7 +7,11 @@ comes first, and once more on shutdown; a flush reads, encodes and writes (`batc
 `FLUSH_SLICE` regions at a time, so the event loop serves heartbeats in between. Flushes
 are at least a tenth of the interval apart (`min_gap`), so a storm of changing stats
 coalesces (each region is written once per flush, however often it changed) instead of
-turning into a write stream as fast as heartbeats arrive. Only regions whose prunable
+turning into a write stream as fast as heartbeats arrive. The background writer also
+keeps to `wal.checkpoint_rate` regions per second: when a new leader hears a million
+regions for the first time, their first checkpoints reach the kv over minutes instead of
+as one burst that takes the cores the heartbeats need (etcd spends far more CPU per key
+than the leader does). Only regions whose prunable
 entry id or node changed are marked, and unchanged checkpoints are skipped, so an idle
 fleet writes nothing. The checkpoint is what `replay-start` falls back to when the leader
 holds no live stat; a checkpoint that lags is safe (the region replays a little more).
@@ -34,6 +38,10 @@ FLUSH_SLICE = 4096
 """Regions read and encoded per step of a flush (~2 ms of event-loop work at 100k regions,
 measured in process; each step's kv write runs on a thread)."""
 
+PACE_STEP = 0.1
+"""Seconds of `wal.checkpoint_rate` written per step of a paced flush: small steps keep the
+kv's load smooth."""
+
 
 def _always() -> bool:
     return True
@@ -57,13 +65,18 @@ class Checkpointer:
         self._metrics = metrics
         self._interval = settings.wal.checkpoint_interval
         self._batch = settings.wal.checkpoint_batch
+        self._rate = settings.wal.checkpoint_rate
         self.min_gap = min(self._interval / 10, 1.0) if self._interval > 0 else 0.1
         """Least seconds between two flushes (except the final one on `stop`)."""
         self._last_flush = float("-inf")
         self._may_write = may_write
         self._on_error = on_error or log_only("checkpointer")
         self._dirty: set[int] = set()
+        self._cleared = 0
+        """Times `clear` ran: a paced flush that sees it change drops what it holds."""
         self._wake = asyncio.Event()
+        self._halt = asyncio.Event()
+        """Set by `stop`: a paced flush stops waiting and writes the rest at once."""
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
@@ -93,13 +106,18 @@ class Checkpointer:
         self._dirty.discard(region_id)
 
     def clear(self) -> None:
-        """Forget every dirty region (leadership changed; the new stats start empty)."""
+        """Forget every dirty region (leadership changed; the new stats start empty),
+        those of a paced flush under way included."""
         self._dirty = set()
+        self._cleared += 1
 
-    async def flush(self) -> int:
+    async def flush(self, *, paced: bool = False) -> int:
         """Write every dirty region's checkpoint now; return the keys written.
 
-        On a kv error the regions stay dirty for the next attempt and the error propagates.
+        `paced` (the background writer) keeps to `wal.checkpoint_rate` regions a second
+        until `stop` is called, then writes the rest at once. Regions marked
+        during a flush wait for the next one. On a kv error the regions not yet written
+        stay dirty for the next attempt and the error propagates.
         """
         async with self._flush_lock:
             self._wake.clear()
@@ -110,31 +128,47 @@ class Checkpointer:
                 return 0
             pending = list(self._dirty)
             self._dirty = set()
+            pace = paced and self._rate > 0
+            cleared = self._cleared
+            step = max(1, min(FLUSH_SLICE, int(self._rate * PACE_STEP))) if pace else FLUSH_SLICE
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             written = 0
             # A slice at a time, the kv write of each awaited: the event loop serves
             # heartbeats between slices instead of stalling for the whole dirty set.
-            for start in range(0, len(pending), FLUSH_SLICE):
-                updates = self._registry.checkpoints(pending[start : start + FLUSH_SLICE])
+            for start in range(0, len(pending), step):
+                if pace and start:
+                    ahead = start / self._rate - (loop.time() - started)
+                    if ahead > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._halt.wait(), ahead)
+                    if self._cleared != cleared:
+                        break
+                updates = self._registry.checkpoints(pending[start : start + step])
                 try:
-                    written += await self._topology.set_checkpoints(updates)
+                    count = await self._topology.set_checkpoints(updates)
                 except BaseException:
                     self._dirty.update(pending[start:])
                     raise
+                # Counted as written: a paced flush of a million regions takes minutes.
+                self._metrics.checkpoint_writes.inc(count)
+                written += count
             if written:
                 self.flushes += 1
-                self._metrics.checkpoint_writes.inc(written)
             return written
 
     async def start(self) -> None:
         """Start the background writer (idempotent)."""
         if self._task is None:
             self._stopping = False
+            self._halt.clear()
             self._task = asyncio.create_task(self._run(), name="checkpointer")
 
     async def stop(self) -> None:
         """Stop the writer and write what is still dirty (repeat-safe)."""
         task, self._task = self._task, None
         self._stopping = True
+        self._halt.set()
         self._wake.set()
         if task is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -158,7 +192,7 @@ class Checkpointer:
                     return
             self._last_flush = asyncio.get_running_loop().time()
             try:
-                await self.flush()
+                await self.flush(paced=True)
             except Exception as exc:
                 # The regions stay dirty; counted, and the next flush retries them.
                 self._on_error(exc)

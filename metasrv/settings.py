@@ -96,10 +96,12 @@ class WalSettings(_Section):
     # Not in DESIGN §6: the RFC's size trigger. A topic whose estimated reclaimable bytes
     # exceed this gets a purge before the next interval tick. "0B" disables it.
     size_trigger: Size = parse_size("0B")
-    # Not in DESIGN §6: how often region checkpoints are flushed to the kv backend, and
-    # after how many dirty regions a flush happens early.
+    # Not in DESIGN §6: how often region checkpoints are flushed to the kv backend, after
+    # how many dirty regions a flush happens early, and how many regions a second the
+    # background flushes write at most (0: as fast as the kv takes them).
     checkpoint_interval: Duration = parse_duration("5s")
     checkpoint_batch: int = Field(default=10_000, ge=1)
+    checkpoint_rate: int = Field(default=5_000, ge=0)
 
     @model_validator(mode="after")
     def _topic_config_keeps_deletion(self) -> WalSettings:
