@@ -281,6 +281,7 @@ class Runtime:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _LOAD_RETRY_MAX)
                     continue
+                self.registry.reserve(regions)  # every mapped region reports soon
                 # The map's objects live as long as this term: move them (and everything
                 # else alive now) out of the collector's reach, so full collections do not
                 # walk a million routes while heartbeats wait.

@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, eq
 from typing import Any, Final
 
 import numpy as np
@@ -126,6 +128,17 @@ def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> _Accepted:
         prunable = np.where(idle & (latest > flushed), latest, flushed)
     manifest = np.full(n, NULL, np.int64) if cols.manifest is None else take(cols.manifest)
     return _Accepted(take(cols.region_id), flushed, latest, memtable, manifest, prunable)
+
+
+class _Unmapped:
+    """What `_first_reports` reads for a region the map does not have: its topic equals
+    no name a heartbeat can carry."""
+
+    topic = None
+
+
+_NO_ROUTE: Final = _Unmapped()
+_ROUTE_TOPIC: Final = attrgetter("topic")
 
 
 def _duplicate(ids: Iterable[int]) -> int | None:
@@ -373,11 +386,10 @@ class HeartbeatHandler:
             return None
         names = cols.topic_names
         named = [names[i] for i in cols.topic[at].tolist()]
-        routes = map(self._topology.routes.get, cols.region_id[at].tolist())
-        pairs = zip(routes, named, strict=True)
-        mapped = np.fromiter(
-            (route is not None and route.topic == topic for route, topic in pairs), bool, len(at)
-        )
+        # Mapped on the topic it names, one C-level pass (a new leader hears a million
+        # regions for the first time within one heartbeat interval).
+        routes = map(self._topology.routes.get, cols.region_id[at].tolist(), repeat(_NO_ROUTE))
+        mapped = np.fromiter(map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(at))
         if not mapped.any():
             return None
         new = np.zeros(len(new), bool)

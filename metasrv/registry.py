@@ -325,6 +325,10 @@ class RegionRegistry:
 
     # --- leadership ------------------------------------------------------------------
 
+    def reserve(self, regions: int) -> None:
+        """Size the table for `regions` rows (the mapped regions, when leadership begins)."""
+        self.table.reserve(regions)
+
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
         self.table = StatTable()

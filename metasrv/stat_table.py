@@ -415,6 +415,12 @@ class StatTable:
         self.ids[slot] = region_id
         return slot
 
+    def reserve(self, capacity: int) -> None:
+        """Make room for `capacity` rows now (a new leader, before the first reports of
+        every mapped region: growing then would copy every column while they arrive)."""
+        if capacity > len(self.ids):
+            self._grow(capacity)
+
     def _grow(self, capacity: int) -> None:
         for name, fill in (
             ("ids", 0),

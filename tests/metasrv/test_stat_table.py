@@ -161,3 +161,16 @@ def test_rows_of_reads_a_topics_rows_in_order_with_none_for_the_others() -> None
     assert rows.rows_of([3, 2, 1, 9]) == [row(7, "a"), None, row(5, "a"), None]
     assert rows.rows_of([1, 3]) == [row(5, "a"), row(7, "a")]
     assert rows.rows_of([]) == []
+
+
+def test_reserve_makes_room_once_and_keeps_the_rows() -> None:
+    table = StatTable(capacity=2)
+    table.put(1, row(5))
+    table.reserve(1000)
+    ids = table.ids
+    assert len(ids) == 1000 and table.topic_rows("a")[1] == row(5)
+    for rid in range(2, 1001):
+        table.put(rid, row(rid))
+    assert table.ids is ids  # no growth while the reserved rows arrive
+    table.reserve(10)  # never shrinks
+    assert len(table.ids) == 1000 and table.topic_rows("a")[1000] == row(1000)
