@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 ID_MAX = 2**63 - 1
 """The highest id or counter any entry point accepts (region and node ids, entry ids,
 sizes): int64, as the kv values, the stat history and Kafka offsets hold them."""
@@ -87,9 +89,9 @@ class RegionRoute:
     """Last persisted prunable entry id, or None before the first checkpoint."""
 
 
-@dataclass(frozen=True, slots=True)
-class BlockingRegion:
-    """A region that keeps its topic from being purged, and why."""
+class BlockingRegion(msgspec.Struct, frozen=True, gc=False):
+    """A region that keeps its topic from being purged, and why. A struct, built in C: a
+    new leader's plans name every region of a million that has not reported yet."""
 
     region_id: int
     reason: str

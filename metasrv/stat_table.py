@@ -531,6 +531,16 @@ class TopicRows(Mapping[int, StatRow]):
             out[i] = row
         return out
 
+    def columns_of(self, region_ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per region of `region_ids`: whether the topic has its row, and the row's
+        received time and prunable id (meaningless where it has none)."""
+        slots = np.fromiter(
+            map(self._members.get, region_ids, repeat(-1)), np.intp, len(region_ids)
+        )
+        found = slots >= 0
+        held = np.where(found, slots, 0)  # a table always has slot 0; masked out
+        return found, self._table.received[held], self._table.prunable[held]
+
     def lowest_prunable(self, fresh_after: float) -> int | None:
         """The lowest prunable entry id of the topic's rows, or None when there are no
         rows or one was received before `fresh_after` (stale)."""

@@ -33,7 +33,10 @@ run (`GET /v1/plan`) shows the P a purge started now would use.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from itertools import repeat
 from operator import attrgetter
+
+import numpy as np
 
 from metasrv.model import (
     BlockingRegion,
@@ -93,9 +96,9 @@ def plan_topic(
     lowest: int | None = None
     blocked: list[BlockingRegion] = []
     lost: list[int] = []
+    bucket = stats.topic_rows(topic) if isinstance(stats, StatSnapshot) else None
     if count:
-        if isinstance(stats, StatSnapshot):
-            bucket = stats.topic_rows(topic)
+        if bucket is not None:
             mapped = routes.keys() if isinstance(routes, Mapping) else set(ids)
             if len(bucket) == count and bucket.keys() == mapped:
                 # Fast path: the rows naming this topic are exactly the mapped regions'.
@@ -107,10 +110,15 @@ def plan_topic(
                     values: list[StatRow | None] = list(bucket.values())
                     lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
         if lowest is None:
-            rows = rows_of(stats, topic, ids)
-            lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)
-            if lowest is None:
-                lowest, blocked, lost = _scan(ids, rows, topic, fresh_after, loss_below)
+            if bucket is not None and not bucket:  # no row names the topic (a new leader)
+                blocked = list(map(BlockingRegion, ids, repeat(NO_STAT)))
+            elif isinstance(bucket, TopicRows):
+                lowest, blocked, lost = _scan_columns(ids, bucket, fresh_after, loss_below)
+            else:
+                rows = rows_of(stats, topic, ids)
+                lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)
+                if lowest is None:
+                    lowest, blocked, lost = _scan(ids, rows, topic, fresh_after, loss_below)
 
     prune_point: int | None = None
     if count and not blocked and lowest is not None:
@@ -176,6 +184,37 @@ def _scan(
             blocked.append(BlockingRegion(region_id, RETENTION_OVERRUN))
         if lowest is None or prunable < lowest:
             lowest = prunable
+    return lowest, blocked, lost
+
+
+_REASONS: tuple[str, ...] = ("", NO_STAT, STALE_STAT, RETENTION_OVERRUN)
+"""Blocking reasons by the codes `_scan_columns` gives them (0: not blocked)."""
+
+
+def _scan_columns(
+    region_ids: list[int], rows: TopicRows, fresh_after: float, loss_below: int | None
+) -> tuple[int | None, list[BlockingRegion], list[int]]:
+    """`_scan`'s rules a column at a time, over the registry's rows of the topic (what a
+    new leader plans while a million regions have not all reported): the same lowest id,
+    blockers in the same order, the same regions with data loss."""
+    found, received, prunable = rows.columns_of(region_ids)
+    stale = found & (received < fresh_after)
+    counted = found & ~stale
+    lowest = int(prunable[counted].min()) if counted.any() else None
+    reason = np.where(found, np.where(stale, 2, 0), 1).astype(np.int8)
+    lost: list[int] = []
+    if loss_below is not None:
+        overrun = counted & (prunable < loss_below)
+        reason[overrun] = 3
+        lost = list(map(region_ids.__getitem__, np.flatnonzero(overrun).tolist()))
+    at = np.flatnonzero(reason).tolist()
+    blocked = list(
+        map(
+            BlockingRegion,
+            map(region_ids.__getitem__, at),
+            map(_REASONS.__getitem__, reason[at].tolist()),
+        )
+    )
     return lowest, blocked, lost
 
 
