@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import orjson
@@ -220,19 +221,32 @@ async def test_a_flush_larger_than_a_slice_writes_every_region_and_keeps_the_res
     assert [world.checkpoint(r) for r in range(1, 11)] == [200 + r for r in range(1, 11)]
 
 
+@contextlib.asynccontextmanager
+async def paced_world(
+    etcd_endpoint: str, kafka_bootstrap: str, prefix: str, rate: int
+) -> AsyncIterator[World]:
+    """A world whose background writer only writes full batches of ten, at `rate`."""
+    w = await make_world(
+        etcd_endpoint,
+        kafka_bootstrap,
+        prefix,
+        checkpoint_interval="1h",
+        checkpoint_batch=10,
+        checkpoint_rate=rate,
+    )
+    try:
+        yield w
+    finally:
+        await w.checkpointer.stop()
+        w.kv.delete_prefix("")
+        w.kv.close()
+
+
 async def test_the_background_writer_keeps_to_the_rate_and_stop_writes_the_rest(
     etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
 ) -> None:
     # Two regions a second, a step of one region: ten regions would take 4.5 s.
-    w = await make_world(
-        etcd_endpoint,
-        kafka_bootstrap,
-        unique_prefix,
-        checkpoint_interval="1h",
-        checkpoint_batch=10,
-        checkpoint_rate=2,
-    )
-    try:
+    async with paced_world(etcd_endpoint, kafka_bootstrap, unique_prefix, 2) as w:
         await w.checkpointer.start()
         for region_id in range(1, 11):
             w.report(region_id, 100 + region_id)
@@ -245,24 +259,12 @@ async def test_the_background_writer_keeps_to_the_rate_and_stop_writes_the_rest(
         assert loop.time() - started < 2.0
         assert w.written == 10
         assert [w.checkpoint(r) for r in range(1, 11)] == [100 + r for r in range(1, 11)]
-    finally:
-        await w.checkpointer.stop()
-        w.kv.delete_prefix("")
-        w.kv.close()
 
 
 async def test_a_paced_flush_drops_what_it_holds_when_leadership_changes(
     etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
 ) -> None:
-    w = await make_world(
-        etcd_endpoint,
-        kafka_bootstrap,
-        unique_prefix,
-        checkpoint_interval="1h",
-        checkpoint_batch=10,
-        checkpoint_rate=5,
-    )
-    try:
+    async with paced_world(etcd_endpoint, kafka_bootstrap, unique_prefix, 5) as w:
         await w.checkpointer.start()
         for region_id in range(1, 11):
             w.report(region_id, 9)
@@ -272,28 +274,18 @@ async def test_a_paced_flush_drops_what_it_holds_when_leadership_changes(
         assert w.written <= 2
         await w.checkpointer.stop()
         assert w.written <= 2  # nothing of the old term is written on stop either
-    finally:
-        await w.checkpointer.stop()
-        w.kv.delete_prefix("")
-        w.kv.close()
 
 
 async def test_an_explicit_flush_is_not_paced(
     etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
 ) -> None:
-    w = await make_world(
-        etcd_endpoint, kafka_bootstrap, unique_prefix, checkpoint_interval="1h", checkpoint_rate=1
-    )
-    try:
+    async with paced_world(etcd_endpoint, kafka_bootstrap, unique_prefix, 1) as w:
         for region_id in range(1, 11):
             w.report(region_id, 5)
         loop = asyncio.get_running_loop()
         started = loop.time()
         assert await w.checkpointer.flush() == 10
         assert loop.time() - started < 2.0  # paced, ten regions at one a second: 9 s
-    finally:
-        w.kv.delete_prefix("")
-        w.kv.close()
 
 
 def test_route_value_is_the_json_orjson_writes() -> None:
