@@ -76,8 +76,8 @@ class Checkpointer:
         """Times `clear` ran: a paced flush that sees it change drops what it holds."""
         self._wake = asyncio.Event()
         self._halt = asyncio.Event()
-        """Set by `stop`: a paced flush stops waiting and writes the rest at once."""
-        self._stopping = False
+        """Set by `stop`: the writer ends, and a paced flush stops waiting and writes the
+        rest at once."""
         self._task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self.flushes = 0
@@ -160,14 +160,12 @@ class Checkpointer:
     async def start(self) -> None:
         """Start the background writer (idempotent)."""
         if self._task is None:
-            self._stopping = False
             self._halt.clear()
             self._task = asyncio.create_task(self._run(), name="checkpointer")
 
     async def stop(self) -> None:
         """Stop the writer and write what is still dirty (repeat-safe)."""
         task, self._task = self._task, None
-        self._stopping = True
         self._halt.set()
         self._wake.set()
         if task is not None:
@@ -180,15 +178,15 @@ class Checkpointer:
 
     async def _run(self) -> None:
         timeout = self._interval if self._interval > 0 else None
-        while not self._stopping:
+        while not self._halt.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            if self._stopping:
+            if self._halt.is_set():
                 return
             wait = self._last_flush + self.min_gap - asyncio.get_running_loop().time()
             if wait > 0:
                 await asyncio.sleep(wait)
-                if self._stopping:
+                if self._halt.is_set():
                     return
             self._last_flush = asyncio.get_running_loop().time()
             try:

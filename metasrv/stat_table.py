@@ -516,12 +516,14 @@ class TopicRows(Mapping[int, StatRow]):
         members = self._members
         return self._table.rows(np.fromiter(members.values(), np.intp, len(members)))
 
+    def _slots_of(self, region_ids: list[int]) -> np.ndarray:
+        """Each region's slot among the topic's rows, -1 where it has none."""
+        return np.fromiter(map(self._members.get, region_ids, repeat(-1)), np.intp, len(region_ids))
+
     def rows_of(self, region_ids: list[int]) -> list[StatRow | None]:
         """Each region's row, None where the topic has none, built a column at a time
         (the planner's per-region pass over a topic with missing or stale stats)."""
-        slots = np.fromiter(
-            map(self._members.get, region_ids, repeat(-1)), np.intp, len(region_ids)
-        )
+        slots = self._slots_of(region_ids)
         found = slots >= 0
         if found.all():
             return list(self._table.rows(slots))
@@ -534,9 +536,7 @@ class TopicRows(Mapping[int, StatRow]):
     def columns_of(self, region_ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per region of `region_ids`: whether the topic has its row, and the row's
         received time and prunable id (meaningless where it has none)."""
-        slots = np.fromiter(
-            map(self._members.get, region_ids, repeat(-1)), np.intp, len(region_ids)
-        )
+        slots = self._slots_of(region_ids)
         found = slots >= 0
         held = np.where(found, slots, 0)  # a table always has slot 0; masked out
         return found, self._table.received[held], self._table.prunable[held]
