@@ -9,21 +9,36 @@
 - **flush** sends `flush_regions` to the candidates' datanodes (once; persisted), waits
   until each candidate reports a higher prunable id or `wal.flush_wait_timeout` passes,
   then plans again: the new P must pass every check again.
-- **purge** persists its intent (target P) before touching Kafka, deletes below P
-  (unless `wal.logical_delete`), checks the low watermark, moves the marker by CAS
-  (monotonic, fenced), and writes the purge history row.
+- **purge** persists its intent (target P), moves the marker to P by CAS (monotonic,
+  fenced), then deletes below P in Kafka (unless `wal.logical_delete`) and writes the
+  purge history row.
 
-Resume rule of the purge step (the only step that destroys data). Whenever Kafka's log
-start is still below the target — in a first run, a retry, or a resume by a new leader —
-the step plans again from the CURRENT registry and requires an unblocked plan whose P is
->= the target; if P dropped (a region was registered meanwhile), the target is lowered
-to the new P and persisted before deleting. After a leader change the registry is empty,
-so the plan is blocked until every mapped region has reported again (invariant 3), and
-the step waits through retries instead of deleting. When the log start is already >= the
-target, the deletion happened (DeleteRecords is idempotent and Kafka never lowers the log
-start); only the marker and the history remain to be written. Once the intent is
-persisted, cancellation no longer stops the procedure: a deletion without its marker
-would leave idle regions replaying from a deleted offset.
+Marker first, then DeleteRecords. A region replays from `max(flushed, marker) + 1`, so
+once the marker is at P no region reads below P + 1 again, and nothing Kafka does with
+the deletion can make `replay-start` point below its log start: not a DeleteRecords that
+is still waiting for a paused follower (Kafka's partition leader moves its log start
+before it waits for the replicas), not one that timed out after deleting, not a new
+leader reading the marker the moment after. Moving the marker first is safe because P
+was checked against every mapped region just before (invariants 1-3) under the topic's
+write lock (invariant 4), P <= the high watermark - 1 (invariant 6), the CAS keeps the
+marker monotonic (invariant 5), and data loss is checked before it moves (invariant 7).
+A marker ahead of Kafka's log start (the deletion failed, or a new partition leader had
+not fetched the log start) is caught up by the next purge of the topic, which deletes
+up to the marker without re-planning: nobody reads below it.
+
+Kafka's log start is the deletion's truth, not the call's answer: after a DeleteRecords
+error or timeout the step reads the log start from the partition leader; at or past the
+target the deletion is done, below it the step retries.
+
+Resume rule of the purge step (the only step that destroys data). While the marker is
+still below the target — in a first run, a retry, or a resume by a new leader — the step
+plans again from the CURRENT registry and requires an unblocked plan whose P is >= the
+target; if P dropped (a region was registered meanwhile), the target is lowered to the
+new P and persisted before the marker moves. After a leader change the registry is
+empty, so the plan is blocked until every mapped region has reported again (invariant
+3), and the step waits through retries instead of moving anything. Once the marker is at
+the target only Kafka's deletion, the history and the metrics remain, and all are safe
+without stats. Once the intent is persisted, cancellation no longer stops the procedure.
 """
 
 from __future__ import annotations
@@ -43,7 +58,6 @@ import orjson
 
 from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
-from metasrv.kv import KeyValue
 from metasrv.model import TopicPlan
 from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
 from procedures._procedure import (
@@ -156,14 +170,23 @@ def flush_targets(services: PurgeServices, inputs: PlanInputs) -> tuple[FlushTar
     )
 
 
-def nothing_to_cut(plan: TopicPlan) -> str | None:
-    """Why an unblocked plan's P would not move the marker, or None when it would."""
+def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | None:
+    """Why an unblocked plan's P would not move the marker nor Kafka's log start, or None
+    when a purge has something to do.
+
+    With physical deletion, a marker ahead of Kafka's log start (a deletion that failed
+    after the marker moved, or a log start that moved back with partition leadership)
+    is work: the purge deletes up to the marker.
+    """
     p = plan.prune_point
     if p is None:
         return None
     if p < 0:
         return "nothing to purge: a region has no entry flushed yet"
     if plan.pruned_entry_id is not None and p <= plan.pruned_entry_id:
+        log_start = plan.log_start_offset
+        if not logical_delete and log_start is not None and log_start < p:
+            return None
         return f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}"
     return None
 
@@ -270,7 +293,7 @@ class WalPurge(Procedure[PurgeData]):
             )
         return inputs
 
-    def _adopt(self, plan: TopicPlan) -> str | None:
+    def _adopt(self, plan: TopicPlan, *, logical_delete: bool) -> str | None:
         """Record the plan's P; why the purge ends here (blocked, nothing to cut) or None."""
         if plan.prune_point is None:
             return _describe_blocked(plan)
@@ -281,15 +304,16 @@ class WalPurge(Procedure[PurgeData]):
             log_start_offset=plan.log_start_offset,
             high_watermark=plan.high_watermark,
         )
-        return nothing_to_cut(plan)
+        return nothing_to_cut(plan, logical_delete=logical_delete)
 
     # -- steps --------------------------------------------------------------------------
 
     async def step_prepare(self, ctx: StepContext) -> StepResult:
+        services: PurgeServices = ctx.services
         inputs = await self._plan(ctx)
         if inputs.plan.prune_point is None:
             return Finish(ProcedureState.SKIPPED, _describe_blocked(inputs.plan))
-        idle = self._adopt(inputs.plan)
+        idle = self._adopt(inputs.plan, logical_delete=services.settings.wal.logical_delete)
         candidates = flush_targets(ctx.services, inputs)
         # An up-to-date topic may still have regions far behind that flush only when asked;
         # skipping before asking them would pin the prune point forever.
@@ -328,7 +352,7 @@ class WalPurge(Procedure[PurgeData]):
                 break
             await ctx.sleep(min(FLUSH_POLL_INTERVAL, max(0.0, deadline - time.time())))
         self.data = replace(self.data, flushed_regions=tuple(sorted(flushed)))
-        reason = self._adopt((await self._plan(ctx)).plan)
+        reason = self._adopt((await self._plan(ctx)).plan, logical_delete=wal.logical_delete)
         if reason is not None:
             return Finish(ProcedureState.SKIPPED, reason)
         return Next(PurgeStep.PURGE)
@@ -339,44 +363,69 @@ class WalPurge(Procedure[PurgeData]):
         wal = services.settings.wal
         if self.data.target is None:
             assert self.data.prune_point is not None
-            # Intent first: a resumed run must know which offset may already be deleted.
+            # Intent first: a resumed run must know which offset the marker may have taken.
             self.data = replace(self.data, target=self.data.prune_point)
             await ctx.checkpoint()
         target = self.data.target
         assert target is not None
 
         marker, marker_kv = await read_marker(services, topic)
-        if marker is not None and marker >= target:
-            # Resumed after the marker moved: only the history and metrics remain.
-            return await self._finish(ctx, target, marker_kv)
-
         offsets = await services.batcher.offsets(topic)
-        if wal.logical_delete or offsets.log_start_offset < target:
-            target = await self._revalidate(ctx, target, marker)
-            if target is None:
-                return Finish(
-                    ProcedureState.SKIPPED,
-                    "prune point fell to the marker after regions changed; nothing to purge",
-                )
-        if not wal.logical_delete and offsets.log_start_offset < target:
+        if marker is None or marker < target:
+            if wal.logical_delete or offsets.log_start_offset < target:
+                target = await self._revalidate(ctx, target, marker)
+                if target is None:
+                    return Finish(
+                        ProcedureState.SKIPPED,
+                        "prune point fell to the marker after regions changed; nothing to purge",
+                    )
             if target > offsets.high_watermark:
                 # The plan clamps P to the high watermark; never ask Kafka for more (inv. 6).
                 raise MetasrvError(
                     f"topic {topic}: target {target} above high watermark {offsets.high_watermark}"
                 )
-            low = await services.batcher.delete_records(topic, target)
-            if low < target:
-                raise KafkaUnavailable(
-                    f"topic {topic}: low watermark {low} below {target} after DeleteRecords"
-                )
-            logger.info(
-                "deleted WAL records",
-                extra={**self._log_extra(ctx, "purge"), "offset": target, "low_watermark": low},
-            )
+            # Marker first (module docstring): from here on no region replays below it.
+            await advance_marker(services, topic, target, current=marker_kv)
+        if not wal.logical_delete:
+            low = await self._delete_below(ctx, target, offsets.log_start_offset)
             self.data = replace(self.data, low_watermark=low)
-        elif not wal.logical_delete:
-            self.data = replace(self.data, low_watermark=offsets.log_start_offset)
-        return await self._finish(ctx, target, marker_kv)
+        return await self._finish(ctx, target)
+
+    async def _delete_below(self, ctx: StepContext, target: int, log_start: int) -> int:
+        """DeleteRecords below `target` unless Kafka's log start is already there; returns
+        the partition leader's log start, which is at or past `target`.
+
+        DeleteRecords' answer is not the truth: on a timeout the leader may have deleted
+        already (it moves its log start before waiting for the replicas), and the answer's
+        low watermark is the lowest over live replicas, which a lagging follower holds
+        back. The partition leader's log start (ListOffsets) is what a replaying region
+        meets, so that is what decides.
+        """
+        services: PurgeServices = ctx.services
+        topic = self.data.topic
+        if log_start >= target:
+            return log_start
+        try:
+            low = await services.batcher.delete_records(topic, target)
+        except MetasrvError as exc:
+            low = (await services.batcher.offsets(topic)).log_start_offset
+            if low < target:
+                raise
+            logger.warning(
+                "DeleteRecords failed but Kafka's log start is past the target",
+                extra={**self._log_extra(ctx, "purge"), "error": str(exc), "log_start": low},
+            )
+        if low < target:
+            low = (await services.batcher.offsets(topic)).log_start_offset
+        if low < target:
+            raise KafkaUnavailable(
+                f"topic {topic}: Kafka's log start {low} below {target} after DeleteRecords"
+            )
+        logger.info(
+            "deleted WAL records",
+            extra={**self._log_extra(ctx, "purge"), "offset": target, "low_watermark": low},
+        )
+        return low
 
     async def _revalidate(self, ctx: StepContext, target: int, marker: int | None) -> int | None:
         """Check `target` against a fresh plan; return the (possibly lowered) target."""
@@ -411,22 +460,17 @@ class WalPurge(Procedure[PurgeData]):
         await ctx.checkpoint()
         return lowered
 
-    async def _finish(
-        self, ctx: StepContext, target: int, marker_kv: KeyValue | None
-    ) -> StepResult:
+    async def _finish(self, ctx: StepContext, target: int) -> StepResult:
         services: PurgeServices = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
-        await advance_marker(services, topic, target, current=marker_kv)
-        if not wal.logical_delete and self.data.low_watermark is None:
-            offsets = await services.batcher.offsets(topic)
-            self.data = replace(self.data, low_watermark=offsets.log_start_offset)
         previous = self.data.previous_pruned_entry_id
         log_start = self.data.log_start_offset
-        # Offsets below the old marker or the old log start were gone before this purge.
-        base = max(
-            log_start if log_start is not None else 0, previous if previous is not None else 0
-        )
+        # Offsets below the old log start were gone before this purge; with logical
+        # deletion, so were (for replay) those below the old marker.
+        base = log_start if log_start is not None else 0
+        if wal.logical_delete or log_start is None:
+            base = max(base, previous if previous is not None else 0)
         entries = max(0, target - base)
         topic_stat = services.registry.topic_stat(topic)
         avg = topic_stat.avg_record_size if topic_stat is not None else 0.0

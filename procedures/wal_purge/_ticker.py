@@ -162,7 +162,8 @@ class PurgeTicker:
             return True
         if plan.prune_point is None or plan.high_watermark is None:
             return False  # blocked, no regions, or no offsets from Kafka
-        if nothing_to_cut(plan) is not None:
+        logical = self.services.settings.wal.logical_delete
+        if nothing_to_cut(plan, logical_delete=logical) is not None:
             # Nothing to cut now, unless a region far behind is to be asked to flush.
             return not size_only and bool(flush_targets(self.services, inputs))
         if not size_only:

@@ -6,8 +6,8 @@ its registry (as heartbeats would), submits a purge of the spec's topic, and run
 
 The kill point is deterministic: the kv backend and the Kafka adapter are wrapped so
 that right after the chosen write has completed — the procedure record persisted after
-prepare, after the flush instructions were sent, with the purge intent; DeleteRecords
-returned; the marker CAS committed — the calling thread writes the spec's `signal_file`
+prepare, after the flush instructions were sent, with the purge intent; the marker CAS
+committed; DeleteRecords returned — the calling thread writes the spec's `signal_file`
 and blocks forever. Nothing after that point can happen before the test kills us.
 """
 
@@ -32,7 +32,7 @@ from procedures import ProcedureRecord
 from procedures.wal_purge import submit_purges
 from tests.procedures._harness import Harness, make_settings
 
-KILL_POINTS = ("after_prepare", "after_flush_sent", "after_intent", "after_delete", "after_marker")
+KILL_POINTS = ("after_prepare", "after_flush_sent", "after_intent", "after_marker", "after_delete")
 
 
 def freeze(signal_file: str, point: str) -> None:

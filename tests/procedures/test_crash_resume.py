@@ -247,30 +247,33 @@ async def test_killed_after_intent_lowers_target_for_region_registered_meanwhile
         await h.close()
 
 
-async def test_killed_after_delete_records_finishes_marker_without_stats(world: World) -> None:
-    kill_runner_at(world, "after_delete")
-    pre = KafkaAdmin(world.kafka).offsets([world.topic])[world.topic]
-    assert pre.log_start_offset == 40
-    assert stored_marker(world) is None  # deleted, but the marker was never written
+async def test_killed_after_marker_deletes_without_stats(world: World) -> None:
+    kill_runner_at(world, "after_marker")
+    # Marker first: the dead leader moved it, Kafka still holds everything.
+    assert stored_marker(world) == 40
+    assert KafkaAdmin(world.kafka).offsets([world.topic])[world.topic].log_start_offset == 0
     pid = lock_holder(world)
     h = await resume(world)
     try:
-        # No region has reported: the deletion is already done, so only the marker and
-        # history remain, and both are safe to write.
+        # No region has reported: nobody replays below the marker, so deleting up to it
+        # needs no stats, and replay-start was never below Kafka's log start.
         view = await h.manager.wait(pid, 60)
         assert view.state is ProcedureState.SUCCEEDED, view
         assert h.marker(world.topic) == 40
         assert h.offsets(world.topic).log_start_offset == 40
         [row] = await h.manager.services.history.purges(topic=world.topic)
         assert (row.procedure_id, row.prune_point, row.low_watermark) == (pid, 40, 40)
+        assert row.entries_deleted == 40
         assert_needed_entries_readable(h, world.topic, REGIONS)
+        assert not h.readable(world.topic, 39)
     finally:
         await h.close()
 
 
-async def test_killed_after_marker_writes_history_once(world: World) -> None:
-    kill_runner_at(world, "after_marker")
+async def test_killed_after_delete_records_writes_history_once(world: World) -> None:
+    kill_runner_at(world, "after_delete")
     assert stored_marker(world) == 40
+    assert KafkaAdmin(world.kafka).offsets([world.topic])[world.topic].log_start_offset == 40
     pid = lock_holder(world)
     h = await resume(world)
     try:

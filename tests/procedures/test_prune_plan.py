@@ -16,6 +16,7 @@ from procedures.wal_purge._plan import (
     plan_topic,
     plan_topics,
 )
+from procedures.wal_purge._procedure import nothing_to_cut
 
 TOPIC = "wal_0"
 NOW = 1000.0
@@ -408,3 +409,31 @@ def test_properties(
         assert p.reclaimable_entries == max(0, p.prune_point - offsets.log_start_offset)
     assert p.prune_point >= -1
     assert p.reclaimable_entries >= 0
+
+
+def _planned(prune_point: int, pruned: int | None, log_start: int) -> TopicPlan:
+    return TopicPlan(
+        topic="t",
+        prune_point=prune_point,
+        pruned_entry_id=pruned,
+        log_start_offset=log_start,
+        high_watermark=100,
+        blocked_by=(),
+        reclaimable_entries=max(0, prune_point - log_start),
+        data_loss=(),
+        region_count=1,
+    )
+
+
+def test_a_marker_ahead_of_kafkas_log_start_is_work_for_a_physical_purge() -> None:
+    lagging = _planned(40, pruned=40, log_start=0)
+    assert nothing_to_cut(lagging) is None
+    reason = nothing_to_cut(lagging, logical_delete=True)
+    assert reason is not None and reason.startswith("up to date")
+
+
+def test_a_marker_kafka_has_caught_up_with_is_up_to_date() -> None:
+    reason = nothing_to_cut(_planned(40, pruned=40, log_start=40))
+    assert reason is not None and reason.startswith("up to date")
+    assert nothing_to_cut(_planned(41, pruned=40, log_start=40)) is None
+    assert nothing_to_cut(_planned(-1, pruned=None, log_start=0)) is not None

@@ -206,6 +206,29 @@ async def test_up_to_date_topic_is_skipped(leader: Harness) -> None:
     assert h.marker(topic) == 5
 
 
+async def test_marker_ahead_of_kafka_is_caught_up(leader: Harness) -> None:
+    # A purge moved the marker to 40 and its DeleteRecords never took effect (or a new
+    # partition leader had not fetched the log start): Kafka still holds 0..39.
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 60)
+    assert await advance_marker(h.manager.services, topic, 40) is None
+    h.report(1, topic, flushed=30)  # P = max(30, marker 40) = 40: "up to date" by the marker
+
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    view = await h.manager.wait(pid, 30)
+
+    assert view.state is ProcedureState.SUCCEEDED, view
+    assert h.offsets(topic).log_start_offset == 40
+    assert h.marker(topic) == 40
+    assert h.readable(topic, 40) and not h.readable(topic, 39)
+    [row] = await h.manager.services.history.purges(topic=topic)
+    assert (row.prune_point, row.previous_log_start, row.entries_deleted) == (40, 0, 40)
+    # Once Kafka caught up, the topic is up to date.
+    assert await purge(h, topic) is ProcedureState.SKIPPED
+
+
 async def test_retention_overrun_is_reported_and_marker_not_advanced(leader: Harness) -> None:
     h = leader
     topic = h.topic(0)
