@@ -14,7 +14,6 @@ import logging
 import queue
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 
 from metasrv.client import MetasrvClient
-from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError, WalDataLoss
+from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
 from toolbox.simulator._region import RecoveryReport, SimRegion, VerifyReport
@@ -32,7 +31,6 @@ from toolbox.simulator._wal import Tee, WalWriter
 logger = logging.getLogger(__name__)
 
 _REGION_DIR = re.compile(r"^region_(\d+)$")
-_REPLAY_START_PATIENCE = 10.0
 """Seconds a restarting region waits for a replay start below Kafka's log start to move
 (a purge in flight) before it reports WAL loss."""
 
@@ -281,27 +279,12 @@ class SimDatanode:
         return reports
 
     def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
-        """Replay one region from its replay start. When Kafka no longer holds the start,
-        ask again for a while: a purge may be between its DeleteRecords and its marker
-        write (the log start has moved, the marker that replay-start reads not yet), or
-        have moved both since the answer. A start that does not move is loss."""
+        """Replay one region from the replay start it is given, once. A start below Kafka's
+        log start is WAL data loss (`auto.offset.reset=error`): metasrv moves a topic's
+        marker before it deletes, so a region that needs nothing below the log start is
+        never sent below it, and the datanode does not ask twice."""
         start = replay_start(region.region_id)
-        deadline = time.monotonic() + _REPLAY_START_PATIENCE
-        while True:
-            try:
-                return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
-            except WalDataLoss:
-                again = replay_start(region.region_id)
-                while again <= start and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    again = replay_start(region.region_id)
-                if again <= start:
-                    raise
-                logger.info(
-                    "replay start moved during the restart; replaying from the new one",
-                    extra={"region_id": region.region_id, "was": start, "now": again},
-                )
-                start = again
+        return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
 
     def verify(self) -> list[VerifyReport]:
         """Check every region's acknowledged rows are recovered (call after `restart`)."""
