@@ -1,5 +1,8 @@
 """Session fixtures for real services (Kafka, etcd, PostgreSQL, Spark) and test markers.
 
+`cluster_stack` is the production-shaped cluster (`toolbox.stack.cluster_up`), started only
+for the tests that ask for it.
+
 Each service fixture reuses the endpoint named by `METASRV_TEST_KAFKA` / `METASRV_TEST_ETCD` /
 `METASRV_TEST_POSTGRES` when set; otherwise it brings the project's own local stack up
 (`toolbox.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from metasrv.kafka import KafkaAdmin
-from toolbox.stack import Endpoints, StackConfig, ensure_up
+from toolbox.stack import Cluster, Endpoints, StackConfig, cluster_up, ensure_up
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,6 +53,17 @@ def stack_config(local_stack: Endpoints) -> StackConfig:
     """Config of the running local stack, for fault tests that stop/start/signal its services
     (`toolbox.stack.stop_service`, `start_service`, `service_pid`)."""
     return StackConfig.from_env()
+
+
+@pytest.fixture(scope="session")
+def cluster_stack() -> Cluster:
+    """The production-shaped cluster (a KRaft controller, 3 brokers at replication factor 3,
+    `min.insync.replicas` 2, and a 3-member etcd), started on first use and left running.
+
+    Tests that take a broker or member down call `heal()` when done (in a `finally`), so
+    later tests find the cluster whole. Mark them `@pytest.mark.cluster`.
+    """
+    return cluster_up(StackConfig.from_env())
 
 
 def _endpoint(request: pytest.FixtureRequest, env: str, field: str) -> str:

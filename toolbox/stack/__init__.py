@@ -1,10 +1,19 @@
 """The local real services (Kafka, etcd, PostgreSQL, a standalone Spark cluster) for
-development, tests and the demo."""
+development, tests and the demo.
 
+Two shapes: the single-node stack (`ensure_up`: one combined KRaft broker, one etcd member,
+PostgreSQL), the default for quick tests; and the production-shaped cluster (`cluster_up`:
+a KRaft controller and three brokers at replication factor 3, `min.insync.replicas` 2, and
+a 3-member etcd) for tests and demos that take single brokers and members down.
+"""
+
+from toolbox.stack._cluster import Cluster, cluster_running, cluster_up
 from toolbox.stack._config import (
     KAFKA_VERSION,
+    ClusterEndpoints,
     Endpoints,
     StackConfig,
+    cluster_endpoints_of,
     endpoints_of,
     spark_master_url,
 )
@@ -24,9 +33,14 @@ from toolbox.stack._stack import (
 __all__ = [
     "KAFKA_VERSION",
     "SERVICE_NAMES",
+    "Cluster",
+    "ClusterEndpoints",
     "Endpoints",
     "ServiceStatus",
     "StackConfig",
+    "cluster_endpoints_of",
+    "cluster_running",
+    "cluster_up",
     "down",
     "endpoints_of",
     "ensure_up",

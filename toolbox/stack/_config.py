@@ -32,6 +32,16 @@ def _env_int(name: str, default: int) -> int:
     return int(raw) if raw else default
 
 
+def _env_ports(name: str, default: tuple[int, int, int]) -> tuple[int, int, int]:
+    raw = os.environ.get(f"{_ENV_PREFIX}{name}")
+    if not raw:
+        return default
+    ports = tuple(int(p) for p in raw.split(","))
+    if len(ports) != 3:
+        raise ValueError(f"{_ENV_PREFIX}{name} must list 3 ports, got {raw!r}")
+    return ports[0], ports[1], ports[2]
+
+
 @dataclass(frozen=True)
 class StackConfig:
     """Settings of one local stack (state directory and ports)."""
@@ -65,6 +75,12 @@ class StackConfig:
     """Cores each worker offers."""
     spark_worker_memory: str = "1g"
     """Memory each worker offers its executors."""
+    cluster_kafka_ports: tuple[int, int, int] = (19192, 19193, 19194)
+    """PLAINTEXT listeners of the cluster's brokers 1, 2, 3 (`stack up --cluster`)."""
+    cluster_controller_port: int = 19195
+    """The cluster's dedicated KRaft controller (CONTROLLER listener)."""
+    cluster_etcd_ports: tuple[int, int, int] = (12479, 12481, 12483)
+    """Client ports of the cluster's etcd members 1, 2, 3; each member's peer port is +1."""
     kafka_version: str = KAFKA_VERSION
     """Apache Kafka release installed from Maven Central."""
     ready_timeout: float = 120.0
@@ -77,6 +93,11 @@ class StackConfig:
         """Where the stack's throw-away CA and certificates live (`toolbox.stack.make_pki`)."""
         return self.state_dir / "pki"
 
+    @property
+    def cluster_dir(self) -> Path:
+        """Where the production-shaped cluster (`stack up --cluster`) keeps its nodes."""
+        return self.state_dir / "cluster"
+
     @classmethod
     def from_env(cls, **overrides: object) -> StackConfig:
         """Defaults, then `METASRV_STACK_*` environment variables, then non-None `overrides`."""
@@ -88,6 +109,11 @@ class StackConfig:
             postgres_port=_env_int("POSTGRES_PORT", cls.postgres_port),
             spark_port=_env_int("SPARK_PORT", cls.spark_port),
             spark_workers=_env_int("SPARK_WORKERS", cls.spark_workers),
+            cluster_kafka_ports=_env_ports("CLUSTER_KAFKA_PORTS", cls.cluster_kafka_ports),
+            cluster_controller_port=_env_int(
+                "CLUSTER_CONTROLLER_PORT", cls.cluster_controller_port
+            ),
+            cluster_etcd_ports=_env_ports("CLUSTER_ETCD_PORTS", cls.cluster_etcd_ports),
             kafka_version=os.environ.get(f"{_ENV_PREFIX}KAFKA_VERSION") or cls.kafka_version,
         )
         given = {k: v for k, v in overrides.items() if v is not None}
@@ -119,6 +145,36 @@ class Endpoints:
         if self.spark_master:
             lines.append(f"SPARK_MASTER={self.spark_master}")
         return lines
+
+
+@dataclass(frozen=True)
+class ClusterEndpoints:
+    """How clients reach the production-shaped cluster and the shared PostgreSQL."""
+
+    kafka_bootstrap: str
+    """Every broker, `host:p1,host:p2,host:p3`."""
+    etcd_endpoints: list[str]
+    """Every etcd member's client endpoint, `host:port`."""
+    postgres_url: str
+    """SQLAlchemy URL of the single-node stack's `metasrv` database."""
+
+    def env_lines(self) -> list[str]:
+        """`NAME=value` lines a shell can eval (`ETCD_ENDPOINT` is the first member)."""
+        return [
+            f"KAFKA_BOOTSTRAP={self.kafka_bootstrap}",
+            f"ETCD_ENDPOINTS={','.join(self.etcd_endpoints)}",
+            f"ETCD_ENDPOINT={self.etcd_endpoints[0]}",
+            f"POSTGRES_URL={self.postgres_url}",
+        ]
+
+
+def cluster_endpoints_of(cfg: StackConfig) -> ClusterEndpoints:
+    """The cluster endpoints `cfg` describes (whether or not the services are up)."""
+    return ClusterEndpoints(
+        kafka_bootstrap=",".join(f"{cfg.host}:{p}" for p in cfg.cluster_kafka_ports),
+        etcd_endpoints=[f"{cfg.host}:{p}" for p in cfg.cluster_etcd_ports],
+        postgres_url=endpoints_of(cfg).postgres_url,
+    )
 
 
 def spark_master_url(cfg: StackConfig) -> str:

@@ -24,6 +24,24 @@ _GO_ARCH = {"armv7l": "arm", "armv6l": "arm", "i686": "386", "i386": "386"}
 _PROBE_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 
+def require_etcd() -> None:
+    """Raise `ServiceError` when Debian's etcd is not installed."""
+    if shutil.which("etcd") is None:
+        raise ServiceError(
+            "etcd is not installed; run `deploy/bootstrap.sh` (or `make stack`)",
+            details={"service": "etcd"},
+        )
+
+
+def etcd_env() -> dict[str, str]:
+    """The environment etcd runs in (names the architecture where etcd needs it)."""
+    env = dict(os.environ)
+    machine = platform.machine()
+    if machine not in _SUPPORTED_ARCHES:
+        env["ETCD_UNSUPPORTED_ARCH"] = _GO_ARCH.get(machine, machine)
+    return env
+
+
 class Etcd(Service):
     """A single-member etcd cluster on 127.0.0.1."""
 
@@ -47,11 +65,7 @@ class Etcd(Service):
         return self.dir / "data"
 
     def install(self) -> None:
-        if shutil.which("etcd") is None:
-            raise ServiceError(
-                "etcd is not installed; run `deploy/bootstrap.sh` (or `make stack`)",
-                details={"service": "etcd"},
-            )
+        require_etcd()
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def launch(self) -> None:
@@ -90,11 +104,7 @@ class Etcd(Service):
             "10000",
             *self._tls_args(),
         ]
-        env = dict(os.environ)
-        machine = platform.machine()
-        if machine not in _SUPPORTED_ARCHES:
-            env["ETCD_UNSUPPORTED_ARCH"] = _GO_ARCH.get(machine, machine)
-        spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir, env=env)
+        spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir, env=etcd_env())
 
     def _tls_args(self) -> list[str]:
         if not self.cfg.etcd_tls:

@@ -81,6 +81,63 @@ logger.ctlconfig.level = warn
 """
 
 
+def java_argv(node_dir: Path, libs: Path, main: str, *args: str, heap: str) -> list[str]:
+    """A Kafka JVM command line: jars from `libs`, log4j2 config and logs in `node_dir`."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
+    return [
+        java,
+        *heap.split(),
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={node_dir}",
+        "-cp",
+        f"{libs}/*",
+        main,
+        *args,
+    ]
+
+
+def write_log4j2(node_dir: Path) -> None:
+    """The broker's log configuration (console, so the node's log file holds everything)."""
+    (node_dir / "log4j2.properties").write_text(_LOG4J2)
+
+
+def new_cluster_id() -> str:
+    """A cluster id: an unpadded base64url random UUID, as `kafka-storage random-uuid` makes."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def format_storage(
+    node_dir: Path,
+    libs: Path,
+    properties: Path,
+    cluster_id: str,
+    *,
+    log_file: Path,
+    extra: tuple[str, ...] = (),
+) -> None:
+    """`kafka-storage format` for the node whose config is `properties`."""
+    run(
+        java_argv(
+            node_dir,
+            libs,
+            "kafka.tools.StorageTool",
+            "format",
+            # One token: an id starting with "-" (1 in 64) would read as an option.
+            f"--cluster-id={cluster_id}",
+            "-c",
+            str(properties),
+            "--ignore-formatted",
+            *extra,
+            heap="-Xmx256m",
+        ),
+        what="kafka storage format",
+        log_file=log_file,
+        timeout=120,
+    )
+
+
 class Kafka(Service):
     """A single-node KRaft cluster on 127.0.0.1."""
 
@@ -118,12 +175,17 @@ class Kafka(Service):
         return self.dir / "server.properties"
 
     def install(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if not self.marker.exists():
-            self._download()
+        self.install_jars()
         self._write_config()
         if not (self.data / "meta.properties").exists():
             self._format()
+
+    def install_jars(self) -> Path:
+        """Download the jars of `kafka_version` once; the cluster's nodes share them."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.marker.exists():
+            self._download()
+        return self.libs
 
     def _download(self) -> None:
         if self.libs.exists():
@@ -190,7 +252,7 @@ class Kafka(Service):
         }
         props.update(self._secure_listeners())
         self.properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (self.dir / "log4j2.properties").write_text(_LOG4J2)
+        write_log4j2(self.dir)
 
     def _secure_listeners(self) -> dict[str, str]:
         """SSL / SASL_SSL listeners when the config asks for them (inter-broker stays plain)."""
@@ -226,39 +288,18 @@ class Kafka(Service):
         }
 
     def _java(self, main: str, *args: str, heap: str = "-Xmx256m") -> list[str]:
-        java_home = os.environ.get("JAVA_HOME")
-        java = str(Path(java_home) / "bin" / "java") if java_home else "java"
-        return [
-            java,
-            heap,
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.dir}",
-            "-cp",
-            f"{self.libs}/*",
-            main,
-            *args,
-        ]
+        return java_argv(self.dir, self.libs, main, *args, heap=heap)
 
     def _format(self) -> None:
         if self.data.exists():
             shutil.rmtree(self.data)
-        # A cluster id is an unpadded base64url random UUID, as `kafka-storage random-uuid` makes.
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        run(
-            self._java(
-                "kafka.tools.StorageTool",
-                "format",
-                # One token: an id starting with "-" (1 in 64) would read as an option.
-                f"--cluster-id={cluster_id}",
-                "-c",
-                str(self.properties),
-                "--ignore-formatted",
-                *self._scram_users(),
-            ),
-            what="kafka storage format",
+        format_storage(
+            self.dir,
+            self.libs,
+            self.properties,
+            new_cluster_id(),
             log_file=self.log_file,
-            timeout=120,
+            extra=tuple(self._scram_users()),
         )
 
     def _scram_users(self) -> list[str]:
@@ -273,8 +314,7 @@ class Kafka(Service):
         ]
 
     def launch(self) -> None:
-        argv = self._java("kafka.Kafka", str(self.properties), heap="-Xmx1g")
-        argv.insert(2, "-Xms256m")
+        argv = self._java("kafka.Kafka", str(self.properties), heap="-Xmx1g -Xms256m")
         spawn(argv, log_file=self.log_file, pid_file=self.pid_file, cwd=self.dir)
 
     def healthy(self, timeout: float = 5.0) -> bool:

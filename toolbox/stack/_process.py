@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from metasrv.errors import ServiceError
@@ -99,6 +100,27 @@ def _reap(pid: int) -> None:
     # Only our own children can be reaped; for others this is a no-op.
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+@contextlib.contextmanager
+def dir_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `directory/.lock` (one process at a time starts services)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def process_stopped(pid: int) -> bool:
+    """True while `pid` is stopped by a signal (SIGSTOP): state T in /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

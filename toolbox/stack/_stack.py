@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from toolbox.stack._config import Endpoints, StackConfig, endpoints_of, spark_ma
 from toolbox.stack._etcd import Etcd
 from toolbox.stack._kafka import Kafka
 from toolbox.stack._postgres import Postgres
-from toolbox.stack._process import wait_until
+from toolbox.stack._process import dir_lock, wait_until
 from toolbox.stack._service import Service
 from toolbox.stack._spark import spark_services
 
@@ -58,13 +57,8 @@ class ServiceStatus:
 @contextmanager
 def _state_lock(cfg: StackConfig) -> Iterator[None]:
     # Several test sessions may call ensure_up at once; one at a time starts services.
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    with open(cfg.state_dir / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with dir_lock(cfg.state_dir):
+        yield
 
 
 def _start(svc: Service) -> ServiceStatus:

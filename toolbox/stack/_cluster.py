@@ -1,0 +1,309 @@
+"""The production-shaped cluster: bring it up, signal its members, read who leads.
+
+`cluster_up` starts a Kafka cluster (one KRaft controller, brokers 1..3, replication
+factor 3, `min.insync.replicas` 2) and a 3-member etcd under `<state dir>/cluster/`, and
+returns a `Cluster`: the handle fault tests use to kill, pause, stop and start single
+brokers and members, and to ask which broker leads a partition and which member leads etcd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from confluent_kafka import KafkaException
+
+from metasrv.errors import InvalidArgument, ServiceError
+from toolbox.stack._config import StackConfig, cluster_endpoints_of
+from toolbox.stack._etcd_cluster import etcd_members
+from toolbox.stack._kafka import Kafka
+from toolbox.stack._kafka_cluster import (
+    CONTROLLER_NAME,
+    KafkaBroker,
+    admin_client,
+    broker_name,
+    kafka_nodes,
+    registered_brokers,
+)
+from toolbox.stack._process import (
+    dir_lock,
+    pid_alive,
+    process_stopped,
+    service_error,
+    wait_until,
+)
+from toolbox.stack._service import Service
+from toolbox.stack._stack import ServiceStatus, _state_lock
+
+logger = logging.getLogger(__name__)
+
+
+def _parallel(fn: Callable[[Service], object], services: list[Service]) -> None:
+    """`fn` on every service at once; the first error is raised after all finished."""
+    if not services:
+        return
+    with ThreadPoolExecutor(len(services)) as pool:
+        for done in [pool.submit(fn, svc) for svc in services]:
+            done.result()
+
+
+class Cluster:
+    """Handle on the running cluster; every method takes service names
+    ("kafka-controller", "kafka-broker-1".."kafka-broker-3", "etcd-1".."etcd-3")."""
+
+    def __init__(self, cfg: StackConfig) -> None:
+        self.cfg = cfg
+        ends = cluster_endpoints_of(cfg)
+        self.kafka_bootstrap: str = ends.kafka_bootstrap
+        """Every broker, "host:p1,host:p2,host:p3"."""
+        self.etcd_endpoints: list[str] = ends.etcd_endpoints
+        """Every member's client endpoint, "host:port"."""
+        self._kafka = kafka_nodes(cfg)
+        self._etcd = etcd_members(cfg)
+        self._services: dict[str, Service] = {s.name: s for s in [*self._etcd, *self._kafka]}
+        self.controller: str = CONTROLLER_NAME
+        self.brokers: list[str] = [b.name for b in self._brokers]
+        self.etcd_members: list[str] = [s.name for s in self._etcd]
+
+    @property
+    def names(self) -> list[str]:
+        """Every service, in start order (etcd members, controller, brokers)."""
+        return list(self._services)
+
+    def service(self, name: str) -> Service:
+        """The service object called `name`."""
+        try:
+            return self._services[name]
+        except KeyError:
+            known = ", ".join(self._services)
+            raise InvalidArgument(
+                f"unknown cluster service {name!r}; expected one of {known}"
+            ) from None
+
+    def _pick(self, names: tuple[str, ...]) -> list[Service]:
+        return [self.service(n) for n in names]
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        with dir_lock(self.cfg.cluster_dir):
+            yield
+
+    # --- processes ----------------------------------------------------------------------
+
+    def pid(self, name: str) -> int | None:
+        """Pid of the running process (None when it is not running)."""
+        return self.service(name).pid()
+
+    def _signal(self, name: str, sig: signal.Signals) -> int:
+        pid = self.pid(name)
+        if pid is None:
+            raise ServiceError(f"{name} is not running", details={"service": name})
+        os.kill(pid, sig)
+        return pid
+
+    def kill(self, *names: str) -> None:
+        """SIGKILL each; returns once the processes are gone."""
+        pids = [self._signal(name, signal.SIGKILL) for name in names]
+        deadline = time.monotonic() + 10
+        for pid in pids:
+            while pid_alive(pid) and time.monotonic() < deadline:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.05)
+
+    def pause(self, *names: str) -> None:
+        """SIGSTOP each (frozen: connections stay open, nothing answers)."""
+        for name in names:
+            self._signal(name, signal.SIGSTOP)
+
+    def resume(self, *names: str) -> None:
+        """SIGCONT each that runs (a no-op for one that is not paused)."""
+        for name in names:
+            pid = self.pid(name)
+            if pid is not None:
+                os.kill(pid, signal.SIGCONT)
+
+    def stop(self, *names: str) -> None:
+        """SIGTERM each (all at once), SIGKILL what outlives its grace period."""
+        self.resume(*names)
+        _parallel(lambda svc: svc.stop(), self._pick(names))
+
+    def start(self, *names: str, timeout: float | None = None) -> None:
+        """Start each that is not running (continue each that is paused), then wait until
+        every one is healthy: a broker registered and unfenced, an etcd member serving
+        linearizable reads, the controller listening."""
+        services = self._pick(names)
+        with self._lock():
+            missing: list[Service] = []
+            for svc in services:
+                pid = svc.pid()
+                if pid is not None:
+                    if process_stopped(pid):
+                        os.kill(pid, signal.SIGCONT)
+                    continue
+                if svc.listening():
+                    raise ServiceError(
+                        f"{svc.name}: port {svc.port} is taken by a process this state dir "
+                        f"({self.cfg.cluster_dir}) did not start",
+                        details={"service": svc.name, "endpoint": svc.endpoint},
+                    )
+                missing.append(svc)
+            # Formatting a Kafka node's storage is a JVM run of its own: all at once.
+            _parallel(lambda svc: svc.install(), missing)
+            for svc in missing:
+                svc.launch()
+        limit = timeout if timeout is not None else self.cfg.ready_timeout
+        _parallel(lambda svc: self._wait_healthy(svc, limit), services)
+
+    @staticmethod
+    def _wait_healthy(svc: Service, timeout: float) -> None:
+        wait_until(
+            svc.name,
+            lambda: svc.listening() and svc.healthy(),
+            timeout=timeout,
+            log_file=svc.log_file,
+            alive=svc.process_alive,
+        )
+
+    def heal(self) -> None:
+        """Continue every paused process and start every stopped one; wait until healthy."""
+        for name in self.names:
+            pid = self.pid(name)
+            if pid is not None and process_stopped(pid):
+                os.kill(pid, signal.SIGCONT)
+        self.start(*self.names)
+
+    # --- who leads ----------------------------------------------------------------------
+
+    def broker_of(self, node_id: int) -> str:
+        """Service name of the broker with `node_id`."""
+        name = broker_name(node_id)
+        if name not in self.brokers:
+            raise InvalidArgument(f"no broker with node id {node_id}")
+        return name
+
+    def _partition(self, topic: str, partition: int, timeout: float) -> tuple[int, list[int]]:
+        """(leader, isr) of `topic`/`partition` from the brokers' metadata."""
+        try:
+            md = admin_client(self.kafka_bootstrap, timeout).list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise ServiceError(f"kafka metadata for {topic}: {exc}") from exc
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is not None or partition not in meta.partitions:
+            reason = meta.error if meta is not None else "missing"
+            raise ServiceError(f"kafka metadata for {topic}/{partition}: {reason}")
+        part = meta.partitions[partition]
+        return int(part.leader), [int(n) for n in part.isrs]
+
+    def partition_leader(self, topic: str, partition: int = 0, timeout: float = 30.0) -> int:
+        """Node id of the partition's leader, waiting up to `timeout` while none is elected."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                leader, _ = self._partition(topic, partition, timeout=5.0)
+                if leader >= 0:
+                    return leader
+                problem = "no leader"
+            except ServiceError as exc:
+                problem = exc.message
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"{topic}/{partition}: {problem} after {timeout:.0f}s")
+            time.sleep(0.5)
+
+    def partition_isr(self, topic: str, partition: int = 0) -> list[int]:
+        """Node ids in the partition's in-sync replica set, as the metadata reports it."""
+        return sorted(self._partition(topic, partition, timeout=5.0)[1])
+
+    def etcd_leader(self, timeout: float = 30.0) -> str:
+        """Member name of the etcd leader: the one a running member names, once that
+        leader itself runs (right after a leader dies, members still name it until
+        they elect another)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for member in self._etcd:
+                if not self._running(member):
+                    continue
+                name = member.leader_name(timeout=2.0)
+                if name is not None and self._running(self.service(name)):
+                    return name
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"no running etcd member led within {timeout:.0f}s")
+            time.sleep(0.2)
+
+    @staticmethod
+    def _running(svc: Service) -> bool:
+        pid = svc.pid()
+        return pid is not None and not process_stopped(pid)
+
+    # --- health -------------------------------------------------------------------------
+
+    def status(self) -> list[ServiceStatus]:
+        """Each service's pid and health."""
+        return [
+            ServiceStatus(svc.name, svc.endpoint, svc.pid(), svc.listening() and svc.healthy())
+            for svc in self._services.values()
+        ]
+
+    def healthy(self) -> bool:
+        """Every broker is in the metadata and every etcd member answers."""
+        registered = registered_brokers(self.kafka_bootstrap)
+        return all(b.node_id in registered for b in self._brokers) and all(
+            m.listening() and m.healthy() for m in self._etcd
+        )
+
+    @property
+    def _brokers(self) -> list[KafkaBroker]:
+        return [s for s in self._kafka if isinstance(s, KafkaBroker)]
+
+    def down(self) -> list[str]:
+        """Stop every process this state dir started: brokers, controller, etcd members."""
+        stopped: list[str] = []
+        groups: list[list[Service]] = [
+            list(self._brokers),
+            [self.service(CONTROLLER_NAME)],
+            list(self._etcd),
+        ]
+        with self._lock():
+            for group in groups:
+                for svc in group:
+                    pid = svc.pid()
+                    if pid is not None:
+                        os.kill(pid, signal.SIGCONT)
+
+                def stop(svc: Service) -> None:
+                    if svc.stop():
+                        stopped.append(svc.name)
+
+                _parallel(stop, group)
+        return stopped
+
+
+def cluster_up(cfg: StackConfig | None = None) -> Cluster:
+    """Make the cluster healthy, installing and starting what is missing (idempotent)."""
+    cfg = cfg or StackConfig.from_env()
+    cluster = Cluster(cfg)
+    # The jars are the single-node Kafka's: installed under the stack's own lock.
+    with _state_lock(cfg):
+        Kafka(cfg).install_jars()
+    started = time.monotonic()
+    cluster.start(*cluster.names)
+    if not cluster.healthy():
+        raise service_error(
+            "cluster",
+            "started but not every broker is registered",
+            cluster.service(cluster.brokers[-1]).log_file,
+        )
+    logger.info("cluster healthy after %.1fs", time.monotonic() - started)
+    return cluster
+
+
+def cluster_running(cfg: StackConfig) -> bool:
+    """Some process of this state dir's cluster runs."""
+    cluster = Cluster(cfg)
+    return any(cluster.pid(name) is not None for name in cluster.names)
