@@ -56,6 +56,7 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
         reclaimable_entries=p.reclaimable_entries,
         data_loss=list(p.data_loss),
         region_count=p.region_count,
+        kafka_unavailable=p.kafka_unavailable,
     )
 
 

@@ -22,6 +22,9 @@ from procedures.wal_purge import export_gauges, gather_plans
 logger = logging.getLogger(__name__)
 
 _READY_TIMEOUT = 5.0
+_KAFKA_PING_TIMEOUT = 4.0
+"""The Kafka check's own budget, inside `_READY_TIMEOUT`: a dead partition leader makes it
+answer "unreachable" rather than time out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +170,10 @@ async def refresh_metrics(rt: Runtime) -> None:
 
 
 async def readiness(rt: Runtime) -> dict[str, str]:
-    """`{"kv", "kafka", "history", "background_tasks"}`, each "ok" or why not: kv and Kafka
-    reachable, the history database migrated to the newest schema, no background task
-    dead; all must hold to be ready.
+    """`{"kv", "kafka", "history", "background_tasks"}`, each "ok" or why not: kv reachable,
+    Kafka's offsets of every WAL topic readable (metadata, a live leader for each partition,
+    partition 0's offsets: `KafkaAdmin.ping`), the history database migrated to the newest
+    schema, no background task dead; all must hold to be ready.
 
     The answer needs no token, so it names the failing store, never its address or user:
     kv and Kafka errors are logged and answered as "unreachable" (the history check's own
@@ -181,6 +185,11 @@ async def readiness(rt: Runtime) -> dict[str, str]:
 
     def history_check() -> None:
         require_schema(rt.history, "history")
+
+    wal_topics = rt.topology.topics()  # on the loop: the map changes only there
+
+    def kafka_check() -> None:
+        rt.kafka.ping(wal_topics, timeout=_KAFKA_PING_TIMEOUT)
 
     async def check(
         fn: Callable[[], object], name: str, *, say_why: bool = False
@@ -198,7 +207,7 @@ async def readiness(rt: Runtime) -> dict[str, str]:
     results = dict(
         await asyncio.gather(
             check(kv_check, "kv"),
-            check(rt.kafka.ping, "kafka"),
+            check(kafka_check, "kafka"),
             check(history_check, "history", say_why=True),
         )
     )

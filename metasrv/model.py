@@ -129,3 +129,6 @@ class TopicPlan:
     """Regions whose needed entries Kafka no longer holds (invariant 7)."""
     region_count: int = 0
     """Regions mapped to the topic."""
+    kafka_unavailable: str | None = None
+    """Why Kafka's offsets of the topic could not be read when they were asked; the plan
+    then has no prune point (a purge started now would wait for Kafka)."""

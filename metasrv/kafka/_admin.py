@@ -2,9 +2,15 @@
 
 Calls block (they wait on the client's futures); async callers use `asyncio.to_thread`.
 Every call takes explicit timeouts. Library errors are translated once, through
-`_RETRYABLE_CODES` / `_REJECTED_CODES`, into `KafkaUnavailable` (retryable) or
-`KafkaRejected` (not retryable); a topic name Kafka refuses is the caller's error
-(`InvalidArgument`), never a temporary one.
+`_REJECTED_CODES` / `_NOT_FOUND_CODES` / `_INVALID_INPUT_CODES`, into `KafkaUnavailable`
+(retryable), `KafkaRejected` (not retryable) and the rest; a topic name Kafka refuses is the
+caller's error (`InvalidArgument`), never a temporary one.
+
+An answer Kafka cannot mean is an error too: a negative offset from ListOffsets (librdkafka
+answers -1001, "invalid offset", with no error while a partition's leader is dead), a
+DeleteRecords low watermark below 0, a partition missing from the answer or without a
+leader. Each is a `KafkaUnavailable` that also rebuilds the client (fresh metadata, rate
+limited); a read is asked once more on the fresh client before the error reaches the caller.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
@@ -205,15 +212,24 @@ class KafkaAdmin:
 
     def _refresh_if_stale(self, exc: KafkaException) -> None:
         err = exc.args[0] if exc.args else None
-        if not isinstance(err, KafkaError) or err.code() not in _STALE_METADATA_CODES:
-            return
+        if isinstance(err, KafkaError) and err.code() in _STALE_METADATA_CODES:
+            self._rebuild(err.name())
+
+    def _rebuild(self, why: str) -> None:
+        """Replace the client, so the next request starts from fresh metadata (at most once
+        per `_MIN_REBUILD_INTERVAL`)."""
         now = time.monotonic()
         if now - self._rebuilt_at < _MIN_REBUILD_INTERVAL:
             return
         self._rebuilt_at = now
-        logger.warning("kafka metadata stale (%s); rebuilding the admin client", err.name())
+        logger.warning("kafka metadata stale (%s); rebuilding the admin client", why)
         self._retired = [*self._retired[-3:], self._client]
         self._client = AdminClient(self._conf)
+
+    def _no_answer(self, what: str, why: str) -> KafkaUnavailable:
+        """An answer Kafka cannot mean: refresh the metadata and report it as retryable."""
+        self._rebuild(why)
+        return KafkaUnavailable(f"{what}: {why}", details={"kafka_error": "no_usable_answer"})
 
     def _wait(self, futures: Mapping[Any, Future[T]], what: str) -> dict[Any, T]:
         results: dict[Any, T] = {}
@@ -227,21 +243,35 @@ class KafkaAdmin:
                 raise self._unavailable(f"{what} {key}", KafkaUnavailable("timed out")) from exc
         return results
 
-    def ping(self) -> int:
-        """Ask the cluster for metadata; return the broker count (readiness check)."""
+    def ping(self, topics: Iterable[str] = (), *, timeout: float | None = None) -> int:
+        """Readiness: metadata answers, every partition of `topics` that exists has a live
+        leader, and partition 0's offsets of those topics can be read, all within `timeout`
+        (default: the request timeout). Returns the broker count; raises `KafkaUnavailable`
+        naming the first topic that fails.
+
+        A leader named in metadata may be dead for the seconds before Kafka fences it, so
+        only reading the offsets proves them readable.
+        """
+        deadline = time.monotonic() + (self.request_timeout if timeout is None else timeout)
+        md = self._metadata(max(0.1, deadline - time.monotonic()))
+        names = sorted({t for t in topics if t in md.topics})
+        for topic in names:
+            problem = _leader_problem(md, topic)
+            if problem is not None:
+                raise self._no_answer(f"metadata of {topic}", problem)
+        if names:
+            self.offsets(names, timeout=max(0.1, deadline - time.monotonic()))
+        return len(md.brokers)
+
+    def _metadata(self, timeout: float) -> ClusterMetadata:
         try:
-            md = self._client.list_topics(timeout=self.request_timeout)
+            return self._client.list_topics(timeout=timeout)
         except KafkaException as exc:
             raise self._unavailable("metadata request", exc) from exc
-        return len(md.brokers)
 
     def list_topics(self) -> set[str]:
         """Names of every topic in the cluster."""
-        try:
-            md = self._client.list_topics(timeout=self.request_timeout)
-        except KafkaException as exc:
-            raise self._unavailable("metadata request", exc) from exc
-        return set(md.topics)
+        return set(self._metadata(self.request_timeout).topics)
 
     def ensure_topics(
         self,
@@ -315,40 +345,90 @@ class KafkaAdmin:
             for res, entries in results.items()
         }
 
-    def offsets(self, topics: Iterable[str]) -> dict[str, PartitionOffsets]:
-        """Log start and high watermark of partition 0 of each topic, in two batched calls."""
+    def offsets(
+        self, topics: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, PartitionOffsets]:
+        """Log start and high watermark of partition 0 of each topic (`offsets_each`);
+        raises the first topic's error."""
+        answers = self.offsets_each(topics, timeout=timeout)
+        found: dict[str, PartitionOffsets] = {}
+        for topic, answer in answers.items():
+            if isinstance(answer, MetasrvError):
+                raise answer
+            found[topic] = answer
+        return found
+
+    def offsets_each(
+        self, topics: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, PartitionOffsets | MetasrvError]:
+        """Each topic's partition-0 offsets, or the error that stopped them, from one
+        batched request per offset kind, all answered within `timeout` seconds (default:
+        the request timeout + 5). A topic whose answer made the client rebuild (stale
+        metadata, a negative offset) is asked once more on the fresh client."""
         names = sorted(set(topics))
         if not names:
             return {}
-        # OffsetSpec's factories carry no annotations in confluent-kafka's own stubs.
-        earliest_spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-        latest_spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        earliest = self._list_offsets(names, earliest_spec)
-        latest = self._list_offsets(names, latest_spec)
-        return {
-            t: PartitionOffsets(log_start_offset=earliest[t], high_watermark=latest[t])
-            for t in names
-        }
-
-    def _list_offsets(self, topics: list[str], spec: OffsetSpec) -> dict[str, int]:
+        wait = self.request_timeout + 5 if timeout is None else timeout
+        deadline = time.monotonic() + wait
         client = self._client
-        try:
-            return self._list_offsets_once(topics, spec)
-        except MetasrvError:
-            if self._client is client:
-                raise
-            # The answer named stale metadata (e.g. a topic created a moment ago) and the
-            # client was rebuilt: a read is safe to ask again, once.
-            return self._list_offsets_once(topics, spec)
+        answers = self._offsets_once(names, deadline)
+        again = [t for t, a in answers.items() if isinstance(a, MetasrvError)]
+        if again and self._client is not client and time.monotonic() < deadline:
+            # Fresh metadata (a topic created a moment ago, a new partition leader): a read
+            # is safe to ask again, once.
+            answers.update(self._offsets_once(again, deadline))
+        return answers
 
-    def _list_offsets_once(self, topics: list[str], spec: OffsetSpec) -> dict[str, int]:
-        request = {TopicPartition(t, 0): spec for t in topics}
+    def _offsets_once(
+        self, topics: list[str], deadline: float
+    ) -> dict[str, PartitionOffsets | MetasrvError]:
+        # OffsetSpec's factories carry no annotations in confluent-kafka's own stubs.
+        specs = {
+            "log start": OffsetSpec.earliest(),  # type: ignore[no-untyped-call]
+            "high watermark": OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+        }
+        # Both requests are in flight at once; each future is waited for until `deadline`.
+        pending: dict[str, dict[str, Future[Any]]] = {}
+        for kind, spec in specs.items():
+            request = {TopicPartition(t, 0): spec for t in topics}
+            timeout = max(0.1, deadline - time.monotonic())
+            try:
+                futures = self._client.list_offsets(request, request_timeout=timeout)
+            except KafkaException as exc:
+                failed = translate_kafka_error(exc, "list_offsets")
+                return dict.fromkeys(topics, failed)
+            pending[kind] = {tp.topic: f for tp, f in futures.items() if tp.partition == 0}
+        answers: dict[str, PartitionOffsets | MetasrvError] = {}
+        for topic in topics:
+            try:
+                low, high = (self._offset(pending[kind], topic, kind, deadline) for kind in specs)
+            except MetasrvError as exc:
+                answers[topic] = exc
+            else:
+                answers[topic] = PartitionOffsets(log_start_offset=low, high_watermark=high)
+        return answers
+
+    def _offset(
+        self, futures: Mapping[str, Future[Any]], topic: str, kind: str, deadline: float
+    ) -> int:
+        what = f"list_offsets {topic} ({kind})"
+        future = futures.get(topic)
+        if future is None:
+            raise self._no_answer(what, "partition 0 missing from Kafka's answer")
         try:
-            futures = self._client.list_offsets(request, request_timeout=self.request_timeout)
+            info = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except KafkaException as exc:
-            raise translate_kafka_error(exc, "list_offsets") from exc
-        results = self._wait(futures, "list_offsets")
-        return {tp.topic: int(info.offset) for tp, info in results.items()}
+            self._refresh_if_stale(exc)
+            raise self._unavailable(what, exc) from exc
+        except TimeoutError as exc:
+            raise self._unavailable(what, KafkaUnavailable("timed out")) from exc
+        offset = int(info.offset)
+        if offset < 0:
+            # librdkafka answers -1001 (OFFSET_INVALID) without an error while the
+            # partition's leader is dead, and keeps asking that leader until its metadata
+            # is refreshed (minutes); it is never an offset a partition has.
+            raise self._no_answer(what, f"Kafka answered offset {offset} (leader unavailable?)")
+        return offset
 
     def delete_records(self, targets: Mapping[str, int]) -> dict[str, int]:
         """DeleteRecords(topic, partition 0, offset) for each topic, one batched request.
@@ -372,7 +452,13 @@ class KafkaAdmin:
         except KafkaException as exc:
             raise translate_kafka_error(exc, "delete_records") from exc
         results = self._wait(futures, "delete_records")
-        return {tp.topic: int(res.low_watermark) for tp, res in results.items()}
+        lows = {tp.topic: int(res.low_watermark) for tp, res in results.items()}
+        for topic in targets:
+            low = lows.get(topic)
+            if low is None or low < 0:
+                said = "no answer" if low is None else f"low watermark {low}"
+                raise self._no_answer(f"delete_records {topic}", f"Kafka gave {said}")
+        return lows
 
     def delete_topics(self, topics: Iterable[str]) -> None:
         """Delete topics (tests and `stack` clean-up only)."""
@@ -392,3 +478,22 @@ class KafkaAdmin:
     def close(self) -> None:
         """AdminClient has no close; drop the reference so librdkafka can tear down."""
         self._client = None  # type: ignore[assignment]
+
+
+def _leader_problem(md: ClusterMetadata, topic: str) -> str | None:
+    """Why `topic`'s partitions cannot be read per `md` (a topic error, a partition without
+    a leader or led by a broker the cluster no longer lists), or None."""
+    meta = md.topics[topic]
+    if meta.error is not None:
+        return f"topic error {meta.error.name()}"
+    if not meta.partitions:
+        return "no partitions in metadata"
+    for pid, part in sorted(meta.partitions.items()):
+        # REPLICA_NOT_AVAILABLE (a follower down) leaves the partition readable.
+        if part.error is not None and part.error.code() == KafkaError.LEADER_NOT_AVAILABLE:
+            return f"partition {pid}: {part.error.name()}"
+        if part.leader < 0:
+            return f"partition {pid} has no leader"
+        if part.leader not in md.brokers:
+            return f"partition {pid}'s leader {part.leader} is not a live broker"
+    return None

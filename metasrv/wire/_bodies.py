@@ -123,7 +123,7 @@ class BlockingRegion(Answer):
     reason: BlockReason
 
 
-class TopicPlan(Answer):
+class TopicPlan(Answer, kw_only=True):
     """One topic's prune plan."""
 
     topic: str
@@ -138,13 +138,20 @@ class TopicPlan(Answer):
     reclaimable_entries: int
     data_loss: Annotated[list[int], _doc("Regions whose needed entries Kafka no longer holds.")]
     region_count: int
+    kafka_unavailable: Annotated[
+        str | None,
+        _doc(
+            "Why Kafka's offsets of the topic cannot be read now (prune_point is then null); "
+            "null when they were read."
+        ),
+    ] = None
 
 
 class PlanList(Answer):
     topics: list[TopicPlan]
 
 
-class Topic(TopicPlan):
+class Topic(TopicPlan, kw_only=True):
     """`GET /v1/topics/{topic}`: the plan plus what datanodes report about the topic."""
 
     pool: Annotated[bool, _doc("A `{prefix}_{n}` pool topic.")]

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from metasrv.errors import MetasrvError
+from metasrv.errors import KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
 
@@ -28,11 +28,12 @@ _Batch = dict[str, tuple[A, list["asyncio.Future[R]"]]]
 
 
 class _Coalescer(Generic[A, R]):
-    """Runs `call({topic: arg})` in a thread for every request pending at flush time."""
+    """Runs `call({topic: arg})` in a thread for every request pending at flush time; a
+    topic whose answer is an error fails only the requests about that topic."""
 
     def __init__(
         self,
-        call: Callable[[dict[str, A]], Mapping[str, R]],
+        call: Callable[[dict[str, A]], Mapping[str, R | MetasrvError]],
         merge: Callable[[A, A], A],
         *,
         window: float,
@@ -95,9 +96,13 @@ class _Coalescer(Generic[A, R]):
         await asyncio.gather(*(one(t, a, fs) for t, (a, fs) in batch.items()))
 
     @staticmethod
-    def _resolve(futures: list[asyncio.Future[R]], value: R) -> None:
+    def _resolve(futures: list[asyncio.Future[R]], value: R | MetasrvError) -> None:
         for f in futures:
-            if not f.done():
+            if f.done():
+                continue
+            if isinstance(value, MetasrvError):
+                f.set_exception(value)
+            else:
                 f.set_result(value)
 
     @staticmethod
@@ -117,7 +122,7 @@ class KafkaBatcher:
     def __init__(self, admin: KafkaAdmin, *, window: float = 0.005) -> None:
         self.admin = admin
         self._offsets: _Coalescer[None, PartitionOffsets] = _Coalescer(
-            lambda args: admin.offsets(args.keys()), lambda a, b: None, window=window
+            lambda args: admin.offsets_each(args.keys()), lambda a, b: None, window=window
         )
         # Two procedures never purge one topic at once; if they did, the higher offset
         # wins and both learn the resulting low watermark.
@@ -127,27 +132,30 @@ class KafkaBatcher:
         """Log start offset and high watermark of the topic's partition 0."""
         return await self._offsets.submit(topic, None)
 
-    async def offsets_many(self, topics: list[str]) -> dict[str, PartitionOffsets]:
-        """Offsets of many topics in one admin call (the ticker's view of every topic)."""
-        return await asyncio.to_thread(self.admin.offsets, topics)
-
-    async def offsets_tolerant(self, topics: list[str]) -> dict[str, PartitionOffsets]:
-        """Like `offsets_many`, but topics Kafka fails on are left out instead of raising.
-
-        Raises only when no topic at all could be read (Kafka itself is unavailable).
-        """
+    async def offsets_tolerant(
+        self, topics: list[str], *, timeout: float
+    ) -> tuple[dict[str, PartitionOffsets], dict[str, MetasrvError]]:
+        """Offsets of many topics in one batched admin call (the ticker's and the API's view
+        of every topic), answered within `timeout` seconds: (offsets of the topics Kafka
+        answered, the error of each topic it did not). Never raises a Kafka error: a topic
+        without offsets is planned as Kafka unavailable."""
         try:
-            return await self.offsets_many(topics)
-        except MetasrvError:
-            if len(topics) <= 1:
-                raise
-        results = await asyncio.gather(*(self.offsets(t) for t in topics), return_exceptions=True)
-        pairs = zip(topics, results, strict=True)
-        found = {t: r for t, r in pairs if isinstance(r, PartitionOffsets)}
-        if not found:
-            first = next(r for r in results if isinstance(r, BaseException))
-            raise first
-        return found
+            answers = await asyncio.wait_for(
+                asyncio.to_thread(self.admin.offsets_each, topics, timeout=timeout),
+                # The adapter keeps to `timeout`; this bounds a call stuck in the library.
+                timeout + 1.0,
+            )
+        except TimeoutError:
+            late = KafkaUnavailable(f"no answer from Kafka within {timeout:g}s")
+            return {}, dict.fromkeys(topics, late)
+        except MetasrvError as exc:
+            return {}, dict.fromkeys(topics, exc)
+        found = {t: a for t, a in answers.items() if isinstance(a, PartitionOffsets)}
+        failed = {t: a for t, a in answers.items() if isinstance(a, MetasrvError)}
+        for topic in topics:
+            if topic not in found and topic not in failed:
+                failed[topic] = KafkaUnavailable(f"no answer from Kafka for topic {topic}")
+        return found, failed
 
     async def delete_records(self, topic: str, offset: int) -> int:
         """DeleteRecords(topic, 0, offset); returns the low watermark after it."""

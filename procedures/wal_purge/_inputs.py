@@ -11,9 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from metasrv.errors import NotFound
+from metasrv.errors import MetasrvError, NotFound
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
 from procedures.wal_purge._marker import read_marker
 from procedures.wal_purge._plan import plan_topic
@@ -24,6 +24,11 @@ logger = logging.getLogger(__name__)
 PLAN_IN_THREAD = 20_000
 """A topic with more regions than this is planned in a worker thread, so the event loop
 keeps serving heartbeats meanwhile."""
+
+OFFSETS_WAIT = 5.0
+"""Seconds a plan of many topics (the ticker's, the API's) waits for Kafka's offsets; a
+topic still unanswered then is planned as Kafka unavailable, so a dead partition leader
+costs a plan this long at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,8 @@ async def _plan(
     mapped: Mapping[int, RegionRoute],
     pruned: int | None,
     offsets: PartitionOffsets | None,
+    *,
+    kafka_error: MetasrvError | None = None,
 ) -> PlanInputs:
     # Copies: registrations may change the live map while a worker thread plans.
     routes = dict(mapped)
@@ -61,6 +68,12 @@ async def _plan(
         )
 
     planned = await asyncio.to_thread(plan) if len(routes) > PLAN_IN_THREAD else plan()
+    if kafka_error is not None:
+        # Without Kafka's offsets no cut is safe to name (invariant 6 needs the high
+        # watermark, invariant 7 the log start): no prune point, and the reason is Kafka.
+        planned = replace(
+            planned, prune_point=None, reclaimable_entries=0, kafka_unavailable=str(kafka_error)
+        )
     return PlanInputs(planned, tuple(routes.values()), stats)
 
 
@@ -89,7 +102,9 @@ async def gather_plans(
 
     A named topic that is neither a pool topic nor has regions is `NotFound`. Offsets are
     asked only for topics with regions (a pool topic nobody uses may not exist in Kafka
-    yet); a topic Kafka gives none for (e.g. deleted) is planned without them and logged.
+    yet), for `OFFSETS_WAIT` seconds at most; a topic Kafka gives none for (a dead
+    partition leader, a deleted topic) is planned with no prune point and the reason in
+    `kafka_unavailable`, and logged.
     Topic by topic, yielding to the event loop in between: planning a million regions at
     once would hold heartbeats for a second.
     """
@@ -106,15 +121,26 @@ async def gather_plans(
     pruned = await topology.pruned_entry_ids()
     by_topic = topology.routes_by_topic()
     offsets: dict[str, PartitionOffsets] = {}
-    if with_offsets:
-        used = [t for t in names if by_topic.get(t)]
-        offsets = await services.batcher.offsets_tolerant(used) if used else {}
-        absent = [t for t in used if t not in offsets]
-        if absent:
-            logger.warning("no Kafka offsets for some topics", extra={"topics": absent})
+    failed: dict[str, MetasrvError] = {}
+    used = [t for t in names if by_topic.get(t)] if with_offsets else []
+    if used:
+        offsets, failed = await services.batcher.offsets_tolerant(used, timeout=OFFSETS_WAIT)
+    if failed:
+        first = next(iter(failed.values()))
+        logger.warning(
+            "no Kafka offsets for some topics",
+            extra={"topics": sorted(failed), "error": str(first)},
+        )
     planned: dict[str, PlanInputs] = {}
     for topic in names:
         mapped = by_topic.get(topic, {})
-        planned[topic] = await _plan(services, topic, mapped, pruned.get(topic), offsets.get(topic))
+        planned[topic] = await _plan(
+            services,
+            topic,
+            mapped,
+            pruned.get(topic),
+            offsets.get(topic),
+            kafka_error=failed.get(topic),
+        )
         await asyncio.sleep(0)
     return planned

@@ -35,15 +35,22 @@ def daemons() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def readyz(port: int, timeout: float = 60) -> httpx.Response:
-    """The first answer of `/readyz` (the daemon may still be starting)."""
+    """The first answer of `/readyz` once Kafka's check passes (the daemon may still be
+    starting, and the partitions of a pool it has just created may have no leader yet)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
+            resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
         except httpx.TransportError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+            continue
+        body = resp.json()
+        checks = body["checks"] if resp.status_code == 200 else body["error"]["checks"]
+        if checks["kafka"] == "ok" or time.monotonic() > deadline:
+            return resp
+        time.sleep(0.2)
 
 
 def test_unmigrated_postgres_history_is_not_ready_until_db_upgrade(
