@@ -33,7 +33,7 @@ from procedures.wal_purge import PurgeServices, decode_marker, purge_manager
 def make_settings(
     *,
     kafka: str,
-    etcd: str,
+    etcd: str | list[str],
     prefix: str,
     num_topics: int = 4,
     wal: dict[str, Any] | None = None,
@@ -52,7 +52,11 @@ def make_settings(
             **(wal or {}),
         },
         procedure={"retry_delay": "50ms", "max_retry_times": 12, **(procedure or {})},
-        kv={"backend": "etcd", "etcd_endpoints": [etcd], "key_prefix": f"{prefix}/"},
+        kv={
+            "backend": "etcd",
+            "etcd_endpoints": [etcd] if isinstance(etcd, str) else etcd,
+            "key_prefix": f"{prefix}/",
+        },
         election={"lease_secs": lease_secs},
     )
 
