@@ -61,12 +61,14 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
 
 
 def topic(view: TopicView) -> wire.Topic:
-    stat = view.stat
+    stat, durable = view.stat, view.durability
     return wire.Topic(
         **msgspec.structs.asdict(plan(view.plan)),
         pool=view.pool,
         latest_entry_id=None if stat is None else stat.latest_entry_id,
         avg_record_size=None if stat is None else round(stat.avg_record_size, 3),
+        replication_factor=None if durable is None else durable.replication_factor,
+        min_insync_replicas=None if durable is None else durable.min_insync_replicas,
     )
 
 

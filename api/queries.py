@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from api.runtime import Runtime
 from metasrv.errors import MetasrvError, NotFound
 from metasrv.keys import ELECTION_KEY
-from metasrv.model import RegionRoute, RegionStat, TopicPlan, TopicStat
+from metasrv.model import RegionRoute, RegionStat, TopicDurability, TopicPlan, TopicStat
 from metasrv.schema_check import require_schema
 from procedures.wal_purge import export_gauges, gather_plans
 
 logger = logging.getLogger(__name__)
 
 _READY_TIMEOUT = 5.0
+_DURABILITY_TIMEOUT = 5.0
 _KAFKA_PING_TIMEOUT = 4.0
 """The Kafka check's own budget, inside `_READY_TIMEOUT`: a dead partition leader makes it
 answer "unreachable" rather than time out."""
@@ -63,6 +64,9 @@ class TopicView:
     """Latest datanode report on the topic (latest entry id, average record size)."""
     pool: bool
     """True for a `{prefix}_{n}` pool topic."""
+    durability: TopicDurability | None = None
+    """Kafka's replication factor and min ISR of the topic; None when Kafka has no such
+    topic or did not answer."""
 
 
 def _live_stat(rt: Runtime, route: RegionRoute) -> RegionStat | None:
@@ -148,11 +152,20 @@ async def compute_plans(rt: Runtime, topics: Sequence[str] | None = None) -> dic
 
 
 async def topic_views(rt: Runtime, topics: Sequence[str] | None = None) -> list[TopicView]:
-    """Every topic (or the named ones) with its plan and latest datanode report."""
+    """Every topic (or the named ones) with its plan, latest datanode report and durability
+    (the cached view for a listing; read afresh when topics are named)."""
     plans = await compute_plans(rt, topics)
     pool = set(rt.topology.pool_topics())
+    durability = await asyncio.to_thread(
+        rt.durability.get, list(plans), refresh=topics is not None, timeout=_DURABILITY_TIMEOUT
+    )
     return [
-        TopicView(plan=plan, stat=rt.registry.topic_stat(topic), pool=topic in pool)
+        TopicView(
+            plan=plan,
+            stat=rt.registry.topic_stat(topic),
+            pool=topic in pool,
+            durability=durability.get(topic),
+        )
         for topic, plan in plans.items()
     ]
 

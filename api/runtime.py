@@ -25,7 +25,7 @@ from metasrv.election import Election, build_election
 from metasrv.errors import MetasrvError, NotLeader, Unavailable
 from metasrv.gc_pacer import GcPacer
 from metasrv.heartbeat import HeartbeatHandler
-from metasrv.kafka import KafkaAdmin
+from metasrv.kafka import DurabilityCache, KafkaAdmin, below_configured
 from metasrv.kv import KvBackend, open_kv
 from metasrv.locks import TopicLocks
 from metasrv.loop_lag import LoopLagMonitor
@@ -62,6 +62,8 @@ class Runtime:
     kv: KvBackend
     """etcd or SQL kv backend."""
     kafka: KafkaAdmin
+    durability: DurabilityCache
+    """WAL topics' effective replication factor and min ISR, read at most once a minute."""
     locks: TopicLocks
     """Per-topic shared/exclusive locks (registration vs purge)."""
     registry: RegionRegistry
@@ -100,6 +102,7 @@ class Runtime:
     """Wall-clock start time."""
     _closed: bool = field(default=False, init=False)
     _pool_task: asyncio.Task[None] | None = field(default=None, init=False)
+    _durability_checked: bool = field(default=False, init=False)
     _leadership_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     @classmethod
@@ -178,6 +181,7 @@ class Runtime:
             settings=settings,
             kv=kv,
             kafka=kafka,
+            durability=DurabilityCache(kafka),
             locks=locks,
             registry=registry,
             topology=topology,
@@ -288,13 +292,13 @@ class Runtime:
                 gc.freeze()
                 self.serving = self.election.is_leader
                 logger.info("serving as leader", extra={"regions": regions})
-                if self.settings.wal.auto_create_topics:
-                    self._pool_task = asyncio.create_task(self._create_pool())
+                self._pool_task = asyncio.create_task(self._create_pool())
                 return
 
     async def _create_pool(self) -> None:
-        """Create the topic pool (`wal.auto_create_topics`), retrying while this process
-        leads. Heartbeats do not wait for it: a registration creates its own topic."""
+        """Create the topic pool (`wal.auto_create_topics`; a no-op when off), retrying while
+        this process leads, then check the pool's durability once. Heartbeats do not wait
+        for it: a registration creates its own topic."""
         delay = 0.5
         while self.election.is_leader and not self._closed:
             try:
@@ -305,7 +309,31 @@ class Runtime:
                 delay = min(delay * 2, 30.0)
                 continue
             logger.info("topic pool ready", extra={"topics_created": len(created)})
+            await self._check_durability()
             return
+
+    async def _check_durability(self) -> None:
+        """Warn once per process about pool topics Kafka keeps less durably than `[wal]`
+        asks (created before the setting, by another tool, or with a smaller broker
+        default)."""
+        if self._durability_checked:
+            return
+        self._durability_checked = True
+        wal = self.settings.wal
+        pool = self.topology.pool_topics()
+        found = await asyncio.to_thread(self.durability.get, pool, refresh=True)
+        short = below_configured(
+            found,
+            replication_factor=wal.replication_factor,
+            min_insync_replicas=wal.wanted_min_insync_replicas,
+        )
+        if short:
+            logger.warning(
+                "%d WAL topic(s) are less durable than [wal] configures: %s",
+                len(short),
+                "; ".join(f"{t}: {why}" for t, why in short.items()),
+                extra={"topics": sorted(short)},
+            )
 
     async def _stop_pool_creation(self) -> None:
         task, self._pool_task = self._pool_task, None

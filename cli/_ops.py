@@ -245,9 +245,11 @@ def status(
     *,
     client: MetasrvClient,
 ) -> None:
-    """Topics (prune point, pruned id, offsets, blockers), procedures and data-loss alerts."""
+    """Topics (prune point, pruned id, offsets, RF/min ISR, blockers), procedures and
+    data-loss alerts."""
     leader = client.leader()
-    plans = client.plan(topic)
+    # Topic views: the plan plus Kafka's replication factor and min ISR of each topic.
+    plans = client.topics() if topic is None else [client.topic(topic)]
     active = [
         p for state in ("pending", "running", "retrying") for p in client.procedures(state=state)
     ]

@@ -11,8 +11,8 @@ from rich.table import Table
 from metasrv import wire
 
 
-def fmt(value: int | float | None) -> str:
-    return "-" if value is None else str(value)
+def fmt(value: int | float | None, missing: str = "-") -> str:
+    return missing if value is None else str(value)
 
 
 def when(value: datetime | None) -> str:
@@ -34,6 +34,8 @@ def why_not_purged(plan: wire.TopicPlan) -> str:
     if plan.data_loss:
         regions = ", ".join(str(r) for r in plan.data_loss)
         return f"WAL DATA LOSS: Kafka no longer holds entries needed by region(s) {regions}"
+    if plan.kafka_unavailable:
+        return f"Kafka unavailable: {plan.kafka_unavailable}"
     if plan.blocked_by:
         reasons = ", ".join(f"region {b.region_id} ({b.reason})" for b in plan.blocked_by)
         return f"blocked by {reasons}"
@@ -47,15 +49,26 @@ def why_not_purged(plan: wire.TopicPlan) -> str:
 # --- tables -----------------------------------------------------------------------------------
 
 
+def durability(topic: wire.Topic) -> str:
+    """`RF/min ISR` as Kafka reports them, `?` where unknown (e.g. `3/2`)."""
+    return f"{fmt(topic.replication_factor, '?')}/{fmt(topic.min_insync_replicas, '?')}"
+
+
 def plan_table(plans: Sequence[wire.TopicPlan], title: str) -> Table:
+    """The plans; topic views (`wire.Topic`) also get their `RF/ISR` column."""
     table = Table(title=title, title_justify="left")
     for col in ("topic", "regions", "prune point", "pruned id", "log start", "high wm"):
         table.add_column(col, justify="left" if col == "topic" else "right")
     table.add_column("reclaimable", justify="right")
+    with_durability = bool(plans) and all(isinstance(p, wire.Topic) for p in plans)
+    if with_durability:
+        table.add_column("RF/ISR", justify="right")
     table.add_column("why / blocked regions")
     for p in plans:
         why = why_not_purged(p)
-        style = "bold red" if p.data_loss else ("yellow" if p.blocked_by else "")
+        unavailable = p.blocked_by or p.kafka_unavailable
+        style = "bold red" if p.data_loss else ("yellow" if unavailable else "")
+        extra = [durability(p)] if isinstance(p, wire.Topic) and with_durability else []
         table.add_row(
             p.topic,
             str(p.region_count),
@@ -64,6 +77,7 @@ def plan_table(plans: Sequence[wire.TopicPlan], title: str) -> Table:
             fmt(p.log_start_offset),
             fmt(p.high_watermark),
             str(p.reclaimable_entries),
+            *extra,
             f"[{style}]{why}[/]" if style else why,
         )
     return table

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, TypeVar
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -200,6 +201,10 @@ class MetasrvClient:
 
     def topics(self) -> list[wire.Topic]:
         return self._get(wire.TopicList, "GET", "/v1/topics").topics
+
+    def topic(self, topic: str) -> wire.Topic:
+        """One topic's plan, datanode report and durability (read afresh from Kafka)."""
+        return self._get(wire.Topic, "GET", f"/v1/topics/{quote(topic, safe='')}")
 
     def region(self, region_id: int) -> wire.Region:
         return self._get(wire.Region, "GET", f"/v1/regions/{region_id}")

@@ -109,6 +109,17 @@ class PartitionOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicDurability:
+    """How durably Kafka keeps a topic's writes, as Kafka reports it."""
+
+    replication_factor: int
+    """Replicas of partition 0 in Kafka's metadata."""
+    min_insync_replicas: int | None
+    """Effective `min.insync.replicas` (DescribeConfigs: the topic's own value or the
+    brokers' default); None when Kafka did not say."""
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPlan:
     """The prune plan of one topic at one instant (the pure function's result)."""
 

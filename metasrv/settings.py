@@ -74,6 +74,10 @@ class WalSettings(_Section):
     num_topics: int = Field(default=64, ge=1, le=100_000)
     topic_name_prefix: str = Field(default="greptimedb_wal_topic", pattern=r"^[A-Za-z0-9._-]+$")
     replication_factor: int = Field(default=1, ge=1)
+    # Not in DESIGN §6: `min.insync.replicas` of the topics metasrv creates (<= the
+    # replication factor); unset: the brokers' default. With acks=all, a write is
+    # acknowledged only once this many replicas hold it.
+    min_insync_replicas: int | None = Field(default=None, ge=1)
     # GreptimeDB: create the whole pool when this process becomes leader. False: the
     # pool's topics must exist (metasrv never creates one).
     auto_create_topics: bool = True
@@ -117,11 +121,48 @@ class WalSettings(_Section):
                 '(e.g. topic_config = {"retention.ms" = "604800000"}): metasrv then only moves '
                 "the marker and Kafka's retention is what deletes entries"
             )
+        self._check_min_insync_replicas()
         return self
+
+    def _check_min_insync_replicas(self) -> None:
+        wanted = self.min_insync_replicas
+        if wanted is None:
+            return
+        if wanted > self.replication_factor:
+            # Kafka would refuse every acks=all write to such a topic (NOT_ENOUGH_REPLICAS).
+            raise ValueError(
+                f"min_insync_replicas ({wanted}) must be <= replication_factor "
+                f"({self.replication_factor})"
+            )
+        in_config = self.topic_config.get("min.insync.replicas")
+        if in_config is not None and in_config.strip() != str(wanted):
+            raise ValueError(
+                f"min_insync_replicas = {wanted} conflicts with topic_config "
+                f"min.insync.replicas = {in_config!r}: set it in one place"
+            )
+
+    @property
+    def wanted_min_insync_replicas(self) -> int | None:
+        """The `min.insync.replicas` WAL topics are created with, if configured (by
+        `min_insync_replicas` or `topic_config`)."""
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        raw = self.topic_config.get("min.insync.replicas", "").strip()
+        return int(raw) if raw.isdigit() else None
 
     def topic_creation_config(self) -> dict[str, str]:
         """Kafka settings of a topic metasrv creates."""
-        return {"cleanup.policy": "delete", "retention.ms": "-1", **self.topic_config}
+        durability = (
+            {}
+            if self.min_insync_replicas is None
+            else {"min.insync.replicas": str(self.min_insync_replicas)}
+        )
+        return {
+            "cleanup.policy": "delete",
+            "retention.ms": "-1",
+            **durability,
+            **self.topic_config,
+        }
 
 
 def has_finite_retention(topic_config: dict[str, str]) -> bool:

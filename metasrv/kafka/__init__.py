@@ -8,9 +8,12 @@ from metasrv.kafka._admin import (
     translate_kafka_error,
 )
 from metasrv.kafka._client_config import client_config
+from metasrv.kafka._durability import DurabilityCache, below_configured
 
 __all__ = [
+    "DurabilityCache",
     "KafkaAdmin",
+    "below_configured",
     "client_config",
     "collision_key",
     "topic_name_problem",

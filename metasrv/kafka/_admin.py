@@ -39,7 +39,7 @@ from metasrv.errors import (
     NotFound,
 )
 from metasrv.kafka._client_config import ClientConfig, client_config
-from metasrv.model import PartitionOffsets
+from metasrv.model import PartitionOffsets, TopicDurability
 from metasrv.settings import WalSettings
 
 logger = logging.getLogger(__name__)
@@ -343,6 +343,44 @@ class KafkaAdmin:
         return {
             res.name: {name: entry.value for name, entry in entries.items()}
             for res, entries in results.items()
+        }
+
+    def durability(
+        self, topics: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, TopicDurability]:
+        """Replication factor (metadata) and effective `min.insync.replicas`
+        (DescribeConfigs) of each of `topics` that exists in Kafka."""
+        wait = self.request_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        md = self._metadata(wait)
+        replicas: dict[str, int] = {}
+        for topic in sorted(set(topics)):
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                continue
+            first = meta.partitions.get(0) or next(iter(meta.partitions.values()))
+            replicas[topic] = len(first.replicas)
+        if not replicas:
+            return {}
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in replicas]
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            futures = self._client.describe_configs(resources, request_timeout=remaining)
+        except KafkaException as exc:
+            raise translate_kafka_error(exc, "describe_configs") from exc
+        min_isr: dict[str, int | None] = {}
+        for res, future in futures.items():
+            try:
+                entries = future.result(timeout=max(0.0, deadline - time.monotonic()) + 1)
+            except (KafkaException, TimeoutError) as exc:
+                logger.warning("describe_configs %s failed: %s", res.name, exc)
+                continue
+            entry = entries.get("min.insync.replicas")
+            value = None if entry is None else entry.value
+            min_isr[res.name] = int(value) if value is not None and value.isdigit() else None
+        return {
+            t: TopicDurability(replication_factor=rf, min_insync_replicas=min_isr.get(t))
+            for t, rf in replicas.items()
         }
 
     def offsets(

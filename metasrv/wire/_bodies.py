@@ -157,6 +157,16 @@ class Topic(TopicPlan, kw_only=True):
     pool: Annotated[bool, _doc("A `{prefix}_{n}` pool topic.")]
     latest_entry_id: Annotated[int | None, _doc("Highest entry id a datanode reported.")]
     avg_record_size: Annotated[float | None, _doc("Bytes per record, recent average.")]
+    replication_factor: Annotated[
+        int | None, _doc("Replicas of partition 0 in Kafka's metadata; null when unknown.")
+    ] = None
+    min_insync_replicas: Annotated[
+        int | None,
+        _doc(
+            "Effective `min.insync.replicas` (the topic's own or the brokers' default, as "
+            "Kafka describes it); null when unknown."
+        ),
+    ] = None
 
 
 class TopicList(Answer):

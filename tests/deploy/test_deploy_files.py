@@ -105,6 +105,8 @@ def test_production_config_uses_etcd_and_postgres_and_holds_no_secrets() -> None
     assert ":" not in settings.history.url.split("//", 1)[1].split("@", 1)[0], "password in file"
     assert settings.http.addr == "0.0.0.0:4000"
     assert settings.wal.replication_factor == 3
+    assert settings.wal.min_insync_replicas == 2
+    assert settings.wal.topic_creation_config()["min.insync.replicas"] == "2"
     assert settings.auth.open_read is False
     assert settings.auth.datanode_tokens == []
     assert settings.auth.operator_tokens == []
@@ -170,6 +172,7 @@ def test_compose_replicas_get_etcd_postgres_tokens_and_names(settings_from: Sett
         assert settings.kv.etcd_endpoints == ["etcd:2379"]
         assert settings.wal.broker_endpoints == ["kafka:9092"]
         assert settings.wal.replication_factor == 1
+        assert settings.wal.min_insync_replicas == 1
         assert settings.history.url == "postgresql+psycopg://metasrv:metasrv@postgres:5432/metasrv"
         assert settings.auth.operator_tokens == ["dev-operator-token"]
         assert settings.auth.datanode_tokens == ["dev-datanode-token"]
