@@ -13,7 +13,7 @@ from cli._options import shared_options
 from metasrv.errors import MetasrvError
 
 if TYPE_CHECKING:
-    from toolbox.stack import StackConfig
+    from toolbox.stack import ServiceStatus, StackConfig
 
 stack_app = typer.Typer(
     help="Local Kafka, etcd, PostgreSQL (and Spark) for development and tests.",
@@ -37,6 +37,19 @@ Spark = Annotated[
         "--spark",
         help="Also a standalone Spark master and workers (ports from env "
         "METASRV_STACK_SPARK_PORT, default 17077 and up).",
+    ),
+]
+
+ClusterFlag = Annotated[
+    bool,
+    typer.Option(
+        "--cluster",
+        help="The production-shaped cluster instead of the single-node Kafka and etcd: a KRaft "
+        "controller and 3 brokers (replication factor 3, min.insync.replicas 2) and a "
+        "3-member etcd, beside the stack's PostgreSQL. Ports from env "
+        "METASRV_STACK_CLUSTER_KAFKA_PORTS (default 19192,19193,19194), "
+        "METASRV_STACK_CLUSTER_CONTROLLER_PORT (19195), METASRV_STACK_CLUSTER_ETCD_PORTS "
+        "(12479,12481,12483; each peer port is the client port + 1).",
     ),
 ]
 
@@ -77,32 +90,53 @@ def _setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
 
+def _print_origins(statuses: list[ServiceStatus]) -> None:
+    for st in statuses:
+        origin = f"pid {st.pid}" if st.pid is not None else "reused, not started here"
+        typer.echo(f"# {st.name:<16} {st.endpoint:<24} {origin}", err=True)
+
+
 @stack_app.command("up")
 @stack_options
-def up_cmd(spark: Spark = False, *, cfg: StackConfig) -> None:
+def up_cmd(spark: Spark = False, cluster: ClusterFlag = False, *, cfg: StackConfig) -> None:
     """Install (first time) and start every service; print the endpoints. Idempotent."""
-    from toolbox.stack import ensure_up, status
+    from toolbox.stack import cluster_endpoints_of, cluster_up, ensure_up, start_service, status
 
     _setup_logging()
+    if cluster:
+        try:
+            postgres = start_service(cfg, "postgres")
+            running = cluster_up(cfg)
+        except MetasrvError as exc:
+            typer.echo(f"stack up --cluster failed: {exc.message}", err=True)
+            raise typer.Exit(1) from exc
+        _print_origins([postgres, *running.status()])
+        for line in cluster_endpoints_of(cfg).env_lines():
+            typer.echo(line)
+        return
     try:
         endpoints = ensure_up(cfg, spark=spark)
     except MetasrvError as exc:
         typer.echo(f"stack up failed: {exc.message}", err=True)
         raise typer.Exit(1) from exc
-    for st in status(cfg, spark=spark):
-        origin = f"pid {st.pid}" if st.pid is not None else "reused, not started here"
-        typer.echo(f"# {st.name:<14} {st.endpoint:<24} {origin}", err=True)
+    _print_origins(status(cfg, spark=spark))
     for line in endpoints.env_lines():
         typer.echo(line)
 
 
 @stack_app.command("status")
 @stack_options
-def status_cmd(spark: Spark = False, *, cfg: StackConfig) -> None:
+def status_cmd(spark: Spark = False, cluster: ClusterFlag = False, *, cfg: StackConfig) -> None:
     """Per service: running (pid of ours), healthy (a real request), endpoint."""
-    from toolbox.stack import endpoints_of, status
+    from toolbox.stack import Cluster, cluster_endpoints_of, endpoints_of, status
 
-    results = status(cfg, spark=spark)
+    if cluster:
+        postgres = [st for st in status(cfg) if st.name == "postgres"]
+        results = [*postgres, *Cluster(cfg).status()]
+        lines = cluster_endpoints_of(cfg).env_lines()
+    else:
+        results = status(cfg, spark=spark)
+        lines = endpoints_of(cfg, spark=spark).env_lines()
     for st in results:
         running = (
             f"running (pid {st.pid})"
@@ -110,8 +144,8 @@ def status_cmd(spark: Spark = False, *, cfg: StackConfig) -> None:
             else ("running (not started here)" if st.healthy else "not running")
         )
         health = "healthy" if st.healthy else "UNHEALTHY"
-        typer.echo(f"{st.name:<14} {st.endpoint:<24} {running:<28} {health}")
-    for line in endpoints_of(cfg, spark=spark).env_lines():
+        typer.echo(f"{st.name:<16} {st.endpoint:<24} {running:<28} {health}")
+    for line in lines:
         typer.echo(line)
     if not all(st.healthy for st in results):
         raise typer.Exit(1)
@@ -120,12 +154,14 @@ def status_cmd(spark: Spark = False, *, cfg: StackConfig) -> None:
 @stack_app.command("down")
 @stack_options
 def down_cmd(*, cfg: StackConfig) -> None:
-    """Stop the services this state dir started (never ones it merely reused)."""
-    from toolbox.stack import down
+    """Stop the services this state dir started (its cluster's too; never ones it merely
+    reused)."""
+    from toolbox.stack import Cluster, cluster_running, down
 
     _setup_logging()
     try:
-        stopped = down(cfg)
+        stopped = Cluster(cfg).down() if cluster_running(cfg) else []
+        stopped += down(cfg)
     except MetasrvError as exc:
         typer.echo(f"stack down failed: {exc.message}", err=True)
         raise typer.Exit(1) from exc

@@ -4,18 +4,27 @@
 factor 3, `min.insync.replicas` 2) and a 3-member etcd under `<state dir>/cluster/`, and
 returns a `Cluster`: the handle fault tests use to kill, pause, stop and start single
 brokers and members, and to ask which broker leads a partition and which member leads etcd.
+
+Several test sessions share one cluster, so faults are taken in turn: the first `kill`,
+`pause` or `stop` of a session takes the cluster's fault lock (`cluster/.faults.lock`,
+waiting while another session holds it), and `heal()` (or a `start` that leaves every
+process running) gives it back; a session that exits releases it too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
 
 from confluent_kafka import KafkaException
 
@@ -35,13 +44,58 @@ from toolbox.stack._process import (
     dir_lock,
     pid_alive,
     process_stopped,
-    service_error,
     wait_until,
 )
 from toolbox.stack._service import Service
 from toolbox.stack._stack import ServiceStatus, _state_lock
 
 logger = logging.getLogger(__name__)
+
+
+FAULT_LOCK_WAIT = 900.0
+"""Seconds a session waits for another session's faults to heal before giving up."""
+
+# One handle per lock file per process: two handles of one process would block each other.
+_fault_locks: dict[Path, IO[str]] = {}
+_fault_guard = threading.Lock()
+
+
+def _take_fault_lock(path: Path, wait: float) -> bool:
+    """Hold the lock (waiting up to `wait` s); False when this process held it already."""
+    with _fault_guard:
+        if path in _fault_locks:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 (held until released)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "?"
+                    handle.close()
+                    raise ServiceError(
+                        f"another session (pid {holder}) has held the cluster's fault lock "
+                        f"{path} for over {wait:.0f}s without healing",
+                        details={"lock": str(path)},
+                    ) from None
+                time.sleep(0.5)
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        _fault_locks[path] = handle
+        return True
+
+
+def _release_fault_lock(path: Path) -> None:
+    with _fault_guard:
+        handle = _fault_locks.pop(path, None)
+        if handle is not None:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
 
 def _parallel(fn: Callable[[Service], object], services: list[Service]) -> None:
@@ -89,6 +143,18 @@ class Cluster:
     def _pick(self, names: tuple[str, ...]) -> list[Service]:
         return [self.service(n) for n in names]
 
+    @property
+    def _fault_lock(self) -> Path:
+        return self.cfg.cluster_dir / ".faults.lock"
+
+    def _disrupting(self, names: tuple[str, ...]) -> None:
+        """Validate `names`, then take the fault lock (faults of other sessions wait)."""
+        self._pick(names)
+        _take_fault_lock(self._fault_lock, FAULT_LOCK_WAIT)
+
+    def _whole(self) -> bool:
+        return all(self._running(svc) for svc in self._services.values())
+
     @contextmanager
     def _lock(self) -> Iterator[None]:
         with dir_lock(self.cfg.cluster_dir):
@@ -108,17 +174,21 @@ class Cluster:
         return pid
 
     def kill(self, *names: str) -> None:
-        """SIGKILL each; returns once the processes are gone."""
-        pids = [self._signal(name, signal.SIGKILL) for name in names]
+        """SIGKILL each; returns once the processes are gone and their ports closed."""
+        self._disrupting(names)
+        killed = [(self.service(name), self._signal(name, signal.SIGKILL)) for name in names]
         deadline = time.monotonic() + 10
-        for pid in pids:
-            while pid_alive(pid) and time.monotonic() < deadline:
+        for svc, pid in killed:
+            # A dying JVM's main thread is a zombie before its other threads let go of
+            # the sockets: wait for the port too, so a restart does not find it taken.
+            while (pid_alive(pid) or svc.listening()) and time.monotonic() < deadline:
                 with contextlib.suppress(ChildProcessError, OSError):
                     os.waitpid(pid, os.WNOHANG)
                 time.sleep(0.05)
 
     def pause(self, *names: str) -> None:
         """SIGSTOP each (frozen: connections stay open, nothing answers)."""
+        self._disrupting(names)
         for name in names:
             self._signal(name, signal.SIGSTOP)
 
@@ -131,14 +201,28 @@ class Cluster:
 
     def stop(self, *names: str) -> None:
         """SIGTERM each (all at once), SIGKILL what outlives its grace period."""
+        self._disrupting(names)
         self.resume(*names)
         _parallel(lambda svc: svc.stop(), self._pick(names))
 
     def start(self, *names: str, timeout: float | None = None) -> None:
         """Start each that is not running (continue each that is paused), then wait until
         every one is healthy: a broker registered and unfenced, an etcd member serving
-        linearizable reads, the controller listening."""
+        linearizable reads, the controller listening.
+
+        Waits while another session's faults hold the cluster (never restarts what that
+        session took down)."""
         services = self._pick(names)
+        took = _take_fault_lock(self._fault_lock, FAULT_LOCK_WAIT)
+        try:
+            self._launch_missing(services)
+            limit = timeout if timeout is not None else self.cfg.ready_timeout
+            _parallel(lambda svc: self._wait_healthy(svc, limit), services)
+        finally:
+            if took or self._whole():
+                _release_fault_lock(self._fault_lock)
+
+    def _launch_missing(self, services: list[Service]) -> None:
         with self._lock():
             missing: list[Service] = []
             for svc in services:
@@ -147,6 +231,10 @@ class Cluster:
                     if process_stopped(pid):
                         os.kill(pid, signal.SIGCONT)
                     continue
+                # A process killed a moment ago may still hold its port.
+                deadline = time.monotonic() + 10
+                while svc.listening() and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 if svc.listening():
                     raise ServiceError(
                         f"{svc.name}: port {svc.port} is taken by a process this state dir "
@@ -158,8 +246,6 @@ class Cluster:
             _parallel(lambda svc: svc.install(), missing)
             for svc in missing:
                 svc.launch()
-        limit = timeout if timeout is not None else self.cfg.ready_timeout
-        _parallel(lambda svc: self._wait_healthy(svc, limit), services)
 
     @staticmethod
     def _wait_healthy(svc: Service, timeout: float) -> None:
@@ -173,11 +259,8 @@ class Cluster:
 
     def heal(self) -> None:
         """Continue every paused process and start every stopped one; wait until healthy."""
-        for name in self.names:
-            pid = self.pid(name)
-            if pid is not None and process_stopped(pid):
-                os.kill(pid, signal.SIGCONT)
         self.start(*self.names)
+        _release_fault_lock(self._fault_lock)
 
     # --- who leads ----------------------------------------------------------------------
 
@@ -293,12 +376,6 @@ def cluster_up(cfg: StackConfig | None = None) -> Cluster:
         Kafka(cfg).install_jars()
     started = time.monotonic()
     cluster.start(*cluster.names)
-    if not cluster.healthy():
-        raise service_error(
-            "cluster",
-            "started but not every broker is registered",
-            cluster.service(cluster.brokers[-1]).log_file,
-        )
     logger.info("cluster healthy after %.1fs", time.monotonic() - started)
     return cluster
 
