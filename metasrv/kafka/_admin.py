@@ -82,8 +82,17 @@ _STALE_METADATA_CODES = {
     KafkaError._UNKNOWN_TOPIC,
     KafkaError._UNKNOWN_PARTITION,
     KafkaError._NOENT,
+    # A request that timed out was most likely sent to a dead partition leader the cached
+    # metadata still names: librdkafka refreshes topic metadata every 5 minutes only
+    # (topic.metadata.refresh.interval.ms), and an admin request waiting for a down broker
+    # spins (below, `_conf`), so a timeout rebuilds too.
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
 }
 _MIN_REBUILD_INTERVAL = 5.0
+_READ_TIMEOUT = 5.0
+"""Default seconds an offsets read waits: ListOffsets is answered in milliseconds by a live
+leader, and one sent to a dead leader spins librdkafka until it expires (`_conf`)."""
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # Errors that a retry cannot fix: the client's own credentials or certificates are wrong.
 # Each names the settings to check; librdkafka reports them through `error_cb` (requests
@@ -181,6 +190,17 @@ class KafkaAdmin:
         self.bootstrap = servers
         self.request_timeout = request_timeout
         self._credential_errors = _CredentialErrors()
+        # CPU while a broker is down: an admin request whose target broker is down waits in
+        # librdkafka's admin worker (rdkafka_admin.c, rd_kafka_admin_common_get_broker), which
+        # re-registers for "any broker state change" and asks for a connection again each
+        # time; a refused connect is itself a state change, so the main thread and the dead
+        # broker's thread feed each other with no reconnect backoff (0.76 core measured with
+        # reconnect.backoff.ms 100 and 1000 alike, benchmarks/kafka_broker_down_cpu.py).
+        # It lasts as long as requests target the dead broker: until the request times out
+        # and, because librdkafka's ListOffsets answers -1001 and never refreshes the leader,
+        # until its 5-minute topic metadata refresh. So no request is left pointing at a dead
+        # leader: a negative offset, a stale-metadata error or a timeout rebuilds the client
+        # (fresh metadata), and every request carries the caller's deadline as its timeout.
         self._conf: dict[str, Any] = {
             "bootstrap.servers": servers,
             "socket.timeout.ms": int(request_timeout * 1000),
@@ -240,6 +260,7 @@ class KafkaAdmin:
                 self._refresh_if_stale(exc)
                 raise self._unavailable(f"{what} {key}", exc) from exc
             except TimeoutError as exc:
+                self._rebuild("timed out")
                 raise self._unavailable(f"{what} {key}", KafkaUnavailable("timed out")) from exc
         return results
 
@@ -401,12 +422,13 @@ class KafkaAdmin:
     ) -> dict[str, PartitionOffsets | MetasrvError]:
         """Each topic's partition-0 offsets, or the error that stopped them, from one
         batched request per offset kind, all answered within `timeout` seconds (default:
-        the request timeout + 5). A topic whose answer made the client rebuild (stale
-        metadata, a negative offset) is asked once more on the fresh client."""
+        `_READ_TIMEOUT`, at most the request timeout). A topic whose answer made the client
+        rebuild (stale metadata, a negative offset, a timeout) is asked once more on the
+        fresh client."""
         names = sorted(set(topics))
         if not names:
             return {}
-        wait = self.request_timeout + 5 if timeout is None else timeout
+        wait = min(_READ_TIMEOUT, self.request_timeout) if timeout is None else timeout
         deadline = time.monotonic() + wait
         client = self._client
         answers = self._offsets_once(names, deadline)
@@ -459,6 +481,7 @@ class KafkaAdmin:
             self._refresh_if_stale(exc)
             raise self._unavailable(what, exc) from exc
         except TimeoutError as exc:
+            self._rebuild("timed out")
             raise self._unavailable(what, KafkaUnavailable("timed out")) from exc
         offset = int(info.offset)
         if offset < 0:
