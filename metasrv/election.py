@@ -32,7 +32,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Protocol, Unpack, runtime_checkable
+from typing import IO, Protocol, TypeVar, Unpack, runtime_checkable
 
 from pyetcd import etcdrpc
 from sqlalchemy import make_url
@@ -41,11 +41,14 @@ from metasrv._lease_election import Attempt, LeaseElection, LeaseOptions, Listen
 from metasrv.errors import ConfigError, KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
-from metasrv.kv._etcd import make_client, translate_etcd_error
+from metasrv.kv._etcd import translate_etcd_error
+from metasrv.kv._etcd_members import EtcdMembers, Stubs
 from metasrv.settings import Settings
 from metasrv.sql_election import SqlElection
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = [
     "Election",
@@ -243,7 +246,18 @@ class SqliteFileLeader(SingleLeader):
 
 
 class EtcdElection(LeaseElection):
-    """Lease-based election on etcd (see the module docstring); the term is the lease id."""
+    """Lease-based election on etcd (see the module docstring); the term is the lease id.
+
+    Its channel (its own, on the election thread) reaches every member in `kv.endpoints`
+    and moves to another one as soon as the member in use fails: refused, reset, or
+    silent for one call's deadline (lease/3: a paused or cut-off member). Every call the
+    election makes may run twice, so each is retried at once on the next member: reads
+    and keepalives are idempotent, a revoke of a revoked lease is a no-op, a granted
+    lease nobody uses expires by itself, and the create transaction is re-evaluated (the
+    key bound to our new lease, which only we know, means our first attempt won). The
+    lease lives in the cluster, not in a member, so a keepalive through another member
+    (or through a new etcd leader) keeps it, and with it our leadership.
+    """
 
     def __init__(
         self,
@@ -256,28 +270,38 @@ class EtcdElection(LeaseElection):
         super().__init__(node_name=node_name, addr=addr, **options)
         self._kv = kv
         self._key = (kv.key_prefix + ELECTION_KEY).encode()
-        self._client: Any = None  # this thread's own gRPC channel, opened by `start`
+        self._members: EtcdMembers | None = None  # this thread's own channels, opened by `start`
+
+    @property
+    def member(self) -> str | None:
+        """`host:port` of the etcd member the election's calls go to now (None before start)."""
+        return None if self._members is None else self._members.current
+
+    def move_to(self, member: str) -> None:
+        """Send the election's calls to `member` from now on, until it fails (after start)."""
+        assert self._members is not None, "the election has not started"
+        self._members.move_to(member)
 
     def _open(self) -> None:
-        if self._client is None:
-            self._client = make_client(self._kv.endpoints, self._rpc_timeout, self._kv.security)
+        if self._members is None:
+            self._members = EtcdMembers(self._kv.endpoints, self._rpc_timeout, self._kv.security)
 
     def _close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        members, self._members = self._members, None
+        if members is not None:
+            members.close()
 
     def _read_holder(self) -> bytes | None:
-        holder = self._guarded(self._read_key)
+        holder = self._read_key()
         return None if holder is None else holder[0]
 
     def _acquire(self) -> Attempt:
         # The lease's TTL runs from its grant, so our deadline counts from before it.
         granted = time.monotonic()
-        lease_id = self._guarded(self._grant)
+        lease_id = self._grant()
         value = self._value_for(lease_id)
         try:
-            won, holder = self._guarded(self._try_create, value, lease_id)
+            won, holder = self._try_create(value, lease_id)
         except BaseException:
             # The txn may still have landed; revoking the lease removes the key (or makes
             # the put fail), so no orphan key blocks the successor.
@@ -290,8 +314,8 @@ class EtcdElection(LeaseElection):
 
     def _renew_lease(self) -> str | None:
         sent = time.monotonic()
-        ttl = self._guarded(self._keepalive, self._term)
-        holder = self._guarded(self._read_key)
+        ttl = self._keepalive(self._term)
+        holder = self._read_key()
         if ttl <= 0:
             return "lease expired or revoked"
         if holder is None or holder[0] != self._value:
@@ -304,24 +328,35 @@ class EtcdElection(LeaseElection):
         self._revoke_quietly(self._term)
 
     # --- etcd calls (blocking, on the election thread) --------------------------------
-    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, fn: Callable[[Stubs, float], T]) -> T:
+        """`fn` on the member in use, moving to the next member on a connection failure
+        (see the class docstring for why every election call may run twice). Within two
+        deadlines: one for a member that does not answer, one for the next member."""
+        members = self._members
+        if members is None:
+            raise KvUnavailable("the election's etcd channel is closed")
         try:
-            return fn(*args)
+            return members.call(
+                fn,
+                attempt_timeout=self._rpc_timeout,
+                budget=2 * self._rpc_timeout,
+                idempotent=True,
+            )
         except Exception as exc:
             if isinstance(exc, KvUnavailable):
                 raise
             raise translate_etcd_error(exc) from exc
 
     def _read_key(self) -> tuple[bytes, int] | None:
-        resp = self._client.kvstub.Range(etcdrpc.RangeRequest(key=self._key), self._rpc_timeout)
+        request = etcdrpc.RangeRequest(key=self._key)  # linearizable (not serializable)
+        resp = self._call(lambda stubs, timeout: stubs.kv.Range(request, timeout))
         if not resp.kvs:
             return None
         return bytes(resp.kvs[0].value), int(resp.kvs[0].lease)
 
     def _grant(self) -> int:
-        resp = self._client.leasestub.LeaseGrant(
-            etcdrpc.LeaseGrantRequest(TTL=self.lease_secs), self._rpc_timeout
-        )
+        request = etcdrpc.LeaseGrantRequest(TTL=self.lease_secs)
+        resp = self._call(lambda stubs, timeout: stubs.lease.LeaseGrant(request, timeout))
         return int(resp.ID)
 
     def _try_create(self, value: bytes, lease_id: int) -> tuple[bool, tuple[bytes, int] | None]:
@@ -335,36 +370,37 @@ class EtcdElection(LeaseElection):
             request_put=etcdrpc.PutRequest(key=self._key, value=value, lease=lease_id)
         )
         get = etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=self._key))
-        resp = self._client.kvstub.Txn(
-            etcdrpc.TxnRequest(compare=[absent], success=[put], failure=[get]),
-            self._rpc_timeout,
-        )
+        request = etcdrpc.TxnRequest(compare=[absent], success=[put], failure=[get])
+        resp = self._call(lambda stubs, timeout: stubs.kv.Txn(request, timeout))
         if resp.succeeded:
             return True, None
         kvs = resp.responses[0].response_range.kvs if resp.responses else []
-        return False, ((bytes(kvs[0].value), int(kvs[0].lease)) if kvs else None)
+        holder = (bytes(kvs[0].value), int(kvs[0].lease)) if kvs else None
+        # Bound to our new lease: an earlier attempt of this txn, cut off before its
+        # answer reached us, created the key.
+        return holder is not None and holder[1] == lease_id, holder
 
     def _keepalive(self, lease_id: int) -> int:
         """Renew the lease once; return its new TTL (<= 0: the lease is gone)."""
         request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
-        stream = self._client.leasestub.LeaseKeepAlive(iter([request]), self._rpc_timeout)
-        try:
-            for response in stream:
-                return int(response.TTL)
-        finally:
-            stream.cancel()
-        return 0
+
+        def renew(stubs: Stubs, timeout: float) -> int:
+            stream = stubs.lease.LeaseKeepAlive(iter([request]), timeout)
+            try:
+                for response in stream:
+                    return int(response.TTL)
+            finally:
+                stream.cancel()
+            return 0
+
+        return self._call(renew)
 
     def _revoke_quietly(self, lease_id: int) -> None:
         if not lease_id:
             return
+        request = etcdrpc.LeaseRevokeRequest(ID=lease_id)
         try:
-            self._guarded(self._revoke, lease_id)
+            self._call(lambda stubs, timeout: stubs.lease.LeaseRevoke(request, timeout))
         except KvUnavailable as exc:
             # Expired, already revoked, or etcd down: the lease ends by itself anyway.
             logger.info("election: lease %x not revoked: %s", lease_id, exc)
-
-    def _revoke(self, lease_id: int) -> None:
-        self._client.leasestub.LeaseRevoke(
-            etcdrpc.LeaseRevokeRequest(ID=lease_id), self._rpc_timeout
-        )

@@ -4,26 +4,35 @@ Requests are built as etcd protobuf messages directly, so range reads can use et
 limit without sorting (etcd drops the limit and sorts everything when a sort order is
 given) and `batch_put` can keep several transactions in flight, which lets etcd
 commit them in one raft round and one fsync.
+
+`endpoints` lists every member of the cluster. Calls go to one member and move to
+another when it fails (metasrv/kv/_etcd_members.py): a read is retried on the next
+member at once, a write only when it provably never left this process (see `txn`).
+Every read is linearizable (etcd's default: no request sets `serializable`), so a member
+cut off from the quorum cannot answer with a stale marker, route or election key: its
+read waits for a quorum it cannot reach and times out, and the read moves on.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import grpc
-import pyetcd
 from pyetcd import etcdrpc
 from pyetcd import exceptions as etcd_exc
 
 from metasrv.errors import InvalidArgument, KvUnavailable, MetasrvError, TxnTooLarge
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end, scan_pages
+from metasrv.kv._etcd_members import EtcdMembers, Stubs, is_connection_failure, never_sent
 from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._protocol import Compare, KeyValue, Put, TxnOp, TxnResult
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ETCD_MAX_TXN_OPS = 128
 """etcd's default `--max-txn-ops`."""
@@ -82,33 +91,11 @@ def translate_etcd_error(exc: Exception) -> MetasrvError:
     raise exc
 
 
-def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """'host:port' (optionally with http://) -> (host, port)."""
-    rest = endpoint.split("://", 1)[-1].rstrip("/")
-    host, sep, port = rest.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgument(f"etcd endpoint must be host:port, got {endpoint!r}")
-    return host.strip("[]"), int(port)
+class _Unsent(Exception):
+    """Why a member was left: batch_put transactions could not reach it."""
 
-
-def make_client(
-    endpoints: Sequence[str], timeout: float, security: EtcdSecurity | None = None
-) -> Any:
-    """A pyetcd client failing over between `endpoints`; plain-text gRPC unless
-    `security` asks for TLS and/or a user."""
-    security = security or EtcdSecurity()
-    creds = security.channel_credentials()
-    # pyetcd marks an endpoint failed for `time_retry` seconds after one error and
-    # refuses to use it meanwhile; with a single endpoint that would turn a brief etcd
-    # restart into minutes of errors, so retry it at once.
-    time_retry = 0.0 if len(endpoints) == 1 else 2.0
-    eps = [
-        pyetcd.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=time_retry)
-        for host, port in map(parse_endpoint, endpoints)
-    ]
-    for ep in eps:
-        ep.channel = security.secure(ep.channel, timeout)
-    return pyetcd.MultiEndpointEtcd3Client(endpoints=eps, timeout=timeout, failover=True)
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} batch_put transactions reached no connection")
 
 
 class EtcdKv:
@@ -132,13 +119,23 @@ class EtcdKv:
         self._prefix = key_prefix.encode()
         self.security = security or EtcdSecurity()
         """TLS and credentials; the election opens its own channel with the same."""
-        self._client: Any = make_client(self.endpoints, timeout, self.security)
+        self._members = EtcdMembers(self.endpoints, timeout, self.security)
         self._closed = False
 
     @property
     def client(self) -> Any:
-        """The raw pyetcd client (leases and watches for the election)."""
-        return self._client
+        """The raw pyetcd client, on the member in use (its stubs follow that member)."""
+        self._members.pick()
+        return self._members.client
+
+    @property
+    def member(self) -> str:
+        """`host:port` of the etcd member calls go to now."""
+        return self._members.current
+
+    def move_to(self, member: str) -> None:
+        """Send calls to `member` (one of `endpoints`) from now on, until it fails."""
+        self._members.move_to(member)
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -148,22 +145,33 @@ class EtcdKv:
     def _bare(self, key: bytes) -> str:
         return key[len(self._prefix) :].decode()
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _read(self, method: str, request: Any) -> Any:
+        """A read: retried on the next member after any connection-level failure; each
+        attempt gets half the timeout, so a member that does not answer (paused, cut off)
+        costs at most that before the read moves on, within the caller's timeout."""
+        return self._rpc(method, request, attempt_timeout=self.timeout / 2, idempotent=True)
+
+    def _write(self, method: str, request: Any) -> Any:
+        """A write: retried on the next member only when it never left this process."""
+        return self._rpc(method, request, attempt_timeout=self.timeout, idempotent=False)
+
+    def _rpc(self, method: str, request: Any, *, attempt_timeout: float, idempotent: bool) -> Any:
+        def send(stubs: Stubs, timeout: float) -> Any:
+            return getattr(stubs.kv, method)(request, timeout)
+
+        return self._guard(
+            lambda: self._members.call(
+                send, attempt_timeout=attempt_timeout, budget=self.timeout, idempotent=idempotent
+            )
+        )
+
+    def _guard(self, fn: Callable[[], _T]) -> _T:
         if self._closed:
             raise KvUnavailable("kv backend is closed")
         try:
-            return getattr(self._client.kvstub, method)(request, self.timeout)
+            return fn()
         except (grpc.RpcError, etcd_exc.Etcd3Exception, ValueError) as exc:
-            if isinstance(exc, grpc.RpcError):
-                self._note_failure(exc)
             raise translate_etcd_error(exc) from exc
-
-    def _note_failure(self, exc: grpc.RpcError) -> None:
-        code = exc.code() if callable(getattr(exc, "code", None)) else None
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            # Let pyetcd fail over to another endpoint on the next call.
-            self._client.endpoint_in_use.fail()
-            self._client._clear_old_stubs()
 
     def _compare(self, c: Compare) -> Any:
         msg = etcdrpc.Compare(key=self._full(c.key), result=etcdrpc.Compare.EQUAL)
@@ -195,7 +203,7 @@ class EtcdKv:
     # --- KvBackend -------------------------------------------------------------------
 
     def get(self, key: str) -> KeyValue | None:
-        resp = self._call("Range", etcdrpc.RangeRequest(key=self._full(key)))
+        resp = self._read("Range", etcdrpc.RangeRequest(key=self._full(key)))
         if not resp.kvs:
             return None
         kv = resp.kvs[0]
@@ -211,7 +219,7 @@ class EtcdKv:
         if start_after is not None:
             # The smallest key greater than start_after.
             lo = max(lo, self._full(start_after) + b"\0")
-        resp = self._call("Range", self._range_request(lo, hi, limit))
+        resp = self._read("Range", self._range_request(lo, hi, limit))
         return [
             KeyValue(self._bare(kv.key), bytes(kv.value), int(kv.mod_revision)) for kv in resp.kvs
         ]
@@ -220,17 +228,17 @@ class EtcdKv:
         return scan_pages(self.range, prefix, page_size)
 
     def put(self, key: str, value: bytes) -> int:
-        resp = self._call("Put", etcdrpc.PutRequest(key=self._full(key), value=value))
+        resp = self._write("Put", etcdrpc.PutRequest(key=self._full(key), value=value))
         return int(resp.header.revision)
 
     def delete(self, key: str) -> bool:
-        resp = self._call("DeleteRange", etcdrpc.DeleteRangeRequest(key=self._full(key)))
+        resp = self._write("DeleteRange", etcdrpc.DeleteRangeRequest(key=self._full(key)))
         return int(resp.deleted) > 0
 
     def delete_prefix(self, prefix: str) -> int:
         lo = self._full(prefix)
         req = etcdrpc.DeleteRangeRequest(key=lo or b"\0", range_end=prefix_range_end(lo))
-        return int(self._call("DeleteRange", req).deleted)
+        return int(self._write("DeleteRange", req).deleted)
 
     def txn(
         self,
@@ -244,29 +252,63 @@ class EtcdKv:
             success=[self._op(op) for op in collapse_ops(success)],
             failure=[self._op(op) for op in collapse_ops(failure)],
         )
-        resp = self._call("Txn", req)
+        # Not replayed once it may have reached a member (a reset connection, a deadline):
+        # our transactions are compare-and-swaps (the leader's fence, a key's revision,
+        # "absent"), and one that did apply would fail its own compare when replayed (the
+        # revision moved, the key now exists), answering "lost" for a write that won; a
+        # fence-only one would be re-applied later than, and over, a newer write of ours
+        # to the same keys. A caller that gets KvUnavailable re-reads before it retries.
+        # A txn that never reached a member (no connection) is safely sent to the next.
+        resp = self._write("Txn", req)
         return TxnResult(succeeded=bool(resp.succeeded), revision=int(resp.header.revision))
 
     def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
         if self._closed:
             raise KvUnavailable("kv backend is closed")
         # Deduplicate first so chunks touch disjoint keys and may commit in any order.
-        latest = dict(items)
-        pending: deque[Any] = deque()
+        chunks = list(self._chunks(dict(items)))
+        for _ in self.endpoints:  # one round per member at most
+            stubs = self._members.pick()
+            try:
+                chunks = self._send_chunks(stubs, chunks)
+            except (grpc.RpcError, etcd_exc.Etcd3Exception, ValueError) as exc:
+                if is_connection_failure(exc):
+                    self._members.fail(stubs.member, exc)
+                raise translate_etcd_error(exc) from exc
+            if not chunks:
+                return
+            # What is left never reached a member: send it to the next one.
+            self._members.fail(stubs.member, _Unsent(len(chunks)))
+        raise KvUnavailable(f"etcd unreachable: {len(chunks)} batch_put transactions not sent")
+
+    def _send_chunks(self, stubs: Stubs, chunks: list[list[Any]]) -> list[list[Any]]:
+        """Send each chunk as one transaction, `_BATCH_IN_FLIGHT` at a time; return the
+        chunks that reached no member, raise on any other failure (its outcome unknown:
+        put-only chunks carry no compare to re-evaluate, so they are not replayed)."""
+        unsent: list[list[Any]] = []
+        pending: deque[tuple[list[Any], Any]] = deque()
+
+        def settle() -> None:
+            chunk, future = pending.popleft()
+            try:
+                future.result()
+            except grpc.RpcError as exc:
+                if not never_sent(exc):
+                    raise
+                unsent.append(chunk)
+
         try:
-            for chunk in self._chunks(latest):
+            for chunk in chunks:
                 req = etcdrpc.TxnRequest(success=chunk)
-                pending.append(self._client.kvstub.Txn.future(req, self.timeout))
+                pending.append((chunk, stubs.kv.Txn.future(req, self.timeout)))
                 if len(pending) >= _BATCH_IN_FLIGHT:
-                    pending.popleft().result()
+                    settle()
             while pending:
-                pending.popleft().result()
-        except (grpc.RpcError, etcd_exc.Etcd3Exception, ValueError) as exc:
-            for fut in pending:
-                fut.cancel()
-            if isinstance(exc, grpc.RpcError):
-                self._note_failure(exc)
-            raise translate_etcd_error(exc) from exc
+                settle()
+        finally:
+            for _, future in pending:
+                future.cancel()
+        return unsent
 
     def _chunks(self, items: dict[str, bytes]) -> Iterator[list[Any]]:
         chunk: list[Any] = []
@@ -286,7 +328,7 @@ class EtcdKv:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._client.close()
+            self._members.close()
 
     def __repr__(self) -> str:
         return f"EtcdKv({self.endpoints!r}, key_prefix={self.key_prefix!r})"
