@@ -30,6 +30,14 @@ def register(app: typer.Typer) -> None:
         run_dir: Annotated[
             Path | None, typer.Option(help="Directory for config, logs, datanode data.")
         ] = None,
+        cluster: Annotated[
+            bool,
+            typer.Option(
+                "--cluster",
+                help="Run on 3 Kafka brokers (RF 3, min ISR 2) and 3 etcd members, and kill "
+                "a partition leader while purging.",
+            ),
+        ] = False,
     ) -> None:
         """Run the WAL purge end to end on local Kafka/etcd/PostgreSQL with simulated datanodes."""
         from rich.console import Console
@@ -44,6 +52,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             keep_running=keep_running,
             run_dir=run_dir,
+            cluster=cluster,
         )
         # Piped output gets room for the tables (rich assumes 80 columns off a terminal).
         console = Console(width=None if sys.stdout.isatty() else 120)

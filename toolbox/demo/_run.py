@@ -7,6 +7,11 @@ and manual purges are submitted, kill one datanode (its topics must stop being p
 it (every acknowledged row must come back), then crash-restart every datanode for a final check.
 Exit status 1 when any acknowledged row is missing, Kafka lost an entry a region needed, or the
 metasrv died. Child processes are stopped at the end; the stack keeps running.
+
+With `cluster` (`metasrv demo --cluster`) it runs on the production-shaped cluster instead
+(`toolbox.stack.cluster_up`: three Kafka brokers, topics at replication factor 3 with
+`min.insync.replicas` 2, a 3-member etcd), and one more phase SIGKILLs the broker that
+leads a WAL topic's partition while datanodes write and purges run, then restarts it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from toolbox.simulator import (
     migrate,
     render_config,
 )
-from toolbox.stack import Endpoints, ensure_up
+from toolbox.stack import Cluster, cluster_up, ensure_up
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +67,34 @@ class DemoOptions:
     """Leave metasrv and the datanodes running until Ctrl-C."""
     run_dir: Path | None = None
     """Where config, logs and datanode data go (default: a new temp dir)."""
+    cluster: bool = False
+    """Run on the 3-broker, 3-member cluster and kill a partition leader while purging."""
 
 
-def demo_config(
-    *, kafka: str, etcd: str, postgres_url: str, run_id: str, port: int, tokens: dict[str, str]
-) -> str:
+@dataclass(frozen=True, slots=True)
+class DemoServices:
+    """Where the demo's metasrv and datanodes find Kafka, etcd and PostgreSQL."""
+
+    kafka_bootstrap: str
+    """Every broker, comma-separated."""
+    etcd_endpoints: list[str]
+    postgres_url: str
+    replication_factor: int = 1
+
+
+def demo_config(services: DemoServices, *, run_id: str, port: int, tokens: dict[str, str]) -> str:
     """The demo's metasrv config: etcd kv under a unique prefix, PostgreSQL history."""
+    durability: dict[str, object] = {}
+    if services.replication_factor > 1:
+        durability = {
+            "replication_factor": services.replication_factor,
+            "min_insync_replicas": 2,
+        }
     return render_config(
         {
             "wal": {
-                "broker_endpoints": [kafka],
+                "broker_endpoints": services.kafka_bootstrap.split(","),
+                **durability,
                 "num_topics": NUM_TOPICS,
                 "topic_name_prefix": f"demo_{run_id}",
                 "auto_prune_interval": f"{PRUNE_INTERVAL:.0f}s",
@@ -84,10 +107,10 @@ def demo_config(
             "http": {"addr": f"127.0.0.1:{port}"},
             "kv": {
                 "backend": "etcd",
-                "etcd_endpoints": [etcd],
+                "etcd_endpoints": services.etcd_endpoints,
                 "key_prefix": f"/metasrv-demo/{run_id}/",
             },
-            "history": {"url": postgres_url},
+            "history": {"url": services.postgres_url},
             "auth": {
                 "datanode_tokens": [tokens["datanode"]],
                 "operator_tokens": [tokens["operator"]],
@@ -118,14 +141,15 @@ class DemoRun:
         self.viewer = MetasrvClient(self.url, token=self.tokens["viewer"], timeout=15.0)
         self.config = self.run_dir / "metasrv.toml"
         self.metasrv = MetasrvProcess(self.config, self.run_dir / "metasrv.log", self.url)
-        self._endpoints: Endpoints | None = None
+        self._services: DemoServices | None = None
+        self.cluster: Cluster | None = None
         self._workload: Workload | None = None
         self._watcher: Watcher | None = None
 
     @property
-    def endpoints(self) -> Endpoints:
-        assert self._endpoints is not None, "the services phase runs first"
-        return self._endpoints
+    def services(self) -> DemoServices:
+        assert self._services is not None, "the services phase runs first"
+        return self._services
 
     @property
     def workload(self) -> Workload:
@@ -172,34 +196,42 @@ class DemoRun:
         self.operator.close()
         self.viewer.close()
         self.metasrv.stop()
-        if self._endpoints is not None:
-            _delete_topics(self._endpoints.kafka_bootstrap, f"demo_{self.run_id}_")
+        if self.cluster is not None:
+            self.cluster.heal()
+        if self._services is not None:
+            _delete_topics(self._services.kafka_bootstrap, f"demo_{self.run_id}_")
 
 
 # --- the phases, in order --------------------------------------------------------------------
 
 
 def start_services(run: DemoRun) -> None:
-    run._endpoints = ensure_up()
-    e = run.endpoints
+    single = ensure_up()  # PostgreSQL (and, without --cluster, Kafka and etcd)
+    if run.options.cluster:
+        run.cluster = cluster_up()
+        run._services = DemoServices(
+            kafka_bootstrap=run.cluster.kafka_bootstrap,
+            etcd_endpoints=run.cluster.etcd_endpoints,
+            postgres_url=single.postgres_url,
+            replication_factor=3,
+        )
+    else:
+        run._services = DemoServices(
+            kafka_bootstrap=single.kafka_bootstrap,
+            etcd_endpoints=[single.etcd_endpoint],
+            postgres_url=single.postgres_url,
+        )
+    s = run.services
     run.console.print(
-        f"   Kafka {e.kafka_bootstrap}, etcd {e.etcd_endpoint}, "
-        f"PostgreSQL {e.postgres_url.split('@')[-1]}"
+        f"   Kafka {s.kafka_bootstrap} (replication factor {s.replication_factor}), "
+        f"etcd {','.join(s.etcd_endpoints)}, PostgreSQL {s.postgres_url.split('@')[-1]}"
     )
 
 
 def migrate_history(run: DemoRun) -> None:
     port = int(run.url.rsplit(":", 1)[1])
-    e = run.endpoints
     run.config.write_text(
-        demo_config(
-            kafka=e.kafka_bootstrap,
-            etcd=e.etcd_endpoint,
-            postgres_url=e.postgres_url,
-            run_id=run.run_id,
-            port=port,
-            tokens=run.tokens,
-        )
+        demo_config(run.services, run_id=run.run_id, port=port, tokens=run.tokens)
     )
     migrate(run.config, run.run_dir / "db-upgrade.log")
 
@@ -219,7 +251,7 @@ def start_datanodes(run: DemoRun) -> None:
             heartbeat_interval=1.0,
             flush_threshold_bytes=48 * 1024,
         ),
-        kafka_bootstrap=run.endpoints.kafka_bootstrap,
+        kafka_bootstrap=run.services.kafka_bootstrap,
         data_dir=run.run_dir / "datanodes",
         metasrv_url=run.url,
         operator_token=run.tokens["operator"],
@@ -243,6 +275,23 @@ def write_and_purge(run: DemoRun) -> None:
     run.console.print(f"   manual purge: POST /v1/purge -> {len(lines)} procedures")
     for line in lines:
         run.console.print(f"     {line}")
+
+
+def kill_partition_leader(run: DemoRun) -> None:
+    cluster = run.cluster
+    assert cluster is not None
+    topic = run.workload.topics[0]
+    victim = cluster.broker_of(cluster.partition_leader(topic))
+    cluster.kill(victim)
+    run.console.print(f"   SIGKILLed {victim}, the leader of {topic}'s partition")
+    run.write_live(f"{victim} down", run.options.phase_seconds)
+    lines = run.purge_and_wait()
+    run.console.print(f"   purge with {victim} down: POST /v1/purge -> {len(lines)} procedures")
+    for line in lines:
+        run.console.print(f"     {line}")
+    started = time.monotonic()
+    cluster.start(victim)
+    run.console.print(f"   restarted {victim} ({time.monotonic() - started:.1f}s to rejoin)")
 
 
 def crash_datanode(run: DemoRun) -> None:
@@ -290,6 +339,12 @@ class Phase:
     live: bool = False
 
 
+_BROKER_PHASE = Phase(
+    lambda r: "Kill the Kafka broker leading a WAL partition while writing and purging",
+    kill_partition_leader,
+    live=True,
+)
+
 PHASES: tuple[Phase, ...] = (
     Phase(lambda r: "Local services (Kafka, etcd, PostgreSQL)", start_services),
     Phase(lambda r: "History database migrations (metasrv db upgrade)", migrate_history),
@@ -323,8 +378,16 @@ PHASES: tuple[Phase, ...] = (
 )
 
 
-def _run_phase(run: DemoRun, number: int, phase: Phase) -> None:
-    label = f"[bold]{number}/{len(PHASES)}[/bold] {phase.title(run)}"
+def phases(options: DemoOptions) -> tuple[Phase, ...]:
+    """The demo's phases: `PHASES`, and on the cluster the broker kill after the first
+    writing phase."""
+    if not options.cluster:
+        return PHASES
+    return (*PHASES[:5], _BROKER_PHASE, *PHASES[5:])
+
+
+def _run_phase(run: DemoRun, number: int, total: int, phase: Phase) -> None:
+    label = f"[bold]{number}/{total}[/bold] {phase.title(run)}"
     if phase.live:
         run.console.rule(label)
         phase.run(run)
@@ -372,8 +435,9 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         )
     )
     try:
-        for number, phase in enumerate(PHASES, start=1):
-            _run_phase(run, number, phase)
+        chosen = phases(options)
+        for number, phase in enumerate(chosen, start=1):
+            _run_phase(run, number, len(chosen), phase)
         _summarize(run)
     except WalDataLoss as exc:
         run.findings.failure = f"WAL data loss: {exc.message}"
