@@ -583,6 +583,7 @@ class Bench:
             at_kill = self.kafka.log_start(topic)
             log(f"run {run}: warm purge ok (log start {at_kill}); killing leader {name}")
             killed_at = time.monotonic()
+            killed_wall = time.time()
             elected: dict[str, Any] = {}
             plans: list[dict[str, Any]] = []
             stop = threading.Event()
@@ -669,9 +670,22 @@ class Bench:
                         outcomes[key] += 1
                         first_seen.setdefault(key, round(time.monotonic() - killed_at, 1))
                         if view["state"] == "succeeded" and "at" in elected:
-                            start = self.kafka.log_start(topic)
+                            start = None
+                            for _ in range(5):
+                                start = self.kafka.log_start(topic)
+                                if start is not None:
+                                    break
                             if start is not None and at_kill is not None and start > at_kill:
-                                success.update(at=time.monotonic() - killed_at, log_start=start)
+                                finished = view.get("finished_at")
+                                success.update(
+                                    at=time.monotonic() - killed_at,
+                                    log_start=start,
+                                    finished_at=(
+                                        datetime.fromisoformat(finished).timestamp() - killed_wall
+                                        if isinstance(finished, str)
+                                        else None
+                                    ),
+                                )
                     time.sleep(max(0.0, 2.0 - (time.monotonic() - round_at)))
             finally:
                 stop.set()
@@ -695,6 +709,11 @@ class Bench:
                     None
                     if succeeded_at is None or elected_at is None
                     else round(succeeded_at - elected_at, 2)
+                ),
+                "first_success_finished_after_election_s": (
+                    None
+                    if success.get("finished_at") is None or elected_at is None
+                    else round(success["finished_at"] - elected_at, 2)
                 ),
                 "first_success_after_kill_s": (
                     None if succeeded_at is None else round(succeeded_at, 2)
