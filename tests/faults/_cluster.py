@@ -90,13 +90,14 @@ def _daemon_config(
     node: str,
     port: int,
     kafka: str,
-    etcd: str,
+    etcd: list[str],
     history_url: str,
 ) -> str:
     return render_config(
         {
             "wal": {
-                "broker_endpoints": [kafka],
+                "broker_endpoints": kafka.split(","),
+                "replication_factor": 3,
                 "num_topics": spec.num_topics,
                 "topic_name_prefix": f"{name}_wal",
                 "auto_prune_interval": "2s",
@@ -110,7 +111,7 @@ def _daemon_config(
             # Retries outlast every outage the suite injects (the backoff caps at 30 s).
             "procedure": {"max_retry_times": 20, "retry_delay": "100ms", "finished_ttl": "30m"},
             "http": {"addr": f"127.0.0.1:{port}"},
-            "kv": {"backend": "etcd", "etcd_endpoints": [etcd], "key_prefix": f"{name}/"},
+            "kv": {"backend": "etcd", "etcd_endpoints": etcd, "key_prefix": f"{name}/"},
             "history": {"url": history_url},
             "election": {"lease_secs": spec.lease_secs, "node_name": node},
             "reconcile": {"stat_history_interval": "0s"},
@@ -126,7 +127,7 @@ class FaultCluster:
         *,
         name: str,
         kafka: str,
-        etcd: str,
+        etcd: list[str],
         history_url: str,
         workdir: Path,
         summary: FaultSummary,
@@ -139,7 +140,7 @@ class FaultCluster:
         self.workdir = workdir
         self.summary = summary
         self.spec = spec or ClusterSpec()
-        self.kv = EtcdKv([etcd], f"{name}/", timeout=3.0)
+        self.kv = EtcdKv(etcd, f"{name}/", timeout=3.0)
         self.admin = KafkaAdmin(kafka, request_timeout=5.0)
         self.daemons = [
             Daemon(f"ms{i}", _free_port(), workdir / f"ms{i}.toml", workdir)

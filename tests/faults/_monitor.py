@@ -42,7 +42,7 @@ class InvariantMonitor:
         self,
         cluster: str,
         *,
-        etcd: str,
+        etcd: list[str],
         kafka: str,
         datanodes: Callable[[], Iterable[SimDatanode]],
         topics: Callable[[], list[str]],
@@ -50,7 +50,7 @@ class InvariantMonitor:
         interval: float = 0.5,
     ) -> None:
         self.cluster = cluster
-        self._kv = EtcdKv([etcd], f"{cluster}/", timeout=2.0)
+        self._kv = EtcdKv(etcd, f"{cluster}/", timeout=2.0)
         self._admin = KafkaAdmin(kafka, request_timeout=3.0)
         self._datanodes = datanodes
         self._topics = topics

@@ -1,81 +1,103 @@
-"""The fault suite's own Kafka and etcd, which it may stop, pause and restart.
+"""The fault suite's own Kafka cluster and etcd cluster, which it may stop, pause and restart.
 
-Other test sessions use the shared stack (Kafka 19092, etcd 12379) at the same time, so
-the suite never touches it: it runs a second stack from the project's stack code in its
-own state directory (`.stack-faults/` by default, `METASRV_FAULTS_STACK_DIR` to move it)
-on other ports (Kafka 29092/29093, etcd 22379/22380).
+Other test sessions use the shared stack (and its cluster) at the same time, so the suite
+never touches them: it runs the production-shaped cluster from the project's stack code
+(`toolbox.stack.cluster_up`: a KRaft controller, brokers 1-3 at replication factor 3 and
+`min.insync.replicas` 2, and a 3-member etcd) in its own state directory
+(`.stack-faults/` by default, `METASRV_FAULTS_STACK_DIR` to move it) on other ports:
+brokers 29192-29194, controller 29195, etcd clients 22479/22481/22483 (peers +1).
+
+Daemons get every broker and every member. A fault names either a whole service, as the
+scripted service faults do ("kafka": every broker, "etcd": every member), or one process
+("kafka-broker-2", "etcd-1", ...), as faults of single brokers and members do.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
-from toolbox.stack import StackConfig, endpoints_of, service_pid, start_service, stop_service
+from toolbox.stack import Cluster, StackConfig, cluster_up
 
 STATE_DIR_ENV = "METASRV_FAULTS_STACK_DIR"
-KAFKA_PORT = 29092
-KAFKA_CONTROLLER_PORT = 29093
-ETCD_PORT = 22379
-ETCD_PEER_PORT = 22380
+KAFKA_PORTS = (29192, 29193, 29194)
+CONTROLLER_PORT = 29195
+ETCD_PORTS = (22479, 22481, 22483)
 SERVICES = ("etcd", "kafka")
 
 
 def fault_stack_config() -> StackConfig:
-    """State dir and ports of the fault suite's stack."""
+    """State dir and ports of the fault suite's cluster."""
     root = Path(__file__).resolve().parents[2]
     state_dir = os.environ.get(STATE_DIR_ENV) or str(root / ".stack-faults")
     return StackConfig.from_env(
         state_dir=state_dir,
-        kafka_port=KAFKA_PORT,
-        kafka_controller_port=KAFKA_CONTROLLER_PORT,
-        etcd_port=ETCD_PORT,
-        etcd_peer_port=ETCD_PEER_PORT,
+        cluster_kafka_ports=KAFKA_PORTS,
+        cluster_controller_port=CONTROLLER_PORT,
+        cluster_etcd_ports=ETCD_PORTS,
     )
 
 
 class FaultServices:
-    """Start, stop, pause and continue the suite's Kafka and etcd."""
+    """Start, stop, kill, pause and continue the suite's brokers and etcd members."""
 
     def __init__(self, cfg: StackConfig) -> None:
         self.cfg = cfg
-        endpoints = endpoints_of(cfg)
-        self.kafka = endpoints.kafka_bootstrap
-        self.etcd = endpoints.etcd_endpoint
+        self.cluster = Cluster(cfg)
+        self.kafka = self.cluster.kafka_bootstrap
+        """Every broker, "host:p1,host:p2,host:p3" (librdkafka's bootstrap form)."""
+        self.etcd_endpoints = list(self.cluster.etcd_endpoints)
+        """Every etcd member's client endpoint."""
+        self.etcd = self.etcd_endpoints[0]
+        """The first member (for callers that take one endpoint)."""
         self.paused: set[str] = set()
 
+    def members(self, name: str) -> tuple[str, ...]:
+        """The processes `name` stands for: every broker for "kafka", every member for
+        "etcd", else the one named ("kafka-broker-1", "etcd-2", "kafka-controller")."""
+        if name == "kafka":
+            return tuple(self.cluster.brokers)
+        if name == "etcd":
+            return tuple(self.cluster.etcd_members)
+        self.cluster.service(name)  # raises for an unknown name
+        return (name,)
+
     def start(self, name: str) -> None:
-        """Start one service (idempotent); waits until it answers."""
-        start_service(self.cfg, name)
+        """Start (idempotent), then wait until every process of `name` is healthy."""
+        names = self.members(name)
+        self.cluster.start(*names)
+        self.paused.difference_update(names)
 
     def stop(self, name: str) -> None:
-        """Stop one service (SIGTERM, then SIGKILL)."""
-        self.resume(name)
-        stop_service(self.cfg, name)
+        """Stop (SIGTERM, then SIGKILL) every process of `name`."""
+        names = self.members(name)
+        self.cluster.stop(*names)
+        self.paused.difference_update(names)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL every process of `name`."""
+        names = self.members(name)
+        self.cluster.kill(*names)
+        self.paused.difference_update(names)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP one service."""
-        pid = service_pid(self.cfg, name)
-        assert pid is not None, f"{name} is not running"
-        os.kill(pid, signal.SIGSTOP)
-        self.paused.add(name)
+        """SIGSTOP every process of `name`."""
+        names = self.members(name)
+        self.cluster.pause(*names)
+        self.paused.update(names)
 
     def resume(self, name: str) -> None:
-        """SIGCONT one service if paused."""
-        if name in self.paused:
-            pid = service_pid(self.cfg, name)
-            if pid is not None:
-                os.kill(pid, signal.SIGCONT)
-            self.paused.discard(name)
+        """SIGCONT every process of `name` (a no-op for those not paused)."""
+        names = self.members(name)
+        self.cluster.resume(*names)
+        self.paused.difference_update(names)
 
     def up(self) -> None:
-        """Continue paused services and start stopped ones."""
-        for name in SERVICES:
-            self.resume(name)
-            self.start(name)
+        """Continue paused processes and start stopped ones (the whole cluster healthy)."""
+        self.cluster = cluster_up(self.cfg)
+        self.paused.clear()
 
     def down(self) -> None:
-        """Stop both services."""
-        for name in reversed(SERVICES):
-            self.stop(name)
+        """Stop the whole cluster (brokers, controller, etcd members)."""
+        self.cluster.down()
+        self.paused.clear()

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite: its own Kafka and etcd, a PostgreSQL history schema, one
+"""Fixtures of the fault suite: its own Kafka and etcd clusters, a PostgreSQL history schema, one
 multi-process cluster per module, the budget (bounded or long) and the summary line.
 
 Bounded by default (part of `make test`); `--run-slow` or `METASRV_FAULTS_LONG=1` runs
@@ -73,7 +73,7 @@ def summary() -> FaultSummary:
 
 @pytest.fixture(scope="session")
 def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
-    """The suite's own Kafka and etcd, started for the session and stopped after it.
+    """The suite's own Kafka and etcd clusters, started for the session and stopped after it.
 
     One session at a time on this machine (the ports are fixed, whatever the checkout):
     another one would stop and freeze the same services under this one's feet, so a
@@ -81,7 +81,7 @@ def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
     """
     cfg = fault_stack_config()
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = Path(tempfile.gettempdir()) / f"metasrv-faults-{cfg.kafka_port}.lock"
+    lock_path = Path(tempfile.gettempdir()) / f"metasrv-faults-{cfg.cluster_kafka_ports[0]}.lock"
     with lock_path.open("a") as lock:
         deadline = time.monotonic() + max(30.0, budget.test_timeout - 60)
         while True:
@@ -120,7 +120,7 @@ def module_cluster(
     cluster = FaultCluster(
         name=name,
         kafka=fault_services.kafka,
-        etcd=fault_services.etcd,
+        etcd=fault_services.etcd_endpoints,
         history_url=fault_history_url,
         workdir=run_dir(fault_services.cfg.state_dir, name),
         summary=summary,

@@ -12,6 +12,7 @@ the controller applies its own cluster default when a topic is created without t
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -64,8 +65,17 @@ def broker_name(node_id: int) -> str:
     return f"kafka-broker-{node_id}"
 
 
+_cluster_id_guard = threading.Lock()
+
+
 def _cluster_id(cfg: StackConfig) -> str:
-    """The cluster id every node is formatted with, made once per state dir."""
+    """The cluster id every node is formatted with, made once per state dir (nodes are
+    formatted in parallel threads, under the cluster's directory lock)."""
+    with _cluster_id_guard:
+        return _read_or_make_cluster_id(cfg)
+
+
+def _read_or_make_cluster_id(cfg: StackConfig) -> str:
     path = cfg.cluster_dir / "kafka-cluster.id"
     if path.exists():
         return path.read_text().strip()
