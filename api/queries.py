@@ -35,7 +35,8 @@ class ReplayStart:
     region_id: int
     topic: str
     start_entry_id: int
-    """`max(flushed_entry_id, pruned_entry_id) + 1` (DESIGN §1)."""
+    """`max(prunable_entry_id, pruned_entry_id) + 1` (DESIGN §1 with the prunable id for
+    the flushed one; see `_replay_start`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +76,18 @@ def _live_stat(rt: Runtime, route: RegionRoute) -> RegionStat | None:
 
 
 def _replay_start(route: RegionRoute, stat: RegionStat | None, pruned: int | None) -> int:
+    """`max(prunable_entry_id, pruned_entry_id) + 1`: the region needs nothing at or below
+    its prunable id (its flushed id, or the topic's latest id when it reported an empty
+    memtable: every entry it writes afterwards is above that), and nothing at or below
+    the marker. A purge never deletes past the prunable id of any mapped region, so this
+    start stays readable after it is answered, through every later purge."""
     if stat is not None:
-        flushed = stat.flushed_entry_id
+        needs_after = stat.prunable_entry_id
     elif route.checkpoint_entry_id is not None:
-        flushed = route.checkpoint_entry_id
+        needs_after = route.checkpoint_entry_id  # a checkpoint is a prunable id
     else:
-        flushed = -1
-    return max(flushed, pruned if pruned is not None else -1) + 1
+        needs_after = -1
+    return max(needs_after, pruned if pruned is not None else -1) + 1
 
 
 def _route(rt: Runtime, region_id: int) -> RegionRoute:

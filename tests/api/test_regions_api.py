@@ -124,12 +124,17 @@ def test_replay_start_uses_live_stat_then_checkpoint_then_marker(
         assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 51
         etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": 10}')
         assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 31
+        # Idle (empty memtable) at the topic's entry 40: every entry of the region is at
+        # or below its flushed id 30, and whatever it writes next is above 40, so it
+        # needs nothing at or below 40 (and a purge may delete up to 40).
+        c.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 30, latest=40, memtable=0)]))
+        assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 41
         assert_error(c.get("/v1/regions/9/replay-start"), 404)
     # A new leader has no live stats: the persisted checkpoint (flushed on shutdown) counts.
     with start_server(settings) as srv, srv.client() as c:
         info = c.get("/v1/regions/8").json()
-        assert info["stat"] is None and info["checkpoint_entry_id"] == 30
-        assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 31
+        assert info["stat"] is None and info["checkpoint_entry_id"] == 40
+        assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 41
 
 
 def test_plan_and_topic_views(server: Server, client: httpx.Client, unique_prefix: str) -> None:
