@@ -1,11 +1,15 @@
 """Random sequences of writes, flushes, heartbeats, purges and crashes (hypothesis stateful).
 
 Each example drives the module's live cluster (three daemons, three datanodes writing
-all along) through a random sequence of steps; after every step the monitor's invariant
-sample must find nothing deleted that a region still needs and no marker moving
-backwards. Each example ends with the cluster healed, every procedure a crash
-interrupted finished by a later leader, and a full recovery check. Shrinking is off:
-every step costs real process work, so a failure is reported with its steps as run.
+all along, on three Kafka brokers at RF 3 and a 3-member etcd) through a random sequence
+of steps, among them SIGKILL or SIGSTOP of one broker (whichever leads or follows the WAL
+partitions) and SIGKILL of one etcd member, at most one broker and one member down at a
+time (the loss production must survive), each restarted by a later step or at the end.
+After every step the monitor's invariant sample must find nothing deleted that a region
+still needs and no marker moving backwards. Each example ends with the cluster healed,
+every procedure a crash interrupted finished by a later leader, purging working again,
+and a full recovery check. Shrinking is off: every step costs real process work, so a
+failure is reported with its steps as run.
 """
 
 from __future__ import annotations
@@ -28,19 +32,27 @@ from metasrv.client import MetasrvClient
 from metasrv.errors import MetasrvError
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster, RecoveryResult
+from tests.faults._services import FaultServices
 
 pytestmark = pytest.mark.faults
 
 NODES = st.integers(min_value=0, max_value=2)
+MEMBERS = st.integers(min_value=1, max_value=3)
+BROKER_PAUSE = 4.0
+"""Seconds a SIGSTOPped broker stays stopped (less than Kafka's 9 s session timeout: the
+partition leader keeps waiting for it, it is not fenced)."""
 
 
 class RandomFaults(RuleBasedStateMachine):
     """Steps against `RandomFaults.cluster` (set by the test before running)."""
 
     cluster: ClassVar[FaultCluster]
+    services: ClassVar[FaultServices]
 
     def __init__(self) -> None:
         super().__init__()
+        self.down_broker: str | None = None
+        self.down_member: str | None = None
         self.interrupted: list[str] = []
         self.result = RecoveryResult()
         self.steps: list[str] = []
@@ -121,6 +133,47 @@ class RandomFaults(RuleBasedStateMachine):
         self.steps.append("restart_daemons")
         self.cluster.heal()
 
+    # --- Kafka brokers and etcd members -------------------------------------------------
+
+    @rule(broker=MEMBERS, kill=st.booleans())
+    def broker_fault(self, broker: int, kill: bool) -> None:
+        """SIGKILL one broker (kept down), or SIGSTOP it for `BROKER_PAUSE` seconds of load."""
+        self.steps.append(f"{'kill' if kill else 'pause'}_broker_{broker}")
+        if self.down_broker is not None:
+            return
+        name = f"kafka-broker-{broker}"
+        self.cluster.summary.fault()
+        if kill:
+            self.services.kill(name)
+            self.down_broker = name
+            return
+        self.services.pause(name)
+        try:
+            self.cluster.run_for(BROKER_PAUSE)
+        finally:
+            self.services.resume(name)
+
+    @rule(member=MEMBERS)
+    def kill_etcd_member(self, member: int) -> None:
+        self.steps.append(f"kill_etcd_{member}")
+        if self.down_member is not None:
+            return
+        name = f"etcd-{member}"
+        self.services.kill(name)
+        self.cluster.summary.fault()
+        self.down_member = name
+
+    @rule()
+    def restart_services(self) -> None:
+        self.steps.append("restart_services")
+        self._restart_services()
+
+    def _restart_services(self) -> None:
+        for name in (self.down_broker, self.down_member):
+            if name is not None:
+                self.services.start(name)
+        self.down_broker = self.down_member = None
+
     # --- invariants ---------------------------------------------------------------------
 
     @invariant()
@@ -131,13 +184,19 @@ class RandomFaults(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         print(f"random faults: {' '.join(self.steps)}")
+        self._restart_services()
         self.cluster.heal()
         self.cluster.finish_resumed(sorted(set(self.interrupted)))
+        # Every fault healed: purging works again before the recovery check.
+        self.cluster.wait_purge_progress(dict(self.cluster.monitor.markers), timeout=180.0)
         self.cluster.assert_recovers()
 
 
-def test_random_fault_sequences(cluster: FaultCluster, budget: FaultBudget) -> None:
+def test_random_fault_sequences(
+    cluster: FaultCluster, fault_services: FaultServices, budget: FaultBudget
+) -> None:
     RandomFaults.cluster = cluster
+    RandomFaults.services = fault_services
     run_state_machine_as_test(
         RandomFaults,
         settings=settings(

@@ -90,3 +90,76 @@ def test_kafka_broker_down(
         cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
         cluster.run_for(budget.settle)
     cluster.assert_recovers()
+
+
+def _busiest_broker(fault_services: FaultServices, topics: list[str]) -> str:
+    """The broker leading the most of `topics`' partitions."""
+    cluster = fault_services.cluster
+    leaders = [cluster.partition_leader(t) for t in topics]
+    node = max(set(leaders), key=leaders.count)
+    return cluster.broker_of(node)
+
+
+def test_partition_leader_killed_then_a_follower_paused(
+    cluster: FaultCluster, fault_services: FaultServices, budget: FaultBudget, summary: FaultSummary
+) -> None:
+    """RF 3, min ISR 2: one broker lost at a time. With the broker leading most WAL
+    partitions SIGKILLed, Kafka elects new leaders and purges go on (no purge waits for the
+    dead broker, none is skipped for a false reason); with a follower SIGSTOPped, a purge's
+    DeleteRecords waits for it but the log start decides, and purges still complete."""
+    topics = cluster.workload.topics
+    for _ in range(budget.rounds):
+        cluster.wait_in_flight(timeout=10)
+        victim = _busiest_broker(fault_services, topics)
+        fault_services.kill(victim)
+        summary.fault()
+        killed_at = time.monotonic()
+        markers = dict(cluster.monitor.markers)
+        cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
+        print(f"{victim} killed: purged again after {time.monotonic() - killed_at:.1f}s")
+        fault_services.start(victim)
+
+        leader_node = fault_services.cluster.partition_leader(topics[0])
+        follower = next(
+            b
+            for b in fault_services.cluster.brokers
+            if b != fault_services.cluster.broker_of(leader_node)
+        )
+        cluster.wait_in_flight(timeout=10)
+        markers = dict(cluster.monitor.markers)
+        fault_services.pause(follower)
+        summary.fault()
+        try:
+            cluster.run_for(budget.kafka_outage)
+        finally:
+            fault_services.resume(follower)
+        cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
+        cluster.run_for(budget.settle)
+    cluster.assert_recovers()
+
+
+def test_etcd_member_killed_follower_then_leader(
+    cluster: FaultCluster, fault_services: FaultServices, budget: FaultBudget, summary: FaultSummary
+) -> None:
+    """A 3-member etcd loses one member at a time, a follower and then the etcd leader:
+    a serving metasrv leader answers throughout (within the lease), purges go on, and
+    nothing a region needs is deleted."""
+    etcd = fault_services.cluster
+    for _ in range(budget.rounds):
+        leader_member = etcd.etcd_leader()
+        follower_member = next(m for m in etcd.etcd_members if m != leader_member)
+        for member in (follower_member, leader_member):
+            cluster.wait_in_flight(timeout=10)
+            markers = dict(cluster.monitor.markers)
+            fault_services.kill(member)
+            summary.fault()
+            killed_at = time.monotonic()
+            leader, _ = cluster.wait_leader(timeout=cluster.spec.lease_secs + 5.0)
+            print(
+                f"{member} killed: {leader.name} serving {time.monotonic() - killed_at:.1f}s later"
+            )
+            cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
+            fault_services.start(member)
+            cluster.run_for(budget.settle)
+    cluster.finish_resumed(sorted(cluster.unfinished()), count=False)
+    cluster.assert_recovers()
