@@ -250,7 +250,7 @@ class EtcdElection(LeaseElection):
 
     Its channel (its own, on the election thread) reaches every member in `kv.endpoints`
     and moves to another one as soon as the member in use fails: refused, reset, or
-    silent for one call's deadline (lease/3: a paused or cut-off member). Every call the
+    silent for one call's deadline (lease/5: a paused or cut-off member). Every call the
     election makes may run twice, so each is retried at once on the next member: reads
     and keepalives are idempotent, a revoke of a revoked lease is a no-op, a granted
     lease nobody uses expires by itself, and the create transaction is re-evaluated (the
@@ -271,6 +271,10 @@ class EtcdElection(LeaseElection):
         self._kv = kv
         self._key = (kv.key_prefix + ELECTION_KEY).encode()
         self._members: EtcdMembers | None = None  # this thread's own channels, opened by `start`
+        # One member's deadline: lease/5, so a keepalive that meets a dead or frozen
+        # member, and then a member that is still waiting for a new etcd leader, leaves
+        # time for a third attempt within the lease (renewals start lease/3 after the last).
+        self._attempt_timeout = max(0.5, self.lease_secs / 5)
 
     @property
     def member(self) -> str | None:
@@ -284,7 +288,9 @@ class EtcdElection(LeaseElection):
 
     def _open(self) -> None:
         if self._members is None:
-            self._members = EtcdMembers(self._kv.endpoints, self._rpc_timeout, self._kv.security)
+            self._members = EtcdMembers(
+                self._kv.endpoints, self._rpc_timeout, self._kv.security, name="election"
+            )
 
     def _close(self) -> None:
         members, self._members = self._members, None
@@ -330,15 +336,15 @@ class EtcdElection(LeaseElection):
     # --- etcd calls (blocking, on the election thread) --------------------------------
     def _call(self, fn: Callable[[Stubs, float], T]) -> T:
         """`fn` on the member in use, moving to the next member on a connection failure
-        (see the class docstring for why every election call may run twice). Within two
-        deadlines: one for a member that does not answer, one for the next member."""
+        (see the class docstring for why every election call may run twice), within
+        two renewal deadlines (lease/3 each) in all."""
         members = self._members
         if members is None:
             raise KvUnavailable("the election's etcd channel is closed")
         try:
             return members.call(
                 fn,
-                attempt_timeout=self._rpc_timeout,
+                attempt_timeout=self._attempt_timeout,
                 budget=2 * self._rpc_timeout,
                 idempotent=True,
             )

@@ -128,12 +128,20 @@ class EtcdMembers:
     """The members of one etcd cluster and the one calls go to (see the module docstring)."""
 
     def __init__(
-        self, endpoints: Sequence[str], timeout: float, security: EtcdSecurity | None = None
+        self,
+        endpoints: Sequence[str],
+        timeout: float,
+        security: EtcdSecurity | None = None,
+        *,
+        name: str = "kv",
     ) -> None:
         self.client: Any = make_client(endpoints, timeout, security)
         """The pyetcd client: its endpoints, their failure marks and its current member."""
+        self.name = name
+        """Whose channels these are ("kv", "election"), for the logs."""
         self._lock = threading.Lock()
         self._stubs: dict[str, Stubs] = {}
+        self._logged = ""  # the member last logged as in use
 
     @property
     def members(self) -> list[str]:
@@ -163,7 +171,15 @@ class EtcdMembers:
                 channel = client.endpoints[label].channel
                 stubs = Stubs(label, etcdrpc.KVStub(channel), etcdrpc.LeaseStub(channel))
                 self._stubs[label] = stubs
-            return stubs
+            moved, self._logged = self._logged != label, label
+        if moved:
+            logger.info(
+                "etcd %s calls go to member %s",
+                self.name,
+                label,
+                extra={"etcd_channel": self.name, "etcd_member": label},
+            )
+        return stubs
 
     def fail(self, member: str, exc: BaseException) -> None:
         """Mark `member` failed, so calls move to another member from now on."""
@@ -177,8 +193,9 @@ class EtcdMembers:
             details = getattr(exc, "details", None)
             details = details() if callable(details) else str(exc)
             logger.warning(
-                "etcd member %s failed, moving to another member: %s",
+                "etcd member %s failed, %s calls move to another member: %s",
                 member,
+                self.name,
                 (details or type(exc).__name__).splitlines()[0],
             )
 
@@ -195,6 +212,7 @@ class EtcdMembers:
         attempt_timeout: float,
         budget: float,
         idempotent: bool,
+        last_waits: bool = False,
     ) -> T:
         """`fn(stubs, timeout)` on the member in use; on a connection-level failure that
         member is marked failed and, when safe, `fn` runs again on the next member.
@@ -202,13 +220,16 @@ class EtcdMembers:
         Safe means `idempotent` (the caller says running `fn` twice does no harm: reads,
         lease keepalives and revokes), or the failure proves nothing was sent. Attempts
         stop after one per member or when `budget` seconds are spent; each gets at most
-        `attempt_timeout`. The last failure is raised (a `grpc.RpcError`).
+        `attempt_timeout`, but with `last_waits` the last one gets what is left (so a slow
+        but healthy cluster still answers within the budget). The last failure is raised
+        (a `grpc.RpcError`).
         """
         end = time.monotonic() + budget
         attempts = len(self.client.endpoints)
         while True:
             stubs = self.pick()
-            timeout = min(attempt_timeout, end - time.monotonic())
+            left = end - time.monotonic()
+            timeout = left if last_waits and attempts == 1 else min(attempt_timeout, left)
             try:
                 return fn(stubs, max(timeout, _MIN_ATTEMPT))
             except grpc.RpcError as exc:

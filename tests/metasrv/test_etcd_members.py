@@ -157,15 +157,15 @@ async def leader_of(pair: Pair) -> tuple[EtcdElection, EtcdElection]:
 
 
 async def through_fault(
-    cluster: Cluster, pair: Pair, kv: EtcdKv, member: str, *, freeze: bool
+    cluster: Cluster, pair: Pair, kv: EtcdKv, member: str, *, freeze: bool, on: str | None = None
 ) -> LeaderSampler:
-    """Put both elections (and `kv`) on `member`, then SIGKILL it (and wait two leases) or
-    SIGSTOP it for `PAUSE_SECS` (it stays paused; teardown resumes it); sample leadership
-    throughout and check the leader kept leading or one took over within `HANDOVER`,
-    never two at once."""
+    """Put both elections (and `kv`) on member `on` (default: `member`), then SIGKILL
+    `member` (and wait two leases) or SIGSTOP it for `PAUSE_SECS` (it stays paused;
+    teardown resumes it); sample leadership throughout and check the leader kept leading
+    or one took over within `HANDOVER`, never two at once."""
     leader, _ = await leader_of(pair)
     old_fence, old_term = leader.fence(), leader.term
-    endpoint = endpoint_of(cluster, member)
+    endpoint = endpoint_of(cluster, on or member)
     for e in pair:
         e.move_to(endpoint)
         assert e.member == endpoint
@@ -188,7 +188,8 @@ async def through_fault(
     if now.term != old_term:
         # Handed over: the deposed term's fence is refused by the store itself.
         assert not kv.txn(old_fence, [Put("fenced", b"old term")]).succeeded
-    assert now.member != endpoint  # it moved off the member taken out
+    if on is None:
+        assert now.member != endpoint  # it moved off the member taken out
     return sampler
 
 
@@ -221,6 +222,16 @@ async def test_pausing_the_elections_member_keeps_a_leader(
 ) -> None:
     await through_fault(cluster, pair, kv, a_follower(cluster), freeze=True)
     await fence_through_handover(pair, kv)
+
+
+async def test_pausing_the_etcd_leader_keeps_a_leader(
+    cluster: Cluster, pair: Pair, kv: EtcdKv
+) -> None:
+    """The elections on a follower, which forwards keepalives to the frozen etcd leader
+    until the others elect a new one: the renewal in flight fails, the next one lands."""
+    await through_fault(
+        cluster, pair, kv, cluster.etcd_leader(), freeze=True, on=a_follower(cluster)
+    )
 
 
 async def test_killing_the_etcd_leader_keeps_a_leader(
