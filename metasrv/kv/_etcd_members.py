@@ -46,6 +46,10 @@ T = TypeVar("T")
 FAILED_MEMBER_RETRY = 2.0
 """Seconds a failed member is left out of use (when another one has not failed)."""
 
+_CHANNEL_OPTIONS = [("grpc.max_reconnect_backoff_ms", int(FAILED_MEMBER_RETRY * 1000))]
+"""gRPC backs off reconnecting to a member that went away up to 2 minutes by default, and
+fails calls at once meanwhile: a restarted member would look dead that long."""
+
 _CONNECTION_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 # gRPC's words when the channel had no connection to put the call on: nothing was sent.
@@ -78,7 +82,14 @@ def make_client(
     # A lone member is never left out: there is nowhere else to go.
     time_retry = FAILED_MEMBER_RETRY if len(endpoints) > 1 else 0.0
     eps = [
-        pyetcd.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=time_retry)
+        pyetcd.Endpoint(
+            host,
+            port,
+            secure=creds is not None,
+            creds=creds,
+            time_retry=time_retry,
+            opts=_CHANNEL_OPTIONS,
+        )
         for host, port in map(parse_endpoint, endpoints)
     ]
     for ep in eps:
