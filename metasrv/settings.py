@@ -106,6 +106,11 @@ class WalSettings(_Section):
     checkpoint_interval: Duration = parse_duration("5s")
     checkpoint_batch: int = Field(default=10_000, ge=1)
     checkpoint_rate: int = Field(default=5_000, ge=0)
+    # Not in DESIGN §6: how long a DeleteRecords waits on the broker for the partition's
+    # followers to reach the new log start. The partition leader moves its own log start
+    # at once; a purge then reads it, so a paused or lagging follower costs a purge this
+    # long, not the admin request timeout.
+    delete_records_wait: Duration = Field(default=parse_duration("2s"), gt=0)
 
     @model_validator(mode="after")
     def _topic_config_keeps_deletion(self) -> WalSettings:

@@ -82,12 +82,13 @@ _STALE_METADATA_CODES = {
     KafkaError._UNKNOWN_TOPIC,
     KafkaError._UNKNOWN_PARTITION,
     KafkaError._NOENT,
-    # A request that timed out was most likely sent to a dead partition leader the cached
-    # metadata still names: librdkafka refreshes topic metadata every 5 minutes only
+    # A request that timed out locally was most likely sent to a dead partition leader the
+    # cached metadata still names: librdkafka refreshes topic metadata every 5 minutes only
     # (topic.metadata.refresh.interval.ms), and an admin request waiting for a down broker
-    # spins (below, `_conf`), so a timeout rebuilds too.
+    # spins (below, `_conf`), so a local timeout rebuilds too. REQUEST_TIMED_OUT does not:
+    # it is a live broker's answer (DeleteRecords waited `delete_records_wait` for the
+    # followers), and a fresh client could pick a hung broker for its first metadata.
     KafkaError._TIMED_OUT,
-    KafkaError.REQUEST_TIMED_OUT,
 }
 _MIN_REBUILD_INTERVAL = 5.0
 _READ_TIMEOUT = 5.0
@@ -184,11 +185,13 @@ class KafkaAdmin:
         bootstrap: str | list[str],
         *,
         request_timeout: float = 10.0,
+        delete_records_wait: float = 2.0,
         security: ClientConfig | None = None,
     ) -> None:
         servers = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         self.bootstrap = servers
         self.request_timeout = request_timeout
+        self.delete_records_wait = min(delete_records_wait, request_timeout)
         self._credential_errors = _CredentialErrors()
         # CPU while a broker is down: an admin request whose target broker is down waits in
         # librdkafka's admin worker (rdkafka_admin.c, rd_kafka_admin_common_get_broker), which
@@ -219,7 +222,10 @@ class KafkaAdmin:
     def from_settings(cls, wal: WalSettings, *, request_timeout: float = 10.0) -> KafkaAdmin:
         """An admin client of `wal.broker_endpoints` with `[wal.tls]` / `[wal.sasl]`."""
         return cls(
-            wal.broker_endpoints, request_timeout=request_timeout, security=client_config(wal)
+            wal.broker_endpoints,
+            request_timeout=request_timeout,
+            delete_records_wait=wal.delete_records_wait,
+            security=client_config(wal),
         )
 
     def _unavailable(self, what: str, exc: BaseException) -> MetasrvError:
@@ -495,7 +501,10 @@ class KafkaAdmin:
         """DeleteRecords(topic, partition 0, offset) for each topic, one batched request.
 
         Returns each topic's low watermark after the deletion. Idempotent for the same or
-        a lower offset (Kafka keeps the higher log start).
+        a lower offset (Kafka keeps the higher log start). The broker waits at most
+        `delete_records_wait` for the followers, then answers REQUEST_TIMED_OUT (a
+        `KafkaUnavailable`) with its own log start already moved: callers read the log
+        start to learn what happened.
         """
         if not targets:
             return {}
@@ -508,7 +517,7 @@ class KafkaAdmin:
             futures = self._client.delete_records(
                 partitions,
                 request_timeout=self.request_timeout,
-                operation_timeout=self.request_timeout,
+                operation_timeout=self.delete_records_wait,
             )
         except KafkaException as exc:
             raise translate_kafka_error(exc, "delete_records") from exc

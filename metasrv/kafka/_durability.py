@@ -50,9 +50,7 @@ class DurabilityCache:
             if stale:
                 self._read(stale, timeout)
             return {
-                t: found
-                for t in names
-                if (found := self._known.get(t, (0.0, None))[1]) is not None
+                t: found for t in names if (found := self._known.get(t, (0.0, None))[1]) is not None
             }
 
     def _read(self, topics: Sequence[str], timeout: float) -> None:

@@ -80,7 +80,7 @@ class Harness:
         etcd_kv = EtcdKv(settings.kv.etcd_endpoints, settings.kv.key_prefix)
         self._etcd_kv = etcd_kv
         self.kv: KvBackend = kv or etcd_kv
-        self.kafka = kafka or KafkaAdmin(self.bootstrap)
+        self.kafka = kafka or KafkaAdmin.from_settings(settings.wal)
         self.election = EtcdElection(
             etcd_kv, node_name=self.name, addr=self.name, lease_secs=settings.election.lease_secs
         )
