@@ -100,7 +100,9 @@ def test_standalone_config_is_the_embedded_single_process_default() -> None:
 def test_production_config_uses_etcd_and_postgres_and_holds_no_secrets() -> None:
     settings = load_settings(PRODUCTION)
     assert settings.kv.backend == "etcd"
-    assert settings.kv.etcd_endpoints == ["etcd:2379"]
+    # Production shape: three etcd members, three brokers at RF 3 / min ISR 2.
+    assert len(settings.kv.etcd_endpoints) == 3
+    assert len(settings.wal.broker_endpoints) == 3
     assert settings.history.url.startswith("postgresql+psycopg://")
     assert ":" not in settings.history.url.split("//", 1)[1].split("@", 1)[0], "password in file"
     assert settings.http.addr == "0.0.0.0:4000"
