@@ -24,7 +24,9 @@ produces real records (acks=all) and reads Kafka with its own admin client. Scen
 - `broker-down-cpu`: 10 topics, regions heartbeating every 3 s; daemon CPU over 30 s with
   every broker up, then with one broker killed; figure: cores above idle.
 - `produce-while-purging`: producer throughput (1 KiB, acks=all, 20 s) with the daemon
-  purging the topic every 100 ms vs not purging (heartbeats every 100 ms in both).
+  purging the topic every 100 ms vs not purging (heartbeats every 100 ms in both), and with
+  the benchmark's own client calling DeleteRecords every 100 ms instead of the daemon
+  (Kafka's share of the cost, without the daemon's CPU); the daemon's CPU in each phase.
 
 The cluster comes from `toolbox.stack.cluster_up` (started if needed) and is healed after
 every scenario run. Each daemon has its own topic and key prefix, removed afterwards. A
@@ -158,6 +160,12 @@ class Kafka:
         md = self._admin.list_topics(topic, timeout=timeout)
         part = md.topics[topic].partitions[0]
         return int(part.leader), [int(r) for r in part.replicas], [int(r) for r in part.isrs]
+
+    def delete_below(self, topic: str, offset: int, timeout: float = 5.0) -> None:
+        """DeleteRecords(topic, 0, offset); errors are the caller's to count."""
+        part = TopicPartition(topic, 0, offset)
+        futures = self._admin.delete_records([part], request_timeout=timeout)
+        futures[part].result(timeout + 1)
 
     def delete_topics(self, topics: list[str]) -> None:
         if not topics:
@@ -820,19 +828,24 @@ class Bench:
             rid = 4001
             d.api.register(rid, 1, topic)
             state = {"latest": self.kafka.produce(topic, 2000, size=1024)}
-            phases = ["idle", "purging"] if run % 2 == 0 else ["purging", "idle"]
+            order = ["idle", "purging", "deleting"]
+            phases = order[run % 3 :] + order[: run % 3]
             result: dict[str, Any] = {"order": phases}
             for phase in phases:
-                result[phase] = self._produce_phase(d, topic, rid, state, phase == "purging")
-                log(f"run {run}: {phase}: {result[phase]['records_per_s']:.0f} records/s")
+                result[phase] = self._produce_phase(d, topic, rid, state, phase)
+                log(
+                    f"run {run}: {phase}: {result[phase]['records_per_s']:.0f} records/s, "
+                    f"daemon {result[phase]['daemon_cores']:.2f} cores"
+                )
             idle_rate = result["idle"]["records_per_s"]
-            result["ratio"] = (
-                round(result["purging"]["records_per_s"] / idle_rate, 4) if idle_rate else None
-            )
+            for phase in ("purging", "deleting"):
+                result[f"{phase}_ratio"] = (
+                    round(result[phase]["records_per_s"] / idle_rate, 4) if idle_rate else None
+                )
             return result
 
     def _produce_phase(
-        self, d: Daemon, topic: str, rid: int, state: dict[str, int], purging: bool
+        self, d: Daemon, topic: str, rid: int, state: dict[str, int], phase: str
     ) -> dict[str, Any]:
         ids: set[str] = set()
         purge_errors: Counter[str] = Counter()
@@ -841,11 +854,13 @@ class Bench:
             return [region(rid, topic, max(-1, state["latest"] - 1000))]
 
         def purge() -> None:
-            if purging:
-                try:
+            try:
+                if phase == "purging":
                     ids.update(d.api.purge(topic))
-                except Exception as exc:
-                    purge_errors[str(exc)[:160]] += 1
+                elif phase == "deleting":
+                    self.kafka.delete_below(topic, max(0, state["latest"] - 1000))
+            except Exception as exc:
+                purge_errors[str(exc)[:160]] += 1
 
         start_before = self.kafka.log_start(topic)
         producer = self.kafka.producer(**{"linger.ms": 5, "queue.buffering.max.messages": 50000})
@@ -860,6 +875,7 @@ class Bench:
                 state["latest"] = max(state["latest"], int(msg.offset() or 0))
 
         payload = b"x" * 1024
+        cpu0 = cpu_seconds(d.pid)
         with Heartbeater(d.api, 1, report, 0.1, tick=purge) as beats:
             t0 = time.monotonic()
             deadline = t0 + self.args.produce_seconds
@@ -874,6 +890,7 @@ class Bench:
                     producer.poll(0.05)
             producer.flush(60)
             elapsed = time.monotonic() - t0
+        daemon_cores = (cpu_seconds(d.pid) - cpu0) / elapsed
         start_after = self.kafka.log_start(topic)
         states: Counter[str] = Counter()
         for pid in sorted(ids)[-50:]:
@@ -881,6 +898,7 @@ class Bench:
                 states[d.api.procedure(pid)["state"]] += 1
         return {
             "records_per_s": round(acked / elapsed, 1),
+            "daemon_cores": round(daemon_cores, 3),
             "acked": acked,
             "failed": failed,
             "seconds": round(elapsed, 2),
@@ -915,8 +933,12 @@ SUMMARY: dict[str, list[tuple[str, str]]] = {
     ],
     "produce-while-purging": [
         ("idle.records_per_s", "producer, not purging (records/s)"),
-        ("purging.records_per_s", "producer, purging every 100 ms (records/s)"),
-        ("ratio", "purging / not purging"),
+        ("purging.records_per_s", "producer, metasrv purging every 100 ms (records/s)"),
+        ("deleting.records_per_s", "producer, bare DeleteRecords every 100 ms (records/s)"),
+        ("purging_ratio", "metasrv purging / not purging"),
+        ("deleting_ratio", "bare DeleteRecords / not purging"),
+        ("idle.daemon_cores", "daemon CPU, not purging (cores)"),
+        ("purging.daemon_cores", "daemon CPU, purging every 100 ms (cores)"),
     ],
 }
 
