@@ -16,7 +16,7 @@ from api.runtime import Runtime
 from metasrv.errors import MetasrvError, NotFound
 from metasrv.keys import ELECTION_KEY
 from metasrv.model import RegionRoute, RegionStat, TopicDurability, TopicPlan, TopicStat
-from metasrv.schema_check import require_schema
+from metasrv.sql import require_schema
 from procedures.wal_purge import export_gauges, gather_plans
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def _replay_start(route: RegionRoute, stat: RegionStat | None, pruned: int | Non
 
 
 def _route(rt: Runtime, region_id: int) -> RegionRoute:
-    route = rt.topology.route(region_id)
+    route = rt.region_map.route(region_id)
     if route is None:
         raise NotFound(f"region {region_id} is not registered", details={"region_id": region_id})
     return route
@@ -100,7 +100,7 @@ def _route(rt: Runtime, region_id: int) -> RegionRoute:
 async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     """The entry id region `region_id` must replay from; `NotFound` if unregistered."""
     route = _route(rt, region_id)
-    pruned = await rt.topology.pruned_entry_id(route.topic)
+    pruned = await rt.region_map.pruned_entry_id(route.topic)
     # Re-read after the await: the stat may have advanced meanwhile (never backwards).
     route = _route(rt, region_id)
     start = _replay_start(route, _live_stat(rt, route), pruned)
@@ -110,7 +110,7 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
 async def region_view(rt: Runtime, region_id: int) -> RegionView:
     """Route + latest stat + replay start of one region; `NotFound` if unregistered."""
     route = _route(rt, region_id)
-    pruned = await rt.topology.pruned_entry_id(route.topic)
+    pruned = await rt.region_map.pruned_entry_id(route.topic)
     route = _route(rt, region_id)
     stat = _live_stat(rt, route)
     return RegionView(
@@ -124,13 +124,13 @@ async def region_view(rt: Runtime, region_id: int) -> RegionView:
 
 async def region_views(rt: Runtime, topic: str | None, limit: int) -> list[RegionView]:
     """Up to `limit` regions (of `topic`, or all), ordered by region id."""
-    pruned = await rt.topology.pruned_entry_ids()
+    pruned = await rt.region_map.pruned_entry_ids()
     routes: Iterable[RegionRoute] = (
-        rt.topology.regions_of(topic) if topic is not None else rt.topology.routes.values()
+        rt.region_map.regions_of(topic) if topic is not None else rt.region_map.routes.values()
     )
     # `route()` carries the latest checkpoint and node; the listing's routes may not.
     chosen = [
-        rt.topology.route(r.region_id) or r
+        rt.region_map.route(r.region_id) or r
         for r in sorted(routes, key=lambda r: r.region_id)[:limit]
     ]
     now = time.monotonic()
@@ -161,7 +161,7 @@ async def topic_views(rt: Runtime, topics: Sequence[str] | None = None) -> list[
     """Every topic (or the named ones) with its plan, latest datanode report and durability
     (the cached view for a listing; read afresh when topics are named)."""
     plans = await compute_plans(rt, topics)
-    pool = set(rt.topology.pool_topics())
+    pool = set(rt.region_map.pool_topics())
     durability = await asyncio.to_thread(
         rt.durability.get, list(plans), refresh=topics is not None, timeout=_DURABILITY_TIMEOUT
     )
@@ -205,7 +205,7 @@ async def readiness(rt: Runtime) -> dict[str, str]:
     def history_check() -> None:
         require_schema(rt.history, "history")
 
-    wal_topics = rt.topology.topics()  # on the loop: the map changes only there
+    wal_topics = rt.region_map.topics()  # on the loop: the map changes only there
 
     def kafka_check() -> None:
         rt.kafka.ping(wal_topics, timeout=_KAFKA_PING_TIMEOUT)

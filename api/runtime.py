@@ -19,24 +19,23 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
-from metasrv.background import BackgroundTasks
-from metasrv.checkpoints import Checkpointer
 from metasrv.election import Election, build_election
 from metasrv.errors import MetasrvError, NotLeader, Unavailable
-from metasrv.gc_pacer import GcPacer
-from metasrv.heartbeat import HeartbeatHandler
 from metasrv.kafka import DurabilityCache, KafkaAdmin, below_configured
 from metasrv.kv import KvBackend, open_kv
-from metasrv.locks import TopicLocks
-from metasrv.loop_lag import LoopLagMonitor
-from metasrv.mailbox import Mailbox
+from metasrv.leader import (
+    Checkpointer,
+    HeartbeatHandler,
+    Mailbox,
+    RegionRegistry,
+    TopicLocks,
+    TopicRegionMap,
+)
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
-from metasrv.registry import RegionRegistry
+from metasrv.process import BackgroundTasks, GcPacer, LoopLagMonitor
 from metasrv.settings import Settings
-from metasrv.stat_history import StatHistoryWriter
-from metasrv.stat_location import cluster_root
-from metasrv.topology import Topology
+from metasrv.stat_history import StatHistoryWriter, cluster_root
 from procedures import ProcedureManager
 from procedures.wal_purge import PurgeServices, PurgeTicker, purge_manager
 
@@ -68,7 +67,7 @@ class Runtime:
     """Per-topic shared/exclusive locks (registration vs purge)."""
     registry: RegionRegistry
     """Leader's in-memory region and topic stats."""
-    topology: Topology
+    region_map: TopicRegionMap
     """Topic-region map."""
     mailbox: Mailbox
     """Instructions riding heartbeat responses."""
@@ -119,20 +118,20 @@ class Runtime:
             election = build_election(
                 settings, kv, addr=addr, loop_stalled_for=loop_lag.stalled_for
             )
-            topology = Topology(kv, kafka, locks, settings, fence=election.fence)
+            region_map = TopicRegionMap(kv, kafka, locks, settings, fence=election.fence)
             mailbox = Mailbox(registry, metrics=metrics)
             checkpointer = Checkpointer(
-                topology,
+                region_map,
                 registry,
                 settings,
                 metrics,
                 may_write=lambda: election.is_leader,
                 on_error=background.sink("checkpointer"),
             )
-            topology.removal_listeners.append(
+            region_map.removal_listeners.append(
                 lambda route: registry.discard(route.region_id, route.topic)
             )
-            topology.removal_listeners.append(lambda route: checkpointer.discard(route.region_id))
+            region_map.removal_listeners.append(lambda route: checkpointer.discard(route.region_id))
             recon = settings.reconcile
             stat_history = (
                 StatHistoryWriter(
@@ -149,7 +148,7 @@ class Runtime:
             )
             heartbeats = HeartbeatHandler(
                 registry,
-                topology,
+                region_map,
                 mailbox,
                 checkpointer,
                 metrics,
@@ -163,7 +162,7 @@ class Runtime:
                 election=election,
                 kafka=kafka,
                 registry=registry,
-                topology=topology,
+                region_map=region_map,
                 mailbox=mailbox,
                 locks=locks,
                 metrics=metrics,
@@ -184,7 +183,7 @@ class Runtime:
             durability=DurabilityCache(kafka),
             locks=locks,
             registry=registry,
-            topology=topology,
+            region_map=region_map,
             mailbox=mailbox,
             checkpointer=checkpointer,
             election=election,
@@ -246,12 +245,12 @@ class Runtime:
     async def register_region(
         self, region_id: int, node_id: int, topic: str | None = None
     ) -> RegionRoute:
-        """Map a region to a topic (see `Topology.register`)."""
-        return await self.topology.register(region_id, node_id, topic)
+        """Map a region to a topic (see `TopicRegionMap.register`)."""
+        return await self.region_map.register(region_id, node_id, topic)
 
     async def deregister_region(self, region_id: int) -> RegionRoute:
         """Unmap a region; its stat and pending checkpoint go with it (removal listeners)."""
-        return await self.topology.deregister(region_id)
+        return await self.region_map.deregister(region_id)
 
     # --- leadership --------------------------------------------------------------------
 
@@ -272,14 +271,14 @@ class Runtime:
             self.metrics.is_leader.set(1 if leader else 0)
             await self._stop_pool_creation()
             if not leader:
-                self.topology.unload()
+                self.region_map.unload()
                 gc.unfreeze()  # the old term's objects may be collected again
                 logger.info("lost leadership")
                 return
             delay = 0.25
             while self.election.is_leader and not self._closed:
                 try:
-                    regions = await self.topology.load()
+                    regions = await self.region_map.load()
                 except MetasrvError as exc:
                     logger.warning("loading the topic-region map failed", extra={"error": str(exc)})
                     await asyncio.sleep(delay)
@@ -302,7 +301,7 @@ class Runtime:
         delay = 0.5
         while self.election.is_leader and not self._closed:
             try:
-                created = await self.topology.create_pool()
+                created = await self.region_map.create_pool()
             except MetasrvError as exc:
                 logger.warning("creating the topic pool failed", extra={"error": str(exc)})
                 await asyncio.sleep(delay)
@@ -320,7 +319,7 @@ class Runtime:
             return
         self._durability_checked = True
         wal = self.settings.wal
-        pool = self.topology.pool_topics()
+        pool = self.region_map.pool_topics()
         found = await asyncio.to_thread(self.durability.get, pool, refresh=True)
         short = below_configured(
             found,

@@ -39,8 +39,8 @@ from metasrv.stat_history import (
     STATS_DIR,
     STATS_SCHEMA,
     hour_partition,
+    writer_partition,
 )
-from metasrv.stat_location import writer_partition
 
 PREFIX = "bench_wal"
 ROUNDS = 10

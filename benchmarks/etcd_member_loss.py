@@ -296,7 +296,7 @@ def main() -> None:
     from metasrv import keys
     from metasrv.kafka import KafkaAdmin
     from metasrv.kv import EtcdKv
-    from metasrv.topology import route_value
+    from metasrv.leader import route_value
     from toolbox.stack import StackConfig, cluster_up
 
     cluster = cluster_up(StackConfig.from_env())

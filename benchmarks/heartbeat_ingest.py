@@ -229,7 +229,7 @@ def prepare_kv(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Write the topic-region map the daemon will load; return the [kv] section."""
     from metasrv import keys
     from metasrv.kv import EtcdKv, KvBackend, SqlKv
-    from metasrv.topology import route_value
+    from metasrv.leader import route_value
 
     kv: KvBackend
     if args.kv == "etcd":
@@ -318,7 +318,7 @@ def decode_ceiling(payload: bytes, seconds: float = 2.0) -> float:
     try:
         from metasrv.wire import decode_json as _decode
     except ImportError:  # a baseline checkout from before the wire module
-        from metasrv.heartbeat import _decode  # type: ignore[attr-defined,no-redef]
+        from metasrv.leader import _decode
 
     regions = len(_decode(payload).regions)
     count = 0
@@ -332,16 +332,19 @@ def decode_ceiling(payload: bytes, seconds: float = 2.0) -> float:
 def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
     """Region stats/s of `HeartbeatHandler.handle` in process: parse + validate + store."""
     from metasrv import keys
-    from metasrv.checkpoints import Checkpointer
-    from metasrv.heartbeat import HeartbeatHandler
     from metasrv.kafka import KafkaAdmin
     from metasrv.kv import SqlKv
-    from metasrv.locks import TopicLocks
-    from metasrv.mailbox import Mailbox
+    from metasrv.leader import (
+        Checkpointer,
+        HeartbeatHandler,
+        Mailbox,
+        RegionRegistry,
+        TopicLocks,
+        TopicRegionMap,
+        route_value,
+    )
     from metasrv.metrics import Metrics
-    from metasrv.registry import RegionRegistry
     from metasrv.settings import load_settings
-    from metasrv.topology import Topology, route_value
 
     async def run() -> float:
         settings = load_settings(None, wal={"broker_endpoints": [args.kafka]})
@@ -356,13 +359,13 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
             ]
         )
         registry, metrics = RegionRegistry(), Metrics()
-        topology = Topology(kv, KafkaAdmin(args.kafka), TopicLocks(), settings)
-        await topology.load()
+        region_map = TopicRegionMap(kv, KafkaAdmin(args.kafka), TopicLocks(), settings)
+        await region_map.load()
         handler = HeartbeatHandler(
             registry,
-            topology,
+            region_map,
             Mailbox(registry),
-            Checkpointer(topology, registry, settings, metrics),
+            Checkpointer(region_map, registry, settings, metrics),
             metrics,
             leader_addr=lambda: "bench",
         )
@@ -387,11 +390,11 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
 
 def registry_memory(n: int = 1_000_000) -> dict[str, float]:
     """Bytes per region held by the registry (stats, with the per-datanode region lists
-    the heartbeat recalls) and the topology (routes)."""
+    the heartbeat recalls) and the topic-region map (routes)."""
     import numpy as np
 
+    from metasrv.leader import RegionRegistry, StatRow
     from metasrv.model import RegionRoute
-    from metasrv.registry import RegionRegistry, StatRow
 
     topics = [f"{TOPIC_PREFIX}_{t}" for t in range(1024)]
     gc.collect()
@@ -429,7 +432,7 @@ def registry_memory(n: int = 1_000_000) -> dict[str, float]:
     tracemalloc.stop()
     return {
         "registry_bytes_per_region": stats_bytes / n,
-        "topology_bytes_per_region": (total - stats_bytes) / n,
+        "region_map_bytes_per_region": (total - stats_bytes) / n,
         "regions": n,
     }
 
@@ -661,9 +664,9 @@ def main(argv: list[str] | None = None) -> int:
     if "in_process_handler_stats_per_s" in r:
         rate = r["in_process_handler_stats_per_s"]
         print(f"  handler in-process {rate:>12,.0f} stats/s (parse+validate+store, no HTTP)")
-        reg, topo = r["registry_bytes_per_region"], r["topology_bytes_per_region"]
+        reg, topo = r["registry_bytes_per_region"], r["region_map_bytes_per_region"]
         print(
-            f"  memory             {reg:.0f} B/region registry + {topo:.0f} B/region topology "
+            f"  memory             {reg:.0f} B/region registry + {topo:.0f} B/region map "
             f"= {(reg + topo) * 1e6 / 2**20:.0f} MiB per 1,000,000 regions"
         )
     print(f"  event-loop lag     {r['server_event_loop_lag']}")

@@ -19,10 +19,9 @@ import time
 from typing import Any, cast
 
 from metasrv import wire
-from metasrv.heartbeat import HeartbeatHandler, _Outcome
+from metasrv.leader import HeartbeatHandler, RegionRegistry, _Outcome
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
 
 TOPICS = 64
 NODE_BASE = 10_000

@@ -1,15 +1,15 @@
 """How long a new leader takes to load the topic-region map, and what the event loop sees.
 
-A process that wins an election serves nothing until `Topology.load()` has read every
+A process that wins an election serves nothing until `TopicRegionMap.load()` has read every
 `__topic_region/...` key (DESIGN §2 invariant 3); at GreptimeDB's design load that is a
 million routes. This writes N routes to etcd under a fresh key prefix (the layout and
-region ids of `reconcile_snapshot.py`), then, in this process, times `Topology.load()`
+region ids of `reconcile_snapshot.py`), then, in this process, times `TopicRegionMap.load()`
 while a probe task measures the event loop's lag every 5 ms, as heartbeats would see it.
 
     python benchmarks/leader_map_load.py [--routes 1000000] [--json]
 
 Uses the stack (`metasrv stack up`): its etcd (or METASRV_TEST_ETCD), and its Kafka address
-for the admin client the topology is built with (loading the map does not contact Kafka).
+for the admin client the topic-region map is built with (loading the map does not contact Kafka).
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ from reconcile_snapshot import routes
 
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.locks import TopicLocks
+from metasrv.leader import TopicLocks, TopicRegionMap
 from metasrv.settings import load_settings
-from metasrv.topology import Topology
 from toolbox.stack import StackConfig, endpoints_of
 
 PROBE = 0.005
 
 
-async def timed_load(topology: Topology) -> dict[str, Any]:
+async def timed_load(region_map: TopicRegionMap) -> dict[str, Any]:
     lags: list[float] = []
     done = asyncio.Event()
 
@@ -46,7 +45,7 @@ async def timed_load(topology: Topology) -> dict[str, Any]:
 
     task = asyncio.create_task(probe())
     t0 = time.perf_counter()
-    loaded = await topology.load()
+    loaded = await region_map.load()
     took = time.perf_counter() - t0
     done.set()
     await task
@@ -75,8 +74,10 @@ def main() -> None:
             kv.batch_put(batch)
         write_s = time.perf_counter() - t0
         settings = load_settings(None, wal={"broker_endpoints": [endpoints.kafka_bootstrap]})
-        topology = Topology(kv, KafkaAdmin(endpoints.kafka_bootstrap), TopicLocks(), settings)
-        result = asyncio.run(timed_load(topology))
+        region_map = TopicRegionMap(
+            kv, KafkaAdmin(endpoints.kafka_bootstrap), TopicLocks(), settings
+        )
+        result = asyncio.run(timed_load(region_map))
         result["write_s"] = round(write_s, 1)
     finally:
         kv.delete_prefix("")

@@ -3,14 +3,14 @@
 
 Two figures (tracemalloc, in process; memory, not time, so a busy machine does not skew them):
 - bytes per tracked region at 100,000 and 1,000,000 regions: the registry's stored rows plus
-  the topology's routes (`heartbeat_ingest.registry_memory`, values as the decoder builds them);
+  the map's routes (`heartbeat_ingest.registry_memory`, values as the decoder builds them);
 - the topic record-size state of 1,000 datanodes x 64 topics, after 1 and after 20 reports per
   (topic, datanode): O(1) state means the two are equal (the sample windows it replaced grew
   to 512 samples per pair, ~515 MB in the 10-minute load run).
 
     python benchmarks/leader_memory.py [--regions 100000,1000000] [--json]
 
-Target (issue #11): <= 1 KB per tracked region including the topology.
+Target (issue #11): <= 1 KB per tracked region including the region_map.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from heartbeat_ingest import registry_memory
 
-from metasrv.registry import RegionRegistry
+from metasrv.leader import RegionRegistry
 
 TARGET_BYTES_PER_REGION = 1024
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in (int(x) for x in args.regions.split(",")):
         m = registry_memory(n)
         m["total_bytes_per_region"] = (
-            m["registry_bytes_per_region"] + m["topology_bytes_per_region"]
+            m["registry_bytes_per_region"] + m["region_map_bytes_per_region"]
         )
         report["per_region"][n] = m
     pairs = args.nodes * args.topics
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, m in report["per_region"].items():
         print(
             f"{n:>9,} regions: {m['registry_bytes_per_region']:.0f} B registry + "
-            f"{m['topology_bytes_per_region']:.0f} B topology = "
+            f"{m['region_map_bytes_per_region']:.0f} B region_map = "
             f"{m['total_bytes_per_region']:.0f} B per region (target <= {TARGET_BYTES_PER_REGION})"
         )
     s = report["topic_state"]

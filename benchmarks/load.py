@@ -474,7 +474,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     from metasrv import keys
     from metasrv.kafka import KafkaAdmin
     from metasrv.kv import EtcdKv
-    from metasrv.topology import route_value
+    from metasrv.leader import route_value
     from toolbox.simulator import Workload, WorkloadConfig
     from toolbox.stack import ensure_up
 
@@ -792,7 +792,7 @@ def leadership_events(workdir: Path) -> list[dict[str, Any]]:
 def purge_totals(history_url: str) -> dict[str, Any]:
     from sqlalchemy import create_engine, func, select
 
-    from metasrv.sql_schema import purge_history_table
+    from metasrv.sql import purge_history_table
 
     engine = create_engine(history_url)
     try:

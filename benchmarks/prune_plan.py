@@ -1,7 +1,7 @@
 """Prune planning at scale: 1,000,000 regions over 1,024 topics, target <= 1 s.
 
 Times `procedures.wal_purge.plan_topics` over the topic-region map (routes grouped by
-topic, as `Topology.routes_by_topic()` holds them) and a registry snapshot (as the API
+topic, as `TopicRegionMap.routes_by_topic()` holds them) and a registry snapshot (as the API
 and the ticker use it), median of `--runs`. Every region has a fresh stat except a few
 that are missing or stale, so the planner walks every region. The baseline is the naive
 plan: for each topic, scan ALL regions for the ones mapped to it. It is timed on
@@ -21,8 +21,8 @@ import sys
 import time
 from collections.abc import Mapping
 
+from metasrv.leader import RegionRegistry, StatRow
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan, prunable_entry_id
-from metasrv.registry import RegionRegistry, StatRow
 from procedures.wal_purge import plan_topic, plan_topics
 
 TARGET_SECONDS = 1.0
@@ -34,7 +34,7 @@ def build(
 ) -> tuple[dict[str, dict[int, RegionRoute]], RegionRegistry, dict[str, PartitionOffsets], float]:
     names = [f"wal_{t}" for t in range(topics)]
     now = time.monotonic()
-    # As the topology keeps them: topic -> {region id: route}.
+    # As the topic-region map keeps them: topic -> {region id: route}.
     by_topic: dict[str, dict[int, RegionRoute]] = {t: {} for t in names}
     registry = RegionRegistry()
     rows: dict[str, dict[int, StatRow]] = {t: {} for t in names}

@@ -40,13 +40,10 @@ from metasrv.election import EtcdElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.kv._sql import normalize_url
-from metasrv.locks import TopicLocks
-from metasrv.mailbox import Mailbox
+from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap, route_value
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings, load_settings
-from metasrv.topology import Topology, route_value
 from procedures import ProcedureState
 from procedures.wal_purge import PurgeServices, purge_manager, submit_purges
 
@@ -155,7 +152,7 @@ async def measure(
     locks = TopicLocks()
     registry = RegionRegistry()
     metrics = Metrics()
-    topology = Topology(kv, kafka, locks, settings, fence=election.fence)
+    region_map = TopicRegionMap(kv, kafka, locks, settings, fence=election.fence)
     engine = create_engine(normalize_url(history_url))
     services = PurgeServices.build(
         kv=kv,
@@ -163,7 +160,7 @@ async def measure(
         election=election,
         kafka=kafka,
         registry=registry,
-        topology=topology,
+        region_map=region_map,
         mailbox=Mailbox(registry),
         locks=locks,
         metrics=metrics,
@@ -173,7 +170,7 @@ async def measure(
 
     async def load_map(leader: bool) -> None:
         if leader:
-            await topology.load()
+            await region_map.load()
 
     election.add_listener(load_map)
     await manager.start()

@@ -92,7 +92,7 @@ def _kv_snapshot(world: World, regions: int, work: Path) -> tuple[str, float, fl
     t0 = time.perf_counter()
     if not db.exists():
         from metasrv import keys
-        from metasrv.topology import route_value
+        from metasrv.leader import route_value
 
         partial = db.with_suffix(".partial")
         partial.unlink(missing_ok=True)

@@ -32,8 +32,8 @@ from _pgschema import fresh_pg_schema  # benchmarks/ is on sys.path when run as 
 import migrations
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
+from metasrv.leader import route_value
 from metasrv.reconcile import read_snapshot
-from metasrv.topology import route_value
 from toolbox.stack import StackConfig, endpoints_of
 
 TOPICS = 64

@@ -45,8 +45,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from rich.console import Console
 from rich.table import Table
 
-from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
+from metasrv.wire import MetasrvClient
 from toolbox.simulator import (
     MetasrvProcess,
     Workload,

@@ -115,7 +115,7 @@ def prepare_history(settings: Settings, config: Path | None) -> None:
     import migrations
     from metasrv.errors import Unavailable
     from metasrv.kv._sql import normalize_url
-    from metasrv.schema_check import schema_problem, upgrade_command
+    from metasrv.sql import schema_problem, upgrade_command
 
     url = normalize_url(settings.history.url)
     log = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from cli._tables import (
     result,
 )
 from metasrv import errors, wire
-from metasrv.client import MetasrvClient, base_url_from_addr
 from metasrv.settings import load_settings
+from metasrv.wire import MetasrvClient, base_url_from_addr
 
 
 class Exit(IntEnum):

@@ -25,8 +25,7 @@ from rich.progress import (
 from rich.table import Table
 
 from metasrv import errors
-from metasrv.stat_location import is_url
-from metasrv.units import parse_duration
+from metasrv.settings import is_url, parse_duration
 
 _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -22,7 +22,7 @@ import sqlalchemy.exc as sa_exc
 from sqlalchemy import Engine, func, insert, select, update
 
 from metasrv.errors import Unavailable
-from metasrv.sql_schema import procedure_history_table, purge_history_table, wal_events_table
+from metasrv.sql import procedure_history_table, purge_history_table, wal_events_table
 from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
 from procedures._procedure import ProcedureRecord, ProcedureView, StepRun
 

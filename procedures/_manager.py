@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from metasrv.background import ErrorSink, log_only
 from metasrv.errors import (
     Conflict,
     InvalidArgument,
@@ -37,6 +36,7 @@ from metasrv.errors import (
     NotLeader,
 )
 from metasrv.metrics import Metrics
+from metasrv.process import ErrorSink, log_only
 from metasrv.settings import ProcedureSettings
 from metasrv.wire import ProcedureState
 from procedures._history import History

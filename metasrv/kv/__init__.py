@@ -1,6 +1,8 @@
 """Key-value backends (etcd, SQL) behind one protocol."""
 
-from metasrv.kv._etcd import EtcdKv
+from metasrv.kv._etcd import EtcdKv, translate_etcd_error
+from metasrv.kv._etcd_members import EtcdMembers
+from metasrv.kv._etcd_members import Stubs as EtcdStubs
 from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._factory import open_kv
 from metasrv.kv._protocol import (
@@ -18,7 +20,9 @@ __all__ = [
     "Compare",
     "Delete",
     "EtcdKv",
+    "EtcdMembers",
     "EtcdSecurity",
+    "EtcdStubs",
     "KeyValue",
     "KvBackend",
     "Put",
@@ -26,4 +30,5 @@ __all__ = [
     "TxnOp",
     "TxnResult",
     "open_kv",
+    "translate_etcd_error",
 ]

@@ -25,7 +25,7 @@ from sqlalchemy.pool import StaticPool
 from metasrv.errors import InvalidArgument, KvUnavailable
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound, scan_pages
 from metasrv.kv._protocol import Compare, Delete, KeyValue, Put, TxnOp, TxnResult
-from metasrv.sql_schema import KV_KEY_MAX, kv_revision_table, kv_table
+from metasrv.sql import KV_KEY_MAX, kv_revision_table, kv_table
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class SqlKv:
         kv = cls(url, key_prefix)
         if create and _is_memory_sqlite(url):
             # Alembic would migrate a different in-memory database; build this one directly.
-            from metasrv.sql_schema import metadata
+            from metasrv.sql import metadata
 
             with kv._engine.begin() as conn:
                 metadata.create_all(conn)

@@ -20,8 +20,15 @@ from pyspark.sql import types as T
 from metasrv.model import PartitionOffsets
 from metasrv.reconcile._findings import SEVERITY_RANK, Finding
 from metasrv.reconcile._rules import Coverage, ReconcileParams, TopicFacts, topic_findings
-from metasrv.stat_history import PARTITION, SNAPSHOTS_DIR, STATS_DIR, hour_partition
-from metasrv.stat_location import WRITER, location_exists, spark_location
+from metasrv.stat_history import (
+    PARTITION,
+    SNAPSHOTS_DIR,
+    STATS_DIR,
+    WRITER,
+    hour_partition,
+    location_exists,
+    spark_location,
+)
 from metasrv.wire import FindingKind, Severity
 
 logger = logging.getLogger(__name__)

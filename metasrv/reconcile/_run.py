@@ -45,7 +45,7 @@ from metasrv.reconcile._rules import ReconcileParams, pool_topics
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
-from metasrv.stat_location import cluster_root
+from metasrv.stat_history import cluster_root
 from metasrv.wire import FindingKind
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ def _operator_token(settings: Settings) -> str | None:
 
 
 def _metasrv_url(settings: Settings) -> str:
-    from metasrv.client import base_url_from_addr
+    from metasrv.wire import base_url_from_addr
 
     return settings.reconcile.metasrv_url or base_url_from_addr(settings.http.addr)
 
@@ -348,7 +348,7 @@ def run_reconcile(
             )
             with timer.stage("apply", "Applying safe repairs", len(plan.actions)):
                 if api is None:
-                    from metasrv.client import MetasrvClient
+                    from metasrv.wire import MetasrvClient
 
                     client = MetasrvClient(_metasrv_url(settings), token=token)
                     closers.append(client)

@@ -11,7 +11,7 @@ Each page of keys is decoded column-wise by Arrow: the key's topic and region id
 string kernels, the JSON values with Arrow's JSON reader, so no Python object is built
 per region beyond the key and value the driver hands over. A page that does not decode
 cleanly that way (a malformed key, a value of an unexpected shape) is decoded key by key
-with `metasrv.topology.parse_route`, which keeps a damaged region mapped.
+with `metasrv.region_map.parse_route`, which keeps a damaged region mapped.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from metasrv.errors import KvUnavailable, MetasrvError
 from metasrv.kv._protocol import KeyValue
 from metasrv.reconcile._findings import MAP_SCHEMA
 from metasrv.reconcile._store import sql_error_detail
-from metasrv.sql_schema import kv_revision_table, kv_table
+from metasrv.sql import kv_revision_table, kv_table
 
 if TYPE_CHECKING:
     from metasrv.kv import EtcdKv, KvBackend, SqlKv
@@ -175,9 +175,9 @@ def _decode_fast(page: Page) -> pa.Table | None:
 
 def _decode_slow(page: Page) -> tuple[pa.Table, int]:
     """The page key by key through `parse_route`; returns the rows and the malformed count."""
-    # Imported here: metasrv.topology imports metasrv.kv, which imports metasrv.sql_schema,
+    # Imported here: metasrv.region_map imports metasrv.kv, which imports metasrv.sql_schema,
     # which imports this package's tables (a cycle if done at module level).
-    from metasrv.topology import parse_route
+    from metasrv.leader import parse_route
 
     cols: dict[str, list[Any]] = {n: [] for n in MAP_SCHEMA.names}
     malformed = 0

@@ -1,9 +1,10 @@
 """Every body that crosses HTTP (DESIGN §5), once, as msgspec structs.
 
 The server decodes requests with them (`decode`, and the heartbeat's own decoders), the
-OpenAPI document is built from them (`schema_components`), and `metasrv.client` decodes
-answers into them. The closed vocabularies (procedure states, reject and block reasons,
-finding kinds) are defined here and used by the code that produces them.
+OpenAPI document is built from them (`schema_components`), and the REST client
+(`MetasrvClient`) decodes answers into them. The closed vocabularies (procedure states,
+reject and block reasons, finding kinds) are defined here and used by the code that
+produces them.
 """
 
 from metasrv.wire._bodies import (
@@ -78,6 +79,9 @@ from metasrv.wire._types import (
 HEARTBEAT: tuple[type, ...] = (Heartbeat, HeartbeatResponse)
 """The heartbeat's JSON bodies (the msgpack columns encoding is described in text)."""
 
+# Last: the client reads the bodies above through this package.
+from metasrv.wire._client import MetasrvClient, base_url_from_addr, error_from_response  # noqa: E402
+
 __all__ = [
     "ANSWERS",
     "COLUMNS_FORMAT",
@@ -106,6 +110,7 @@ __all__ = [
     "Instruction",
     "Int64",
     "Leader",
+    "MetasrvClient",
     "PlanList",
     "Procedure",
     "ProcedureList",
@@ -136,12 +141,14 @@ __all__ = [
     "TopicReport",
     "WalEvent",
     "WalEventList",
+    "base_url_from_addr",
     "columns_of",
     "decode",
     "decode_columns",
     "decode_json",
     "encode",
     "encode_columns",
+    "error_from_response",
     "invalid",
     "reports_as_columns",
     "schema_components",

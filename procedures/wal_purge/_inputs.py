@@ -90,7 +90,7 @@ async def gather_one(
     else:
         (pruned,) = marker
     offsets = await services.batcher.offsets(topic)
-    mapped = services.topology.routes_by_topic().get(topic, {})
+    mapped = services.region_map.routes_by_topic().get(topic, {})
     return await _plan(services, topic, mapped, pruned, offsets)
 
 
@@ -108,8 +108,8 @@ async def gather_plans(
     Topic by topic, yielding to the event loop in between: planning a million regions at
     once would hold heartbeats for a second.
     """
-    topology = services.topology
-    known = list(topology.topics())
+    region_map = services.region_map
+    known = list(region_map.topics())
     if topics is None:
         names = known
     else:
@@ -118,8 +118,8 @@ async def gather_plans(
         if missing:
             raise NotFound(f"unknown topic(s): {', '.join(missing)}", details={"topics": missing})
         names = list(dict.fromkeys(topics))
-    pruned = await topology.pruned_entry_ids()
-    by_topic = topology.routes_by_topic()
+    pruned = await region_map.pruned_entry_ids()
+    by_topic = region_map.routes_by_topic()
     offsets: dict[str, PartitionOffsets] = {}
     failed: dict[str, MetasrvError] = {}
     used = [t for t in names if by_topic.get(t)] if with_offsets else []

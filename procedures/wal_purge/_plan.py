@@ -38,6 +38,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from metasrv.leader import StatRow, StatSnapshot, TopicRows, row_of
 from metasrv.model import (
     BlockingRegion,
     PartitionOffsets,
@@ -46,12 +47,6 @@ from metasrv.model import (
     TopicPlan,
     TopicStat,
 )
-from metasrv.registry import (
-    StatRow,
-    StatSnapshot,
-    row_of,
-)
-from metasrv.stat_table import TopicRows
 from metasrv.wire import BlockReason
 
 NO_STAT = BlockReason.NO_STAT.value
@@ -72,7 +67,7 @@ def plan_topic(
     """Plan one topic from the regions mapped to it and their latest stats.
 
     `routes` must be every region mapped to `topic` (RegionRoutes, or a mapping region
-    id -> RegionRoute as the topology keeps them); `stats` may hold any regions (only
+    id -> RegionRoute as the topic-region map keeps them); `stats` may hold any regions (only
     mapped ones are read; a `RegionRegistry.snapshot()` is read without building a
     `RegionStat` per region). `now` and each stat's `received_at` are
     `time.monotonic()` values. Returns `prune_point=None` when the topic has no regions

@@ -236,7 +236,7 @@ class WalPurge(Procedure[PurgeData]):
         # A new leader resumes procedures while its election listeners still load the
         # topic-region map; planning from a half-loaded map would be planning blind.
         deadline = time.monotonic() + MAP_LOAD_WAIT
-        while not services.topology.loaded:
+        while not services.region_map.loaded:
             if time.monotonic() > deadline:
                 raise Unavailable("topic-region map not loaded yet")
             await asyncio.sleep(0.05)

@@ -1,6 +1,6 @@
 """What the WAL purge uses from the rest of metasrv, and the one place it is assembled.
 
-The metadata plane (registry, topology, mailbox) lives in `metasrv/`; the purge depends
+The metadata plane (registry, region_map, mailbox) lives in `metasrv/`; the purge depends
 only on the methods named here, so its pure tests can use small doubles while
 integration tests and the daemon pass the real objects.
 """
@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import KvBackend
-from metasrv.locks import TopicLocks
+from metasrv.leader import TopicLocks
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute, RegionStat, TopicStat
 from metasrv.settings import Settings
@@ -44,7 +44,7 @@ class StatSource(Protocol):
 
 
 class TopicMap(Protocol):
-    """The topic-region map (metasrv/topology.py)."""
+    """The topic-region map (metasrv/region_map.py)."""
 
     @property
     def loaded(self) -> bool:
@@ -88,7 +88,7 @@ class PurgeServices:
     batcher: KafkaBatcher
     """Async, coalescing front of `kafka`."""
     registry: StatSource
-    topology: TopicMap
+    region_map: TopicMap
     mailbox: FlushMailbox
     locks: TopicLocks
     """Per-topic read/write locks (registration vs purge)."""
@@ -108,7 +108,7 @@ class PurgeServices:
         election: LeaderFence,
         kafka: KafkaAdmin,
         registry: StatSource,
-        topology: TopicMap,
+        region_map: TopicMap,
         mailbox: FlushMailbox,
         locks: TopicLocks,
         metrics: Metrics,
@@ -128,7 +128,7 @@ class PurgeServices:
             kafka=kafka,
             batcher=KafkaBatcher(kafka, window=batch_window),
             registry=registry,
-            topology=topology,
+            region_map=region_map,
             mailbox=mailbox,
             locks=locks,
             metrics=metrics,

@@ -38,11 +38,11 @@ async def submit_purges(
     kv lock). Unknown topics raise `NotFound` before anything is submitted.
     """
     manager.require_leader()
-    topology = manager.services.topology
-    known = list(topology.topics())
+    region_map = manager.services.region_map
+    known = list(region_map.topics())
     if topics is None:
         # Topics without regions have nothing to purge (they would only be skipped).
-        wanted = [t for t in known if topology.regions_of(t)]
+        wanted = [t for t in known if region_map.regions_of(t)]
     else:
         known_set = set(known)
         wanted = list(dict.fromkeys(topics))

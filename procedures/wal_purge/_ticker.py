@@ -22,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from metasrv.background import ErrorSink, log_only
+from metasrv.process import ErrorSink, log_only
 from metasrv.settings import WalSettings
 from procedures._manager import ProcedureManager
 from procedures.wal_purge._gauges import export_gauges
@@ -175,7 +175,7 @@ class PurgeTicker:
     async def tick(self, *, size_only: bool = False, wait: bool = True) -> TickResult:
         """Plan every topic; submit purges where wanted; optionally wait for them."""
         services = self.services
-        if not services.topology.loaded:
+        if not services.region_map.loaded:
             return TickResult(planned=0, submitted=(), topics=())
         planned = await gather_plans(services)
         plans = {t: inputs.plan for t, inputs in planned.items()}

@@ -28,11 +28,11 @@ import migrations
 from api.app import create_app
 from api.serving import uvicorn_config
 from metasrv import wire
-from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
 from metasrv.settings import Settings, load_settings
+from metasrv.wire import MetasrvClient
 
 DATANODE_TOKEN = "test-datanode-token"
 OPERATOR_TOKEN = "test-operator-token"

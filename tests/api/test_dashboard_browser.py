@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from metasrv.client import MetasrvClient
 from metasrv.model import region_id_of
+from metasrv.wire import MetasrvClient
 from tests.api._live import (
     OPERATOR_TOKEN,
     VIEWER_TOKEN,

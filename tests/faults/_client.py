@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from metasrv import wire
-from metasrv.client import MetasrvClient, base_url_from_addr
 from metasrv.errors import MetasrvError, NotLeader, Unavailable
+from metasrv.wire import MetasrvClient, base_url_from_addr
 
 T = TypeVar("T")
 

@@ -27,8 +27,8 @@ from metasrv import keys
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from metasrv.leader import parse_pruned
 from metasrv.model import PartitionOffsets
-from metasrv.topology import parse_pruned
 from tests.faults._summary import FaultSummary
 from toolbox.simulator import SimDatanode
 

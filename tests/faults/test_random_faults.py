@@ -28,8 +28,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from metasrv.client import MetasrvClient
 from metasrv.errors import MetasrvError
+from metasrv.wire import MetasrvClient
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster, RecoveryResult
 from tests.faults._services import FaultServices

@@ -8,8 +8,8 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from metasrv.background import BackgroundTasks
 from metasrv.errors import KvUnavailable
+from metasrv.process import BackgroundTasks
 
 
 def _tasks() -> tuple[BackgroundTasks, CollectorRegistry]:

@@ -10,16 +10,13 @@ import orjson
 import pytest
 
 from metasrv import keys
-from metasrv.checkpoints import Checkpointer
 from metasrv.errors import KvUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.locks import TopicLocks
+from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap, route_value
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings, load_settings
-from metasrv.topology import Topology, route_value
 
 TOPIC = "cp_0"
 
@@ -29,10 +26,10 @@ class World:
         self.kv = kv
         self.registry = RegionRegistry()
         self.metrics = Metrics()
-        self.topology = Topology(kv, kafka, TopicLocks(), settings)
+        self.region_map = TopicRegionMap(kv, kafka, TopicLocks(), settings)
         self.leader = True
         self.checkpointer = Checkpointer(
-            self.topology, self.registry, settings, self.metrics, may_write=lambda: self.leader
+            self.region_map, self.registry, settings, self.metrics, may_write=lambda: self.leader
         )
 
     def report(self, region_id: int, flushed: int, node_id: int = 1) -> None:
@@ -55,7 +52,7 @@ async def make_world(etcd_endpoint: str, kafka_bootstrap: str, prefix: str, **wa
     kv = EtcdKv(etcd_endpoint, f"{prefix}/")
     kv.batch_put([(keys.topic_region(TOPIC, r), route_value(1, None)) for r in range(1, 11)])
     w = World(kv, KafkaAdmin(kafka_bootstrap), settings)
-    await w.topology.load()
+    await w.region_map.load()
     return w
 
 
@@ -143,7 +140,7 @@ async def test_follower_writes_nothing(world: World) -> None:
 
 async def test_deregistered_region_is_not_resurrected(world: World) -> None:
     world.report(4, 9)
-    await world.topology.deregister(4)
+    await world.region_map.deregister(4)
     assert await world.checkpointer.flush() == 0
     assert world.kv.get(keys.topic_region(TOPIC, 4)) is None
 
@@ -193,7 +190,7 @@ async def test_full_batches_in_quick_succession_coalesce(
 async def test_a_flush_larger_than_a_slice_writes_every_region_and_keeps_the_rest_dirty_on_failure(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("metasrv.checkpoints.FLUSH_SLICE", 3)
+    monkeypatch.setattr("metasrv.leader._checkpoints.FLUSH_SLICE", 3)
     for region_id in range(1, 11):
         world.report(region_id, 100 + region_id)
     assert await world.checkpointer.flush() == 10  # four slices of at most 3
@@ -201,7 +198,7 @@ async def test_a_flush_larger_than_a_slice_writes_every_region_and_keeps_the_res
 
     for region_id in range(1, 11):
         world.report(region_id, 200 + region_id)
-    real = world.topology.set_checkpoints
+    real = world.region_map.set_checkpoints
     calls = 0
 
     async def second_slice_fails(updates: dict[int, tuple[int, int]]) -> int:
@@ -211,12 +208,12 @@ async def test_a_flush_larger_than_a_slice_writes_every_region_and_keeps_the_res
             raise KvUnavailable("injected")
         return await real(updates)
 
-    monkeypatch.setattr(world.topology, "set_checkpoints", second_slice_fails)
+    monkeypatch.setattr(world.region_map, "set_checkpoints", second_slice_fails)
     with pytest.raises(KvUnavailable):
         await world.checkpointer.flush()
     # The first slice was written; the failed slice and every later one are still dirty.
     assert world.checkpointer.dirty_count == 7
-    monkeypatch.setattr(world.topology, "set_checkpoints", real)
+    monkeypatch.setattr(world.region_map, "set_checkpoints", real)
     assert await world.checkpointer.flush() == 7
     assert [world.checkpoint(r) for r in range(1, 11)] == [200 + r for r in range(1, 11)]
 
@@ -298,13 +295,13 @@ def test_route_value_is_the_json_orjson_writes() -> None:
 async def test_a_flush_updates_the_route_view_without_replacing_the_loaded_route(
     world: World,
 ) -> None:
-    loaded = world.topology.routes[3]
+    loaded = world.region_map.routes[3]
     world.report(3, 33, node_id=7)
     assert await world.checkpointer.flush() == 1
-    route = world.topology.route(3)
+    route = world.region_map.route(3)
     assert route is not None
     assert (route.node_id, route.checkpoint_entry_id) == (7, 33)
     # The loaded object stays in the map (frozen out of the collector at leadership).
-    assert world.topology.routes[3] is loaded
+    assert world.region_map.routes[3] is loaded
     world.report(3, 33, node_id=7)
     assert await world.checkpointer.flush() == 0  # unchanged: compared with the written one

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from metasrv import errors, wire
-from metasrv.client import MetasrvClient, base_url_from_addr, error_from_response
+from metasrv.wire import MetasrvClient, base_url_from_addr, error_from_response
 
 
 def _response(status: int, body: Any = None, *, text: str | None = None) -> httpx.Response:

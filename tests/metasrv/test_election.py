@@ -14,7 +14,7 @@ from metasrv.election import EtcdElection, SingleLeader, build_election
 from metasrv.errors import ConfigError
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, Put, SqlKv
-from metasrv.loop_lag import LoopLagMonitor
+from metasrv.process import LoopLagMonitor
 from metasrv.settings import load_settings
 
 LEASE_SECS = 2

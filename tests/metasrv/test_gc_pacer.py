@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from metasrv.gc_pacer import FULL_EVERY, MIDDLE_EVERY, GcPacer
+from metasrv.process import FULL_EVERY, MIDDLE_EVERY, GcPacer
 
 
 class Node:

@@ -1,7 +1,7 @@
 """Heartbeat ingest: per-region rejections, whole-body validation, what gets stored.
 
 The topic-region map comes from a real SQL kv backend (SQLite in memory), loaded by
-`Topology.load()`; Kafka is never contacted because no region is registered here.
+`TopicRegionMap.load()`; Kafka is never contacted because no region is registered here.
 """
 
 from __future__ import annotations
@@ -15,18 +15,21 @@ import orjson
 import pytest
 
 from metasrv import keys
-from metasrv.checkpoints import Checkpointer
 from metasrv.errors import InvalidArgument
-from metasrv.heartbeat import HeartbeatHandler
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import SqlKv
-from metasrv.locks import TopicLocks
-from metasrv.mailbox import Mailbox
+from metasrv.leader import (
+    Checkpointer,
+    HeartbeatHandler,
+    Mailbox,
+    RegionRegistry,
+    TopicLocks,
+    TopicRegionMap,
+    route_value,
+)
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
 from metasrv.settings import load_settings
-from metasrv.topology import Topology, route_value
 from metasrv.wire import encode_columns
 
 
@@ -48,17 +51,19 @@ class Setup:
         self.kafka = KafkaAdmin(kafka_bootstrap)
         self.registry = RegionRegistry()
         self.metrics = Metrics()
-        self.topology = Topology(kv, self.kafka, TopicLocks(), self.settings)
+        self.region_map = TopicRegionMap(kv, self.kafka, TopicLocks(), self.settings)
         self.mailbox = Mailbox(self.registry, metrics=self.metrics)
-        self.checkpointer = Checkpointer(self.topology, self.registry, self.settings, self.metrics)
-        self.topology.removal_listeners.append(
+        self.checkpointer = Checkpointer(
+            self.region_map, self.registry, self.settings, self.metrics
+        )
+        self.region_map.removal_listeners.append(
             lambda r: self.registry.discard(r.region_id, r.topic)
         )
         self.clock = Clock()
         self.misrouted: list[RegionStat] = []
         self.handler = HeartbeatHandler(
             self.registry,
-            self.topology,
+            self.region_map,
             self.mailbox,
             self.checkpointer,
             self.metrics,
@@ -126,7 +131,7 @@ async def hb(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Any:
         ]
     )
     setup = Setup(kv, kafka_bootstrap, request.param)
-    await setup.topology.load()
+    await setup.region_map.load()
     yield setup
     kv.close()
 
@@ -340,7 +345,7 @@ async def test_removed_region_is_unknown_again_although_it_had_a_stat(hb: Setup)
     # Steady-state heartbeats take the mapped topic from the stored row; removing the
     # region from the map must drop that row, or its reports would still be accepted.
     assert hb.beat([region(1, 10)])["rejected"] == []
-    await hb.topology.deregister(1)
+    await hb.region_map.deregister(1)
     assert hb.registry.get(1) is None
     assert rejected(hb.beat([region(1, 11)])) == {1: "unknown_region"}
     assert hb.registry.get(1) is None
@@ -355,8 +360,8 @@ async def test_a_remembered_region_list_is_not_reused_after_a_region_left_the_ma
     for flushed in (10, 11):
         hb.clock.now += 1
         assert hb.beat([region(1, flushed), region(2, 5)])["rejected"] == []
-    await hb.topology.deregister(1)
-    await hb.topology.register(4, 2, "t_0")
+    await hb.region_map.deregister(1)
+    await hb.region_map.register(4, 2, "t_0")
     assert hb.beat([region(4, 3)], node_id=2)["rejected"] == []
     hb.clock.now += 1
     assert rejected(hb.beat([region(1, 12), region(2, 6)])) == {1: "unknown_region"}
@@ -387,7 +392,7 @@ async def test_big_heartbeat_round_trip(kafka_bootstrap: str) -> None:
             [(keys.topic_region(f"t_{i % 4}", i), route_value(1, None)) for i in range(2000)]
         )
         setup = Setup(kv, kafka_bootstrap)
-        await setup.topology.load()
+        await setup.region_map.load()
         resp = setup.beat(
             [region(i, i, topic=f"t_{i % 4}") for i in range(2000)] + [region(5000, 1)]
         )
@@ -728,7 +733,7 @@ async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootst
         )
         setups = [Setup(kv, kafka_bootstrap, e) for e in ("json", "columns")]
         for setup in setups:
-            await setup.topology.load()
+            await setup.region_map.load()
         flushed = {i: 0 for i in range(1, 80)}
         manifest = {i: 100 for i in range(1, 80)}
         paths = [count_paths(setup.handler) for setup in setups]

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 import migrations
-from metasrv.client import MetasrvClient
 from metasrv.errors import KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
+from metasrv.wire import MetasrvClient
 from procedures import ProcedureState
 from procedures.wal_purge import gather_plans, submit_purges
 from tests.api._live import VIEWER_TOKEN, live_settings, serve

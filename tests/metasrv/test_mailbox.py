@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from metasrv.mailbox import FLUSH_REGIONS, InstructionState, Mailbox
+from metasrv.leader import FLUSH_REGIONS, InstructionState, Mailbox, RegionRegistry
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
 
 
 class Clock:

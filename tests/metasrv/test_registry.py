@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from metasrv.leader import RegionRegistry, StatRow, row_of
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry, StatRow, row_of
 
 
 def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -> RegionStat:

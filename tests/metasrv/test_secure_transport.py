@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from metasrv.client import MetasrvClient
 from metasrv.election import EtcdElection
 from metasrv.errors import KafkaRejected, KvUnavailable
 from metasrv.kafka import KafkaAdmin, client_config
 from metasrv.kv import EtcdKv, EtcdSecurity
 from metasrv.settings import Settings, WalSettings, load_settings
+from metasrv.wire import MetasrvClient
 from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, live_settings, serve
 from toolbox.stack import StackConfig, start_service, stop_service
 from toolbox.stack._certs import Pki, make_pki

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from metasrv.errors import ConfigError
-from metasrv.greptimedb_wal import IGNORED_KEYS
-from metasrv.settings import load_settings
+from metasrv.settings import IGNORED_KEYS, load_settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "greptimedb_wal"
 

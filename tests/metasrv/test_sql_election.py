@@ -16,7 +16,7 @@ from metasrv.errors import ConfigError
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Put, SqlKv
 from metasrv.settings import load_settings
-from metasrv.sql_schema import election_table
+from metasrv.sql import election_table
 from tests.metasrv.kv._pgschema import fresh_schema
 from tests.metasrv.test_election import LEASE_SECS, Recorder, wait_until
 

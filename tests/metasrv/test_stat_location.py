@@ -10,9 +10,11 @@ import pytest
 
 from metasrv.errors import ConfigError
 from metasrv.settings import load_settings
-from metasrv.stat_history import STATS_DIR, StatHistoryWriter, hour_partition
-from metasrv.stat_location import (
+from metasrv.stat_history import (
+    STATS_DIR,
+    StatHistoryWriter,
     cluster_root,
+    hour_partition,
     open_location,
     path_slug,
     spark_location,

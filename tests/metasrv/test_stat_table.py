@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 
-from metasrv.stat_table import NULL, StatRow, StatTable
+from metasrv.leader import NULL, StatRow, StatTable
 
 
 def row(flushed: int, topic: str = "a", *, node: int = 1, at: float = 1.0) -> StatRow:

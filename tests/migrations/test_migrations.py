@@ -12,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, select
 
 import migrations
-from metasrv.sql_schema import kv_revision_table, metadata
+from metasrv.sql import kv_revision_table, metadata
 
 METASRV_TABLES = set(metadata.tables)
 # The console script installed next to this interpreter.

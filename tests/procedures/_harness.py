@@ -1,7 +1,7 @@
 """A metasrv leader's procedure stack on real services, for tests and the crash runner.
 
 Everything is the real code: `EtcdKv` and `EtcdElection` on etcd, `KafkaAdmin` on the
-broker, `Topology`, `RegionRegistry`, `Mailbox`, `TopicLocks` and `ProcedureManager`,
+broker, `TopicRegionMap`, `RegionRegistry`, `Mailbox`, `TopicLocks` and `ProcedureManager`,
 and the SQL history on a migrated database. Region stats are put into the registry the
 way the heartbeat handler does (`RegionRegistry.update`); that is the only shortcut.
 """
@@ -20,13 +20,10 @@ from metasrv.election import EtcdElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, KvBackend
 from metasrv.kv._sql import normalize_url
-from metasrv.locks import TopicLocks
-from metasrv.mailbox import Mailbox
+from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionStat
-from metasrv.registry import RegionRegistry
 from metasrv.settings import Settings, load_settings
-from metasrv.topology import Topology
 from procedures.wal_purge import PurgeServices, decode_marker, purge_manager
 
 
@@ -87,7 +84,7 @@ class Harness:
         self.locks = TopicLocks()
         self.registry = RegionRegistry()
         self.metrics = Metrics()
-        self.topology = Topology(
+        self.region_map = TopicRegionMap(
             self.kv, self.kafka, self.locks, settings, fence=self.election.fence
         )
         self.mailbox = Mailbox(self.registry, metrics=self.metrics)
@@ -98,7 +95,7 @@ class Harness:
             election=self.election,
             kafka=self.kafka,
             registry=self.registry,
-            topology=self.topology,
+            region_map=self.region_map,
             mailbox=self.mailbox,
             locks=self.locks,
             metrics=self.metrics,
@@ -109,9 +106,9 @@ class Harness:
     async def _on_leadership(self, leader: bool) -> None:
         # Runs before the manager's listener: the map must be loaded before resuming.
         if leader:
-            await self.topology.load()
+            await self.region_map.load()
         else:
-            self.topology.unload()
+            self.region_map.unload()
             self.registry.clear()
 
     async def start(self, *, wait_leader: float = 20.0) -> None:
@@ -140,7 +137,7 @@ class Harness:
         return f"{self.prefix}_{n}"
 
     async def register(self, region_id: int, topic: str, node_id: int = 1) -> None:
-        await self.topology.register(region_id, node_id, topic)
+        await self.region_map.register(region_id, node_id, topic)
 
     def report(
         self,

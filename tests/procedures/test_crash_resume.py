@@ -27,7 +27,7 @@ import pytest
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, Put
-from metasrv.topology import route_value
+from metasrv.leader import route_value
 from procedures import ProcedureState
 from procedures.wal_purge import decode_marker
 from tests.procedures._harness import Harness, make_settings, produce

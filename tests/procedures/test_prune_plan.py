@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metasrv.leader import RegionRegistry
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
-from metasrv.registry import RegionRegistry
 from procedures.wal_purge._plan import (
     NO_STAT,
     RETENTION_OVERRUN,
@@ -358,7 +358,7 @@ def test_properties(
     registry.update(stats)
     assert p == plan_topic(
         TOPIC,
-        {r.region_id: r for r in routes},  # routes as the topology keeps them
+        {r.region_id: r for r in routes},  # routes as the topic-region map keeps them
         registry.snapshot(),
         now=NOW,
         stat_ttl=TTL,

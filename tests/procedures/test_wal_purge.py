@@ -324,7 +324,7 @@ async def test_registration_waits_for_running_purge_and_is_not_harmed(
     await registering
     view = await h.manager.get(pid)
     assert view.state is ProcedureState.SUCCEEDED
-    assert h.topology.route(2) is not None
+    assert h.region_map.route(2) is not None
 
     # The new region writes after registering; everything it will need is readable.
     hw = h.offsets(topic).high_watermark
@@ -351,12 +351,12 @@ async def test_purge_waits_for_a_registration_in_progress(leader: Harness) -> No
         view = await h.manager.get(pid)
         assert not view.state.terminal and view.step == "prepare"
         # The registration completes while the purge waits: the region is in the map
-        # the purge will read (inserted directly, as Topology.register does under the lock).
+        # the purge will read (inserted directly, as TopicRegionMap.register does under the lock).
         from metasrv.kv import Put
-        from metasrv.topology import route_value
+        from metasrv.leader import route_value
 
         h.kv.txn([], [Put(keys.topic_region(topic, 2), route_value(1, None))])
-        await h.topology.load()
+        await h.region_map.load()
 
     view = await h.manager.wait(pid, 30)
     # Region 2 has not reported yet, so the purge must not touch the topic.
@@ -474,14 +474,14 @@ async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
         [pid] = await submit_purges(h.manager, [topic], reason="test")
         await h.manager.on_leadership(False)  # as if this leader died here
     # A new term whose map loader runs after the manager resumed the purge.
-    h.topology.unload()
+    h.region_map.unload()
     await h.manager.on_leadership(True)
     h.report(1, topic, flushed=20)
     await asyncio.sleep(0.5)
     assert not (await h.manager.get(pid)).state.terminal
     assert h.offsets(topic).log_start_offset == 0
 
-    await h.topology.load()
+    await h.region_map.load()
     view = await h.manager.wait(pid, 30)
     assert view.state is ProcedureState.SUCCEEDED, view
     assert h.offsets(topic).log_start_offset == 20

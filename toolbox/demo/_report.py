@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from metasrv import wire
-from metasrv.client import MetasrvClient
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
+from metasrv.wire import MetasrvClient
 from toolbox.simulator import NodeRecovery, Workload
 
 

@@ -31,9 +31,9 @@ from rich.live import Live
 from rich.panel import Panel
 
 from metasrv import wire
-from metasrv.client import MetasrvClient
 from metasrv.errors import MetasrvError, WalDataLoss
 from metasrv.kafka import KafkaAdmin
+from metasrv.wire import MetasrvClient
 from toolbox.demo._report import Findings, Watcher, failure_text, recovery_table, summary_table
 from toolbox.simulator import (
     MetasrvProcess,

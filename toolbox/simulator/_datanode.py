@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-from metasrv.client import MetasrvClient
 from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
+from metasrv.wire import MetasrvClient
 from toolbox.simulator._region import RecoveryReport, SimRegion, VerifyReport
 from toolbox.simulator._wal import Tee, WalWriter
 

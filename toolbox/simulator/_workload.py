@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from metasrv.client import MetasrvClient
 from metasrv.errors import Conflict, InvalidArgument, MetasrvError, Unavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import region_id_of
+from metasrv.wire import MetasrvClient
 from toolbox.simulator._datanode import SimDatanode
 from toolbox.simulator._region import RecoveryReport, VerifyReport
 from toolbox.simulator._wal import Tee

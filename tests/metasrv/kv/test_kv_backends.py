@@ -12,7 +12,7 @@ from metasrv.errors import InvalidArgument, KvUnavailable, TxnTooLarge
 from metasrv.kv import EtcdKv, Put, SqlKv, open_kv
 from metasrv.kv._common import prefix_range_end, prefix_upper_bound
 from metasrv.settings import load_settings
-from metasrv.sql_schema import metadata
+from metasrv.sql import metadata
 from tests.metasrv.kv._pgschema import fresh_schema
 
 

@@ -23,8 +23,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.reconcile import RunOptions, run_reconcile
 from metasrv.settings import load_settings
-from metasrv.stat_history import STATS_DIR
-from metasrv.stat_location import cluster_root, writer_partition
+from metasrv.stat_history import STATS_DIR, cluster_root, writer_partition
 from tests.api.conftest import heartbeat, region
 from tests.api.test_failover import leader_of
 from toolbox.simulator._harness import MetasrvProcess, free_port, render_config

@@ -22,10 +22,10 @@ from sqlalchemy import create_engine
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from metasrv.leader import route_value
 from metasrv.reconcile import Outcome, RunOptions, latest_run, run_reconcile
 from metasrv.settings import Settings, load_settings
-from metasrv.stat_location import cluster_root
-from metasrv.topology import route_value
+from metasrv.stat_history import cluster_root
 from tests.metasrv.reconcile._seed import stat, write_history
 from toolbox.simulator._harness import MetasrvProcess, free_port, metasrv_argv, render_config
 from toolbox.stack import StackConfig, spark_master_status, spark_master_url

@@ -13,10 +13,10 @@ import pytest
 from metasrv import keys
 from metasrv.errors import KvUnavailable
 from metasrv.kv import EtcdKv, KeyValue, KvBackend, SqlKv
+from metasrv.leader import parse_route, route_value
 from metasrv.reconcile import _snapshot as snapshot_module
 from metasrv.reconcile import read_snapshot
 from metasrv.reconcile._snapshot import Page, _decode_fast, _decode_slow
-from metasrv.topology import parse_route, route_value
 
 
 def _seed(kv: KvBackend, n: int) -> None:

@@ -9,16 +9,9 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from metasrv import stat_history
+from metasrv.leader import RowColumns, StatTable, row_of
 from metasrv.model import RegionStat
-from metasrv.registry import row_of
-from metasrv.stat_history import (
-    SNAPSHOTS_DIR,
-    STATS_DIR,
-    StatHistoryWriter,
-    hour_partition,
-)
-from metasrv.stat_table import RowColumns, StatTable
+from metasrv.stat_history import SNAPSHOTS_DIR, STATS_DIR, StatHistoryWriter, hour_partition
 from tests.metasrv.reconcile._seed import NOW, stat
 
 
@@ -129,7 +122,6 @@ async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(
     # 3 topics x 5,000 regions, read 5,000 slots at a time: the pass must give the loop
     # back between slices, and still write every row once, plus the rejected reports,
     # in one file.
-    monkeypatch.setattr(stat_history, "SLICE_SLOTS", 5000)
     table = StatTable()
     for t in range(3):
         for rid in range(t * 5000, (t + 1) * 5000):
@@ -143,7 +135,7 @@ async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(
         return columns(start, stop)
 
     monkeypatch.setattr(table, "columns", counted)
-    w = StatHistoryWriter(tmp_path, 60.0, lambda: table)
+    w = StatHistoryWriter(tmp_path, 60.0, lambda: table, slice_slots=5000)
     w.record_rejected([stat(99_999, "elsewhere", 1.0)])
     done = False
 

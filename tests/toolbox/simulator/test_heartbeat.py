@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metasrv.client import MetasrvClient
+from metasrv.wire import MetasrvClient
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, VIEWER, settings, start_metasrv
 from toolbox.simulator import MetasrvProcess, SimDatanode, free_port
 

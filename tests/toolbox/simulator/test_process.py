@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
+from metasrv.wire import MetasrvClient
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR
 from toolbox.simulator import MetasrvProcess
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from metasrv import wire
-from metasrv.client import MetasrvClient
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from metasrv.wire import MetasrvClient
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, settings, start_metasrv
 from toolbox.simulator import SimDatanode, SimRegion, free_port
 

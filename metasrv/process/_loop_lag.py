@@ -13,7 +13,7 @@ import time
 
 from prometheus_client import Histogram
 
-from metasrv.background import cancel_and_wait
+from metasrv.process._background import cancel_and_wait
 
 DEFAULT_INTERVAL = 0.025
 """Seconds between probes: fine enough to see a 20 ms stall, cheap enough to run always."""

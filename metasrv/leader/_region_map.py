@@ -23,7 +23,7 @@ from metasrv import keys
 from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
 from metasrv.kafka import KafkaAdmin, topic_name_problem
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, Put
-from metasrv.locks import TopicLocks
+from metasrv.leader._locks import TopicLocks
 from metasrv.model import ID_MAX, RegionRoute
 from metasrv.settings import Settings
 
@@ -94,7 +94,7 @@ class _Written(msgspec.Struct, frozen=True, gc=False):
     entry_id: int
 
 
-class Topology:
+class TopicRegionMap:
     """The leader's copy of the topic-region map, and the only code that changes it."""
 
     def __init__(

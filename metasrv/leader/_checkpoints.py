@@ -24,12 +24,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
-from metasrv.background import ErrorSink, log_only
 from metasrv.errors import MetasrvError
+from metasrv.leader._region_map import TopicRegionMap
+from metasrv.leader._registry import RegionRegistry
 from metasrv.metrics import Metrics
-from metasrv.registry import RegionRegistry
+from metasrv.process import ErrorSink, log_only
 from metasrv.settings import Settings
-from metasrv.topology import Topology
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Checkpointer:
 
     def __init__(
         self,
-        topology: Topology,
+        region_map: TopicRegionMap,
         registry: RegionRegistry,
         settings: Settings,
         metrics: Metrics,
@@ -60,7 +60,7 @@ class Checkpointer:
         may_write: Callable[[], bool] = _always,
         on_error: ErrorSink | None = None,
     ) -> None:
-        self._topology = topology
+        self._region_map = region_map
         self._registry = registry
         self._metrics = metrics
         self._interval = settings.wal.checkpoint_interval
@@ -146,7 +146,7 @@ class Checkpointer:
                         break
                 updates = self._registry.checkpoints(pending[start : start + step])
                 try:
-                    count = await self._topology.set_checkpoints(updates)
+                    count = await self._region_map.set_checkpoints(updates)
                 except BaseException:
                     self._dirty.update(pending[start:])
                     raise

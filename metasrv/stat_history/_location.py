@@ -25,6 +25,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metasrv.settings import is_url
+
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
@@ -48,21 +50,6 @@ def path_slug(text: str) -> str:
     """
     safe = _UNSAFE.sub("_", text).strip("._")[:48] or "_"
     return f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-
-
-def is_url(location: str) -> bool:
-    """True for `scheme://...` (s3, hdfs, file, ...), False for a plain path."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location) is not None
-
-
-def check_stats_url(value: str) -> str:
-    """Validate `[history] stats_url`: empty, an absolute path, or a URL."""
-    if value == "" or is_url(value) or Path(value).is_absolute():
-        return value
-    raise ValueError(
-        f"stats_url {value!r} is relative; give an absolute path or a URL (s3://, hdfs://): "
-        "a relative path would resolve against each process's working directory"
-    )
 
 
 def _xdg_state_home() -> Path:

@@ -38,16 +38,12 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from metasrv.checkpoints import Checkpointer
-from metasrv.mailbox import Mailbox
+from metasrv.leader._checkpoints import Checkpointer
+from metasrv.leader._mailbox import Mailbox
+from metasrv.leader._region_map import TopicRegionMap
+from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import (
-    RegionRegistry,
-    StatRow,
-    StatSnapshot,
-)
-from metasrv.topology import Topology
 from metasrv.wire import (
     NULL,
     Columns,
@@ -157,7 +153,7 @@ class HeartbeatHandler:
     def __init__(
         self,
         registry: RegionRegistry,
-        topology: Topology,
+        region_map: TopicRegionMap,
         mailbox: Mailbox,
         checkpointer: Checkpointer,
         metrics: Metrics,
@@ -167,7 +163,7 @@ class HeartbeatHandler:
         on_misrouted: Callable[[list[RegionStat]], None] | None = None,
     ) -> None:
         self._registry = registry
-        self._topology = topology
+        self._region_map = region_map
         self._mailbox = mailbox
         self._checkpointer = checkpointer
         self._metrics = metrics
@@ -224,7 +220,7 @@ class HeartbeatHandler:
         changed = out.changed
         rejected = out.rejected
         keep_misrouted = self._on_misrouted is not None
-        route_of = self._topology.routes.get
+        route_of = self._region_map.routes.get
         table = self._registry.table
         slot_of = table.slot_of
         ignored_claims = 0
@@ -244,7 +240,7 @@ class HeartbeatHandler:
                 continue
             # The previous row counts only if it names the topic the datanode names.
             # Rows are only stored for mapped regions under their mapped topic and
-            # dropped when a region leaves the map (Topology removal listeners) or
+            # dropped when a region leaves the map (TopicRegionMap removal listeners) or
             # leadership changes, so such a row proves the region is mapped to this
             # topic, and the route lookup is skipped.
             slot = slot_of(region_id)
@@ -388,7 +384,7 @@ class HeartbeatHandler:
         named = [names[i] for i in cols.topic[at].tolist()]
         # Mapped on the topic it names, one C-level pass (a new leader hears a million
         # regions for the first time within one heartbeat interval).
-        routes = map(self._topology.routes.get, cols.region_id[at].tolist(), repeat(_NO_ROUTE))
+        routes = map(self._region_map.routes.get, cols.region_id[at].tolist(), repeat(_NO_ROUTE))
         mapped = np.fromiter(map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(at))
         if not mapped.any():
             return None
@@ -452,7 +448,7 @@ class HeartbeatHandler:
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
             # until the next leadership change, however many a client invents.
-            known = self._topology.has_topic
+            known = self._region_map.has_topic
             ignored = 0
             for report in topic_reports:
                 if known(report.topic):

@@ -43,11 +43,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from metasrv.background import ErrorSink, log_only
+from metasrv.leader import NULL, RowColumns, StatSnapshot, StatTable, row_of
 from metasrv.model import RegionStat
-from metasrv.registry import StatSnapshot, row_of
-from metasrv.stat_location import open_location, writer_partition
-from metasrv.stat_table import NULL, RowColumns, StatTable
+from metasrv.process import ErrorSink, log_only
+from metasrv.stat_history._location import open_location, writer_partition
 
 logger = logging.getLogger(__name__)
 
@@ -239,12 +238,14 @@ class StatHistoryWriter:
         retention: float = DEFAULT_RETENTION,
         on_error: ErrorSink | None = None,
         writer: str = "metasrv",
+        slice_slots: int = SLICE_SLOTS,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
         if retention < interval:
             raise ValueError("retention must be at least one interval")
         self.directory = str(directory).rstrip("/")
+        self._slice_slots = slice_slots
         self._fs, self._root = open_location(self.directory)
         self._writer = writer_partition(writer)
         self.interval = interval
@@ -298,12 +299,13 @@ class StatHistoryWriter:
         if table is not None:
             # Each slice is copied whole between two yields, so no row is seen half
             # updated; a heartbeat arriving between slices is written now or next pass.
-            for start in range(0, table.end, SLICE_SLOTS):
-                changes.add(table.columns(start, start + SLICE_SLOTS))
+            step = self._slice_slots
+            for start in range(0, table.end, step):
+                changes.add(table.columns(start, start + step))
                 await asyncio.sleep(0)
         rejected = self._take_rejected()
-        for start in range(0, len(rejected), SLICE_SLOTS):
-            changes.add_rejected(rejected[start : start + SLICE_SLOTS])
+        for start in range(0, len(rejected), self._slice_slots):
+            changes.add_rejected(rejected[start : start + self._slice_slots])
             await asyncio.sleep(0)
         return await asyncio.to_thread(self._write, changes)
 

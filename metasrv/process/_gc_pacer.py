@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from metasrv.background import cancel_and_wait
+from metasrv.process._background import cancel_and_wait
 
 DEFAULT_INTERVAL = 0.05
 """Seconds between two young-generation collections."""

@@ -25,9 +25,9 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from metasrv.errors import ConfigError
-from metasrv.greptimedb_wal import ALIASES, IGNORED_KEYS, split_wal_section, suggest
-from metasrv.stat_location import check_stats_url
-from metasrv.units import parse_duration, parse_size
+from metasrv.settings._greptimedb import ALIASES, IGNORED_KEYS, split_wal_section, suggest
+from metasrv.settings._locations import check_stats_url
+from metasrv.settings._units import parse_duration, parse_size
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from metasrv.leader._registry import RegionRegistry
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
-from metasrv.registry import RegionRegistry
 
 FLUSH_REGIONS = "flush_regions"
 """The one instruction kind."""

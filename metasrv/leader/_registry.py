@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metasrv.leader._stat_table import StatRow as StatRow
+from metasrv.leader._stat_table import StatTable, TopicRows
 from metasrv.model import RegionStat, TopicStat
-from metasrv.stat_table import StatRow as StatRow
-from metasrv.stat_table import StatTable, TopicRows
 
 DEFAULT_WINDOW = 300.0
 """Time constant, in seconds, of the decay behind a topic's average record size: growth

@@ -31,11 +31,11 @@ import sqlalchemy.exc as sa_exc
 from sqlalchemy import ColumnElement, Float, and_, cast, func, insert, literal, select, update
 from sqlalchemy.engine import Connection
 
-from metasrv._lease_election import Attempt, LeaseElection, LeaseOptions
+from metasrv.election._lease import Attempt, LeaseElection, LeaseOptions
 from metasrv.errors import KvUnavailable
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, Put, SqlKv
-from metasrv.sql_schema import election_table
+from metasrv.sql import election_table
 
 logger = logging.getLogger(__name__)
 

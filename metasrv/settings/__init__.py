@@ -1,0 +1,30 @@
+"""Configuration: the TOML sections and their validation, size and duration units, and the
+GreptimeDB `[wal]` section aliases.
+"""
+
+from metasrv.settings._greptimedb import IGNORED_KEYS
+from metasrv.settings._locations import check_stats_url, is_url
+from metasrv.settings._sections import (
+    AuthSettings,
+    HttpSettings,
+    KvSettings,
+    ProcedureSettings,
+    Settings,
+    WalSettings,
+    load_settings,
+)
+from metasrv.settings._units import parse_duration
+
+__all__ = [
+    "IGNORED_KEYS",
+    "AuthSettings",
+    "HttpSettings",
+    "KvSettings",
+    "ProcedureSettings",
+    "Settings",
+    "WalSettings",
+    "check_stats_url",
+    "is_url",
+    "load_settings",
+    "parse_duration",
+]

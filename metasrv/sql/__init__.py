@@ -1,0 +1,33 @@
+"""The SQL schema metasrv's databases hold (kv, election, history, reconcile results) and the
+start-up check that the schema is migrated.
+"""
+
+from metasrv.sql._check import require_schema, schema_problem, upgrade_command
+from metasrv.sql._schema import (
+    KV_KEY_MAX,
+    election_table,
+    kv_revision_table,
+    kv_table,
+    metadata,
+    procedure_history_table,
+    purge_history_table,
+    reconcile_findings_table,
+    reconcile_runs_table,
+    wal_events_table,
+)
+
+__all__ = [
+    "KV_KEY_MAX",
+    "election_table",
+    "kv_revision_table",
+    "kv_table",
+    "metadata",
+    "procedure_history_table",
+    "purge_history_table",
+    "reconcile_findings_table",
+    "reconcile_runs_table",
+    "require_schema",
+    "schema_problem",
+    "upgrade_command",
+    "wal_events_table",
+]
