@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from metasrv.sql_schema import metadata
+from metasrv.sql import metadata
 
 config = context.config
 
