@@ -296,7 +296,6 @@ def main() -> None:
     from metasrv import keys
     from metasrv.kafka import KafkaAdmin
     from metasrv.kv import EtcdKv
-    from metasrv.leader import route_value
     from toolbox.stack import StackConfig, cluster_up
 
     cluster = cluster_up(StackConfig.from_env())
@@ -327,7 +326,7 @@ def main() -> None:
             [
                 (
                     keys.topic_region(topic_of(prefix, n, i), region_id(n, i)),
-                    route_value(NODE_BASE + n, None),
+                    keys.encode_route(NODE_BASE + n, None),
                 )
                 for n in range(NODES)
                 for i in range(REGIONS)

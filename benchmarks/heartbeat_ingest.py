@@ -229,7 +229,6 @@ def prepare_kv(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Write the topic-region map the daemon will load; return the [kv] section."""
     from metasrv import keys
     from metasrv.kv import EtcdKv, KvBackend, SqlKv
-    from metasrv.leader import route_value
 
     kv: KvBackend
     if args.kv == "etcd":
@@ -241,7 +240,10 @@ def prepare_kv(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         section = {"backend": "sql", "sql_url": url}
         kv = SqlKv.open(url, create=True)
     items = [
-        (keys.topic_region(topic_of(n, i, args.regions), region_id(n, i)), route_value(n, None))
+        (
+            keys.topic_region(topic_of(n, i, args.regions), region_id(n, i)),
+            keys.encode_route(n, None),
+        )
         for n in range(args.nodes)
         for i in range(args.regions)
     ]
@@ -341,7 +343,6 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
         RegionRegistry,
         TopicLocks,
         TopicRegionMap,
-        route_value,
     )
     from metasrv.metrics import Metrics
     from metasrv.settings import load_settings
@@ -353,7 +354,7 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
             [
                 (
                     keys.topic_region(topic_of(0, i, args.regions), region_id(0, i)),
-                    route_value(0, None),
+                    keys.encode_route(0, None),
                 )
                 for i in range(args.regions)
             ]

@@ -474,7 +474,6 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     from metasrv import keys
     from metasrv.kafka import KafkaAdmin
     from metasrv.kv import EtcdKv
-    from metasrv.leader import route_value
     from toolbox.simulator import Workload, WorkloadConfig
     from toolbox.stack import ensure_up
 
@@ -520,7 +519,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                     keys.topic_region(
                         topic_of(args.prefix, n, i, args.regions, args.topics), region_id(n, i)
                     ),
-                    route_value(NODE_BASE + n, None),
+                    keys.encode_route(NODE_BASE + n, None),
                 )
                 for n in range(args.nodes)
                 for i in range(args.regions)

@@ -40,7 +40,7 @@ from metasrv.election import EtcdElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.kv._sql import normalize_url
-from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap, route_value
+from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
@@ -129,7 +129,9 @@ async def run(args: argparse.Namespace) -> int:
     print(f"setup: creating {len(topics)} topics ...", file=sys.stderr)
     kafka.ensure_topics(topics)
     try:
-        routes = [(keys.topic_region(t, n), route_value(n % 8, None)) for n, t in enumerate(topics)]
+        routes = [
+            (keys.topic_region(t, n), keys.encode_route(n % 8, None)) for n, t in enumerate(topics)
+        ]
         kv.batch_put(routes)
         with history_database(args.history) as history_url:
             return await measure(args, settings, kafka, kv, topics, history_url)

@@ -92,7 +92,6 @@ def _kv_snapshot(world: World, regions: int, work: Path) -> tuple[str, float, fl
     t0 = time.perf_counter()
     if not db.exists():
         from metasrv import keys
-        from metasrv.leader import route_value
 
         partial = db.with_suffix(".partial")
         partial.unlink(missing_ok=True)
@@ -104,7 +103,7 @@ def _kv_snapshot(world: World, regions: int, work: Path) -> tuple[str, float, fl
                 [
                     (
                         keys.topic_region(r["topic"], r["region_id"]),
-                        route_value(r["node_id"], r["checkpoint_entry_id"]),
+                        keys.encode_route(r["node_id"], r["checkpoint_entry_id"]),
                     )
                     for r in rows
                 ]

@@ -32,7 +32,6 @@ from _pgschema import fresh_pg_schema  # benchmarks/ is on sys.path when run as 
 import migrations
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
-from metasrv.leader import route_value
 from metasrv.reconcile import read_snapshot
 from toolbox.stack import StackConfig, endpoints_of
 
@@ -48,7 +47,7 @@ def routes(n: int) -> Iterator[list[tuple[str, bytes]]]:
         batch.append(
             (
                 keys.topic_region(f"greptimedb_wal_topic_{i % TOPICS}", region_id),
-                route_value(i % 7, checkpoint),
+                keys.encode_route(i % 7, checkpoint),
             )
         )
         if len(batch) == 10_000:

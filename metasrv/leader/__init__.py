@@ -7,7 +7,7 @@ from metasrv.leader._checkpoints import Checkpointer
 from metasrv.leader._heartbeat import HeartbeatHandler
 from metasrv.leader._locks import TopicLocks
 from metasrv.leader._mailbox import FLUSH_REGIONS, InstructionState, Mailbox
-from metasrv.leader._region_map import TopicRegionMap, parse_pruned, parse_route, route_value
+from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot, row_of
 from metasrv.leader._stat_table import NULL, RowColumns, StatTable, TopicRows
 
@@ -26,8 +26,5 @@ __all__ = [
     "TopicLocks",
     "TopicRegionMap",
     "TopicRows",
-    "parse_pruned",
-    "parse_route",
-    "route_value",
     "row_of",
 ]

@@ -17,7 +17,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
-import orjson
 
 from metasrv import keys
 from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
@@ -40,50 +39,13 @@ def _no_fence() -> list[Compare]:
     return []
 
 
-def parse_route(kv: KeyValue) -> RegionRoute | None:
-    """One `__topic_region/{topic}/{region_id}` key as a route; None if the key is not one.
-
-    A key whose JSON value is damaged still maps its region (with no node and no
-    checkpoint): dropping it would let a purge ignore a region that may need entries.
-    """
+def _pruned(kv: KeyValue) -> int | None:
+    """A stored marker's entry id; a damaged marker reads as never purged (logged)."""
     try:
-        topic, region_id = keys.parse_topic_region(kv.key)
+        return keys.decode_pruned(kv.value)
     except ValueError:
-        logger.error("ignoring malformed topic-region key", extra={"key": kv.key})
+        logger.error("damaged pruned_entry_id marker; read as none", extra={"key": kv.key})
         return None
-    node_id = -1
-    checkpoint: int | None = None
-    try:
-        value = orjson.loads(kv.value)
-        node = value.get("node_id")
-        if type(node) is int:
-            node_id = node
-        cp = value.get("checkpoint")
-        if isinstance(cp, dict) and type(cp.get("entry_id")) is int:
-            checkpoint = cp["entry_id"]
-    except (orjson.JSONDecodeError, AttributeError):
-        logger.error("damaged topic-region value; keeping the region mapped", extra={"key": kv.key})
-    return RegionRoute(
-        region_id=region_id, topic=topic, node_id=node_id, checkpoint_entry_id=checkpoint
-    )
-
-
-def route_value(node_id: int, checkpoint_entry_id: int | None) -> bytes:
-    """The stored JSON of one route (DESIGN §4), byte for byte what `orjson.dumps` makes
-    of `{"node_id": ..., "checkpoint": {"entry_id": ...} | None}`, at a third of its cost
-    (a checkpoint flush encodes one per changed region)."""
-    if checkpoint_entry_id is None:
-        return b'{"node_id":%d,"checkpoint":null}' % node_id
-    return b'{"node_id":%d,"checkpoint":{"entry_id":%d}}' % (node_id, checkpoint_entry_id)
-
-
-def parse_pruned(value: bytes) -> int | None:
-    """`{"pruned_entry_id": int|null}` -> the int, or None (also for a damaged value)."""
-    try:
-        pruned = orjson.loads(value).get("pruned_entry_id")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return pruned if type(pruned) is int else None
 
 
 class _Written(msgspec.Struct, frozen=True, gc=False):
@@ -148,7 +110,7 @@ class TopicRegionMap:
             by_id: dict[int, RegionRoute] = {}
             by_topic: dict[str, dict[int, RegionRoute]] = {}
             for kv in self._kv.scan(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE):
-                route = parse_route(kv)
+                route = keys.decode_route(kv.key, kv.value)
                 if route is None:
                     continue
                 previous = by_id.get(route.region_id)
@@ -250,7 +212,7 @@ class TopicRegionMap:
         def read() -> dict[str, int | None]:
             found: dict[str, int | None] = {}
             for kv in self._kv.scan(keys.TOPIC_NAME_PREFIX, page_size=_SCAN_PAGE):
-                found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = parse_pruned(kv.value)
+                found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = _pruned(kv)
             return found
 
         return await asyncio.to_thread(read)
@@ -258,7 +220,7 @@ class TopicRegionMap:
     async def pruned_entry_id(self, topic: str) -> int | None:
         """One topic's marker, or None if it was never purged."""
         kv = await asyncio.to_thread(self._kv.get, keys.topic_name(topic))
-        return None if kv is None else parse_pruned(kv.value)
+        return None if kv is None else _pruned(kv)
 
     # --- writes ----------------------------------------------------------------------
 
@@ -293,14 +255,14 @@ class TopicRegionMap:
                 result = await asyncio.to_thread(
                     self._kv.txn,
                     [*self.fence(), Compare(key, revision=0)],
-                    [Put(key, route_value(node_id, None))],
+                    [Put(key, keys.encode_route(node_id, None))],
                 )
                 if not result.succeeded:
                     stored = await asyncio.to_thread(self._kv.get, key)
                     if stored is None:
                         raise LeadershipLost("lost leadership while registering a region")
                     # Written by an earlier leader after our load: adopt it.
-                    adopted = parse_route(stored)
+                    adopted = keys.decode_route(stored.key, stored.value)
                     assert adopted is not None
                     self._insert(adopted)
                     return adopted
@@ -392,9 +354,8 @@ class TopicRegionMap:
                 elif (prior.node_id, prior.entry_id) == checkpoint:
                     continue
                 node_id, entry_id = checkpoint
-                items.append(
-                    (keys.topic_region(route.topic, region_id), route_value(node_id, entry_id))
-                )
+                key = keys.topic_region(route.topic, region_id)
+                items.append((key, keys.encode_route(node_id, entry_id)))
                 changed.append((region_id, route.topic, checkpoint))
             if not items:
                 return 0

@@ -11,7 +11,7 @@ Each page of keys is decoded column-wise by Arrow: the key's topic and region id
 string kernels, the JSON values with Arrow's JSON reader, so no Python object is built
 per region beyond the key and value the driver hands over. A page that does not decode
 cleanly that way (a malformed key, a value of an unexpected shape) is decoded key by key
-with `metasrv.region_map.parse_route`, which keeps a damaged region mapped.
+with `keys.decode_route`, which keeps a damaged region mapped.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
@@ -32,7 +31,6 @@ from sqlalchemy import and_, func, select, text
 
 from metasrv import keys
 from metasrv.errors import KvUnavailable, MetasrvError
-from metasrv.kv._protocol import KeyValue
 from metasrv.reconcile._findings import MAP_SCHEMA
 from metasrv.reconcile._store import sql_error_detail
 from metasrv.sql import kv_revision_table, kv_table
@@ -136,7 +134,7 @@ def _etcd_call(kv: EtcdKv, call: Callable[[], Any]) -> Any:
 
 def _decode_fast(page: Page) -> pa.Table | None:
     """`MAP_SCHEMA` rows of a page decoded column-wise, or None when any key or value
-    does not decode exactly as `parse_route` would decode it."""
+    does not decode exactly as `keys.decode_route` would decode it."""
     try:
         if page.keys and isinstance(page.keys[0], bytes):
             raw = pa.array(page.keys, pa.binary()).cast(pa.string())
@@ -174,16 +172,13 @@ def _decode_fast(page: Page) -> pa.Table | None:
 
 
 def _decode_slow(page: Page) -> tuple[pa.Table, int]:
-    """The page key by key through `parse_route`; returns the rows and the malformed count."""
-    # Imported here: metasrv.region_map imports metasrv.kv, which imports metasrv.sql_schema,
-    # which imports this package's tables (a cycle if done at module level).
-    from metasrv.leader import parse_route
-
+    """The page key by key through `keys.decode_route`; returns the rows and the malformed
+    count."""
     cols: dict[str, list[Any]] = {n: [] for n in MAP_SCHEMA.names}
     malformed = 0
     for key, value in zip(page.keys, page.values, strict=True):
         text = key.decode(errors="replace") if isinstance(key, bytes) else key
-        route = parse_route(KeyValue(text, bytes(value), 0))
+        route = keys.decode_route(text, bytes(value))
         if route is None:
             malformed += 1
             continue
@@ -221,12 +216,10 @@ def _markers(pages: Iterator[Page]) -> tuple[dict[str, int | None], int]:
         text = key.decode(errors="replace") if isinstance(key, bytes) else key
         topic = text[len(keys.TOPIC_NAME_PREFIX) :]
         try:
-            value = orjson.loads(raw)
-            pruned = value.get("pruned_entry_id") if isinstance(value, dict) else None
-        except orjson.JSONDecodeError:
+            found[topic] = keys.decode_pruned(raw)
+        except ValueError:
             malformed += 1
-            pruned = None
-        found[topic] = pruned if type(pruned) is int else None
+            found[topic] = None
     return found, malformed
 
 

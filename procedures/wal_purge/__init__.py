@@ -20,7 +20,7 @@ How one purge decision flows, module by module:
 from procedures.wal_purge._batcher import KafkaBatcher
 from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, gather_one, gather_plans
-from procedures.wal_purge._marker import advance_marker, decode_marker, read_marker
+from procedures.wal_purge._marker import advance_marker, read_marker
 from procedures.wal_purge._plan import (
     NO_STAT,
     RETENTION_OVERRUN,
@@ -60,7 +60,6 @@ __all__ = [
     "TopicMap",
     "WalPurge",
     "advance_marker",
-    "decode_marker",
     "export_gauges",
     "flush_candidates",
     "flush_targets",

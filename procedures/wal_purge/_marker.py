@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
-
 from metasrv import keys
 from metasrv.errors import Conflict, LeadershipLost
 from metasrv.kv import Compare, KeyValue, Put
@@ -18,19 +16,16 @@ from procedures.wal_purge._services import PurgeServices
 _MARKER_CAS_TRIES = 8
 
 
-def decode_marker(kv: KeyValue | None) -> int | None:
-    """`pruned_entry_id` from a `__topic_name/kafka/{topic}` value."""
-    if kv is None:
-        return None
-    value = orjson.loads(kv.value).get("pruned_entry_id")
-    return None if value is None else int(value)
+def _pruned(kv: KeyValue | None) -> int | None:
+    # A damaged marker raises ValueError: the step fails rather than guess a marker.
+    return None if kv is None else keys.decode_pruned(kv.value)
 
 
 async def read_marker(services: PurgeServices, topic: str) -> tuple[int | None, KeyValue | None]:
     """The topic's `pruned_entry_id` and the raw key (for a CAS)."""
     loop = asyncio.get_running_loop()
     kv = await loop.run_in_executor(services.executor, services.kv.get, keys.topic_name(topic))
-    return decode_marker(kv), kv
+    return _pruned(kv), kv
 
 
 _UNREAD = KeyValue("", b"", -1)
@@ -51,16 +46,15 @@ async def advance_marker(
     for _ in range(_MARKER_CAS_TRIES):
         if current is _UNREAD:
             current = await loop.run_in_executor(services.executor, services.kv.get, key)
-        previous = decode_marker(current)
+        previous = _pruned(current)
         if previous is not None and previous >= target:
             return previous
-        value = orjson.loads(current.value) if current is not None else {}
-        value["pruned_entry_id"] = target
+        value = keys.encode_pruned(target, current.value if current is not None else None)
         compares = [
             Compare(key, revision=current.mod_revision if current is not None else 0),
             *services.election.fence(),
         ]
-        result = await services.committer.txn(compares, [Put(key, orjson.dumps(value))])
+        result = await services.committer.txn(compares, [Put(key, value)])
         if result.succeeded:
             return previous
         again = await loop.run_in_executor(services.executor, services.kv.get, key)

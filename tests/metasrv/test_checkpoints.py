@@ -13,7 +13,7 @@ from metasrv import keys
 from metasrv.errors import KvUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap, route_value
+from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
@@ -50,7 +50,7 @@ class World:
 async def make_world(etcd_endpoint: str, kafka_bootstrap: str, prefix: str, **wal: object) -> World:
     settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap], **wal})
     kv = EtcdKv(etcd_endpoint, f"{prefix}/")
-    kv.batch_put([(keys.topic_region(TOPIC, r), route_value(1, None)) for r in range(1, 11)])
+    kv.batch_put([(keys.topic_region(TOPIC, r), keys.encode_route(1, None)) for r in range(1, 11)])
     w = World(kv, KafkaAdmin(kafka_bootstrap), settings)
     await w.region_map.load()
     return w
@@ -285,11 +285,11 @@ async def test_an_explicit_flush_is_not_paced(
         assert loop.time() - started < 2.0  # paced, ten regions at one a second: 9 s
 
 
-def test_route_value_is_the_json_orjson_writes() -> None:
+def test_encode_route_is_the_json_orjson_writes() -> None:
     for node_id, entry_id in [(1, None), (0, 5), (-1, 2**63 - 1), (7, -1), (2**63 - 1, 0)]:
         checkpoint = None if entry_id is None else {"entry_id": entry_id}
         expected = orjson.dumps({"node_id": node_id, "checkpoint": checkpoint})
-        assert route_value(node_id, entry_id) == expected
+        assert keys.encode_route(node_id, entry_id) == expected
 
 
 async def test_a_flush_updates_the_route_view_without_replacing_the_loaded_route(

@@ -25,7 +25,6 @@ from metasrv.leader import (
     RegionRegistry,
     TopicLocks,
     TopicRegionMap,
-    route_value,
 )
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
@@ -125,9 +124,9 @@ async def hb(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Any:
     kv = SqlKv.open("sqlite://", create=True)
     kv.batch_put(
         [
-            (keys.topic_region("t_0", 1), route_value(1, None)),
-            (keys.topic_region("t_0", 2), route_value(1, None)),
-            (keys.topic_region("t_1", 3), route_value(1, 7)),
+            (keys.topic_region("t_0", 1), keys.encode_route(1, None)),
+            (keys.topic_region("t_0", 2), keys.encode_route(1, None)),
+            (keys.topic_region("t_1", 3), keys.encode_route(1, 7)),
         ]
     )
     setup = Setup(kv, kafka_bootstrap, request.param)
@@ -389,7 +388,7 @@ async def test_big_heartbeat_round_trip(kafka_bootstrap: str) -> None:
     kv = SqlKv.open("sqlite://", create=True)
     try:
         kv.batch_put(
-            [(keys.topic_region(f"t_{i % 4}", i), route_value(1, None)) for i in range(2000)]
+            [(keys.topic_region(f"t_{i % 4}", i), keys.encode_route(1, None)) for i in range(2000)]
         )
         setup = Setup(kv, kafka_bootstrap)
         await setup.region_map.load()
@@ -729,7 +728,7 @@ async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootst
     kv = SqlKv.open("sqlite://", create=True)
     try:
         kv.batch_put(
-            [(keys.topic_region(f"t_{i % 3}", i), route_value(1, None)) for i in range(1, 61)]
+            [(keys.topic_region(f"t_{i % 3}", i), keys.encode_route(1, None)) for i in range(1, 61)]
         )
         setups = [Setup(kv, kafka_bootstrap, e) for e in ("json", "columns")]
         for setup in setups:

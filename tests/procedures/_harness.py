@@ -24,7 +24,7 @@ from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionStat
 from metasrv.settings import Settings, load_settings
-from procedures.wal_purge import PurgeServices, decode_marker, purge_manager
+from procedures.wal_purge import PurgeServices, purge_manager
 
 
 def make_settings(
@@ -178,7 +178,8 @@ class Harness:
     def marker(self, topic: str) -> int | None:
         from metasrv import keys
 
-        return decode_marker(self.kv.get(keys.topic_name(topic)))
+        stored = self.kv.get(keys.topic_name(topic))
+        return None if stored is None else keys.decode_pruned(stored.value)
 
     def readable(self, topic: str, offset: int) -> bool:
         return readable(self.bootstrap, topic, offset)

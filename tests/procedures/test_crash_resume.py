@@ -27,9 +27,7 @@ import pytest
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, Put
-from metasrv.leader import route_value
 from procedures import ProcedureState
-from procedures.wal_purge import decode_marker
 from tests.procedures._harness import Harness, make_settings, produce
 
 pytestmark = pytest.mark.faults
@@ -73,7 +71,7 @@ async def world(
     kv = EtcdKv([etcd_endpoint], f"{unique_prefix}/")
     for r in REGIONS:
         key = keys.topic_region(w.topic, int(r["region_id"]))
-        kv.txn([], [Put(key, route_value(int(r["node_id"]), None))])
+        kv.txn([], [Put(key, keys.encode_route(int(r["node_id"]), None))])
     try:
         yield w
     finally:
@@ -138,7 +136,8 @@ async def resume(w: World, **wal: Any) -> Harness:
 def stored_marker(w: World) -> int | None:
     kv = EtcdKv([w.etcd], f"{w.prefix}/")
     try:
-        return decode_marker(kv.get(keys.topic_name(w.topic)))
+        stored = kv.get(keys.topic_name(w.topic))
+        return None if stored is None else keys.decode_pruned(stored.value)
     finally:
         kv.close()
 
@@ -227,7 +226,7 @@ async def test_killed_after_intent_lowers_target_for_region_registered_meanwhile
     kill_runner_at(world, "after_intent")
     # Between the crash and the resume, region 3 is mapped to the topic, needing 21..
     kv = EtcdKv([world.etcd], f"{world.prefix}/")
-    kv.txn([], [Put(keys.topic_region(world.topic, 3), route_value(3, None))])
+    kv.txn([], [Put(keys.topic_region(world.topic, 3), keys.encode_route(3, None))])
     kv.close()
     pid = lock_holder(world)
     h = await resume(world)

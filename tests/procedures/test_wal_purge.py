@@ -353,9 +353,8 @@ async def test_purge_waits_for_a_registration_in_progress(leader: Harness) -> No
         # The registration completes while the purge waits: the region is in the map
         # the purge will read (inserted directly, as TopicRegionMap.register does under the lock).
         from metasrv.kv import Put
-        from metasrv.leader import route_value
 
-        h.kv.txn([], [Put(keys.topic_region(topic, 2), route_value(1, None))])
+        h.kv.txn([], [Put(keys.topic_region(topic, 2), keys.encode_route(1, None))])
         await h.region_map.load()
 
     view = await h.manager.wait(pid, 30)

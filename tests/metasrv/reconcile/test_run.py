@@ -22,7 +22,6 @@ from sqlalchemy import create_engine
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.leader import route_value
 from metasrv.reconcile import Outcome, RunOptions, latest_run, run_reconcile
 from metasrv.settings import Settings, load_settings
 from metasrv.stat_history import cluster_root
@@ -91,10 +90,10 @@ class Cluster:
             [
                 (keys.topic_name(t0), orjson.dumps({"pruned_entry_id": None})),
                 (keys.topic_name(t1), orjson.dumps({"pruned_entry_id": None})),
-                (keys.topic_region(t0, 1), route_value(1, None)),  # healthy
-                (keys.topic_region(t0, 2), route_value(1, None)),  # stale for 2h
-                (keys.topic_region(t1, 3), route_value(2, None)),  # reports t0
-                (keys.topic_region(t1, 5), route_value(2, 1)),  # needs entries from 2
+                (keys.topic_region(t0, 1), keys.encode_route(1, None)),  # healthy
+                (keys.topic_region(t0, 2), keys.encode_route(1, None)),  # stale for 2h
+                (keys.topic_region(t1, 3), keys.encode_route(2, None)),  # reports t0
+                (keys.topic_region(t1, 5), keys.encode_route(2, 1)),  # needs entries from 2
             ]
         )
         write_history(

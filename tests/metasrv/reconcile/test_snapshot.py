@@ -12,8 +12,7 @@ import pytest
 
 from metasrv import keys
 from metasrv.errors import KvUnavailable
-from metasrv.kv import EtcdKv, KeyValue, KvBackend, SqlKv
-from metasrv.leader import parse_route, route_value
+from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.reconcile import _snapshot as snapshot_module
 from metasrv.reconcile import read_snapshot
 from metasrv.reconcile._snapshot import Page, _decode_fast, _decode_slow
@@ -21,7 +20,7 @@ from metasrv.reconcile._snapshot import Page, _decode_fast, _decode_slow
 
 def _seed(kv: KvBackend, n: int) -> None:
     items = [
-        (keys.topic_region(f"t_{i % 3}", 1000 + i), route_value(i % 5, i if i % 2 else None))
+        (keys.topic_region(f"t_{i % 3}", 1000 + i), keys.encode_route(i % 5, i if i % 2 else None))
         for i in range(n)
     ]
     items += [
@@ -66,8 +65,8 @@ def test_snapshot_ignores_writes_made_while_it_reads(
                 if i == 1 and not wrote.is_set():
                     # A region moves and a new one appears mid-read.
                     kv.delete(keys.topic_region("t_2", 1038))
-                    kv.put(keys.topic_region("t_0", 1038), route_value(1, None))
-                    kv.put(keys.topic_region("t_1", 5000), route_value(1, None))
+                    kv.put(keys.topic_region("t_0", 1038), keys.encode_route(1, None))
+                    kv.put(keys.topic_region("t_1", 5000), keys.encode_route(1, None))
                     wrote.set()
                 yield item
 
@@ -103,8 +102,8 @@ def test_unreachable_backends_are_named(tmp_path: Path) -> None:
 
 
 _ODD_ROUTES: list[tuple[str, bytes]] = [
-    (keys.topic_region("t_0", 1), route_value(3, 9)),
-    (keys.topic_region("t/with/slash", 2), route_value(4, None)),
+    (keys.topic_region("t_0", 1), keys.encode_route(3, 9)),
+    (keys.topic_region("t/with/slash", 2), keys.encode_route(4, None)),
     (keys.topic_region("tópico", 3), b'{"node_id": 5, "checkpoint": null, "extra": [1]}'),
     (keys.topic_region("t_0", 4), b"not json"),
     (keys.topic_region("t_0", 5), b'{"node_id": "7", "checkpoint": {"entry_id": 1}}'),
@@ -114,14 +113,14 @@ _ODD_ROUTES: list[tuple[str, bytes]] = [
     (keys.topic_region("t_0", 9), b"[]"),
     (keys.topic_region("t_0", 10), b'{"node_id": 2}'),
     (keys.topic_region("t_0", 11), b""),
-    (f"{keys.TOPIC_REGION_PREFIX}no_region_id", route_value(1, None)),
-    (f"{keys.TOPIC_REGION_PREFIX}t_0/12x", route_value(1, None)),
-    (f"{keys.TOPIC_REGION_PREFIX}t_0/+13", route_value(1, None)),
+    (f"{keys.TOPIC_REGION_PREFIX}no_region_id", keys.encode_route(1, None)),
+    (f"{keys.TOPIC_REGION_PREFIX}t_0/12x", keys.encode_route(1, None)),
+    (f"{keys.TOPIC_REGION_PREFIX}t_0/+13", keys.encode_route(1, None)),
 ]
 
 
 def _expected(items: list[tuple[str, bytes]]) -> list[dict[str, object]]:
-    routes = [parse_route(KeyValue(k, v, 0)) for k, v in items]
+    routes = [keys.decode_route(k, v) for k, v in items]
     return [
         {
             "region_id": r.region_id,
@@ -136,8 +135,8 @@ def _expected(items: list[tuple[str, bytes]]) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["sql-keys", "etcd-keys"])
 @pytest.mark.parametrize("index", range(len(_ODD_ROUTES)))
-def test_a_page_decodes_exactly_as_parse_route_does(index: int, as_bytes: bool) -> None:
-    """Column-wise where it can, key by key where it must: the rows are parse_route's."""
+def test_a_page_decodes_exactly_as_decode_route_does(index: int, as_bytes: bool) -> None:
+    """Column-wise where it can, key by key where it must: the rows are decode_route's."""
     items = [_ODD_ROUTES[0], _ODD_ROUTES[index]]
     page = Page([k.encode() if as_bytes else k for k, _ in items], [v for _, v in items])
     fast = _decode_fast(page)

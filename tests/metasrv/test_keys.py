@@ -1,0 +1,64 @@
+"""The kv value codecs of `metasrv.keys`: what each value decodes to, and what is refused."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from metasrv import keys
+from metasrv.model import RegionRoute
+
+
+@pytest.mark.parametrize(
+    ("value", "pruned"),
+    [
+        (b'{"pruned_entry_id": 41}', 41),
+        (b'{"pruned_entry_id": null}', None),
+        (b"{}", None),
+        (b'{"pruned_entry_id": 0, "other": "kept by writers"}', 0),
+    ],
+)
+def test_decode_pruned_reads_the_marker(value: bytes, pruned: int | None) -> None:
+    assert keys.decode_pruned(value) == pruned
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        b"",
+        b"[]",
+        b"7",
+        b'{"pruned_entry_id": "5"}',
+        b'{"pruned_entry_id": 1.5}',
+        b'{"pruned_entry_id": true}',
+    ],
+)
+def test_decode_pruned_refuses_any_other_shape(value: bytes) -> None:
+    with pytest.raises(ValueError):
+        keys.decode_pruned(value)
+
+
+def test_encode_pruned_round_trips_and_keeps_other_fields() -> None:
+    assert keys.encode_pruned(12) == b'{"pruned_entry_id":12}'
+    stored = orjson.dumps({"pruned_entry_id": 3, "note": "x"})
+    written = keys.encode_pruned(12, stored)
+    assert orjson.loads(written) == {"pruned_entry_id": 12, "note": "x"}
+    assert keys.decode_pruned(written) == 12
+
+
+def test_decode_route_reads_what_encode_route_writes() -> None:
+    key = keys.topic_region("t/with/slash", 2**63 - 1)
+    assert keys.decode_route(key, keys.encode_route(4, 9)) == RegionRoute(
+        2**63 - 1, "t/with/slash", 4, 9
+    )
+    assert keys.decode_route(key, keys.encode_route(4, None)) == RegionRoute(
+        2**63 - 1, "t/with/slash", 4, None
+    )
+
+
+def test_decode_route_keeps_a_damaged_value_mapped_and_skips_a_bad_key() -> None:
+    assert keys.decode_route(keys.topic_region("t", 5), b"not json") == RegionRoute(
+        5, "t", -1, None
+    )
+    assert keys.decode_route(f"{keys.TOPIC_REGION_PREFIX}t/12x", keys.encode_route(1, None)) is None
