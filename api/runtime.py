@@ -1,33 +1,34 @@
 """Everything one metasrv process runs, built once and torn down in order.
 
 The FastAPI lifespan calls `Runtime.build(settings)`, `await runtime.start()` and, on
-shutdown, `await runtime.close()`; nothing else creates clients or engines. Leadership
-changes land in `_on_leadership`: stats, instructions and dirty checkpoints are
-dropped (DESIGN §2 invariant 3), and a new leader reloads the topic-region map before it
-serves heartbeats or writes (`serving`).
+shutdown, `await runtime.close()`; nothing else creates clients or engines. This module
+only wires: what a leadership change does is `metasrv.leader.Leadership`, whose hooks are
+registered here in the order they run (the leader's view, then the procedures, then the
+topic pool).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
 
 from metasrv.election import Election, build_election
-from metasrv.errors import MetasrvError, NotLeader, Unavailable
+from metasrv.errors import MetasrvError
 from metasrv.kafka import DurabilityCache, KafkaAdmin, below_configured
 from metasrv.kv import KvBackend, open_kv
 from metasrv.leader import (
     Checkpointer,
     HeartbeatHandler,
+    Leadership,
+    LeaderView,
     Mailbox,
     RegionRegistry,
+    Role,
     TopicLocks,
     TopicRegionMap,
 )
@@ -35,21 +36,12 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
 from metasrv.process import BackgroundTasks, GcPacer, LoopLagMonitor
 from metasrv.settings import Settings
+from metasrv.sql import engine_url
 from metasrv.stat_history import StatHistoryWriter, cluster_root
 from procedures import ProcedureManager
 from procedures.wal_purge import PurgeServices, PurgeTicker, purge_manager
 
 logger = logging.getLogger(__name__)
-
-_LOAD_RETRY_MAX = 5.0
-
-
-def history_url(url: str) -> str:
-    """psycopg 3 for plain `postgresql://` URLs (psycopg2 is not installed)."""
-    parsed = make_url(url)
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed.render_as_string(hide_password=False)
 
 
 @dataclass(eq=False)
@@ -93,16 +85,15 @@ class Runtime:
     """Event-loop lag probe; the leader's watchdog reads it."""
     background: BackgroundTasks
     """Failures of the background loops (counted; a dead one makes /readyz not ready)."""
+    leadership: Leadership
+    """Follower -> elected -> leader, through the hooks `build` registers."""
     gc_pacer: GcPacer = field(default_factory=GcPacer)
     """Young-generation collections in small steps, so none stalls the loop for long."""
-    serving: bool = False
-    """True while this process leads AND has loaded the map: it may take heartbeats."""
     started_at: float = field(default_factory=time.time)
     """Wall-clock start time."""
     _closed: bool = field(default=False, init=False)
     _pool_task: asyncio.Task[None] | None = field(default=None, init=False)
     _durability_checked: bool = field(default=False, init=False)
-    _leadership_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     @classmethod
     def build(cls, settings: Settings, *, addr: str | None = None) -> Runtime:
@@ -155,7 +146,7 @@ class Runtime:
                 leader_addr=election.leader_addr,
                 on_misrouted=stat_history.record_rejected if stat_history is not None else None,
             )
-            history = create_engine(history_url(settings.history.url))
+            history = create_engine(engine_url(settings.history.url))
             purge = PurgeServices.build(
                 kv=kv,
                 history=history,
@@ -172,6 +163,10 @@ class Runtime:
             procedures.on_sweep_error = background.sink("procedure_sweeper")
             ticker = PurgeTicker.from_settings(
                 procedures, settings.wal, on_error=background.sink("ticker")
+            )
+            leadership = Leadership(
+                election,
+                on_role=lambda role: metrics.is_leader.set(0 if role is Role.FOLLOWER else 1),
             )
         except BaseException:
             kv.close()
@@ -196,19 +191,29 @@ class Runtime:
             stat_history=stat_history,
             loop_lag=loop_lag,
             background=background,
+            leadership=leadership,
         )
 
     async def start(self) -> None:
-        """Start background work and campaign. Our leadership listener is added first, so
-        the map is loaded before any later listener (the procedure manager) runs."""
+        """Register the leader hooks, start background work and campaign."""
+        view = LeaderView(
+            self.region_map,
+            self.registry,
+            self.mailbox,
+            self.checkpointer,
+            still_leading=lambda: self.election.is_leader and not self._closed,
+        )
+        self.leadership.add_hook("leader view", view.load, view.drop)
+        self.leadership.add_hook("procedures", self.procedures.lead, self.procedures.follow)
+        self.leadership.add_hook("topic pool", self._start_pool_creation, self._stop_pool_creation)
         await self.loop_lag.start()
         await self.gc_pacer.start()
-        self.election.add_listener(self._on_leadership)
         await self.checkpointer.start()
         await self.procedures.start()
         await self.ticker.start()
         if self.stat_history is not None:
             await self.stat_history.start()
+        await self.leadership.start()
         await self.election.start()
         watch = self.background.watch
         watch("loop_lag", self.loop_lag.task)
@@ -235,7 +240,7 @@ class Runtime:
         await _quietly(self.election.stop(), "stopping election")
         await self.loop_lag.stop()
         await self.gc_pacer.stop()
-        self.serving = False
+        await self.leadership.close()
         self.kafka.close()
         self.kv.close()
         self.history.dispose()
@@ -254,45 +259,18 @@ class Runtime:
 
     # --- leadership --------------------------------------------------------------------
 
-    def require_serving(self) -> None:
-        """Raise `NotLeader` (421) on a follower, `Unavailable` (503) while loading the map."""
-        if not self.election.is_leader:
-            raise NotLeader(self.election.leader_addr())
-        if not self.serving:
-            raise Unavailable("this metasrv just became leader and is loading the topic-region map")
+    @property
+    def serving(self) -> bool:
+        """True while this process leads and its leader hooks are done: it takes heartbeats."""
+        return self.leadership.serving
 
-    async def _on_leadership(self, leader: bool) -> None:
-        async with self._leadership_lock:
-            self.serving = False
-            # Stats, instructions and dirty checkpoints of another term are never reused.
-            self.registry.clear()
-            self.mailbox.clear()
-            self.checkpointer.clear()
-            self.metrics.is_leader.set(1 if leader else 0)
-            await self._stop_pool_creation()
-            if not leader:
-                self.region_map.unload()
-                gc.unfreeze()  # the old term's objects may be collected again
-                logger.info("lost leadership")
-                return
-            delay = 0.25
-            while self.election.is_leader and not self._closed:
-                try:
-                    regions = await self.region_map.load()
-                except MetasrvError as exc:
-                    logger.warning("loading the topic-region map failed", extra={"error": str(exc)})
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, _LOAD_RETRY_MAX)
-                    continue
-                self.registry.reserve(regions)  # every mapped region reports soon
-                # The map's objects live as long as this term: move them (and everything
-                # else alive now) out of the collector's reach, so full collections do not
-                # walk a million routes while heartbeats wait.
-                gc.freeze()
-                self.serving = self.election.is_leader
-                logger.info("serving as leader", extra={"regions": regions})
-                self._pool_task = asyncio.create_task(self._create_pool())
-                return
+    def require_serving(self) -> None:
+        """Raise `NotLeader` (421) on a follower, `Unavailable` (503) while starting to lead."""
+        self.leadership.require_serving()
+
+    async def _start_pool_creation(self) -> bool:
+        self._pool_task = asyncio.create_task(self._create_pool())
+        return True
 
     async def _create_pool(self) -> None:
         """Create the topic pool (`wal.auto_create_topics`; a no-op when off), retrying while

@@ -10,13 +10,13 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
 import migrations
-from metasrv.kv._sql import normalize_url
+from metasrv.sql import engine_url
 
 
 @contextmanager
 def fresh_pg_schema(url: str) -> Iterator[str]:
     """A migrated throw-away schema; yields a URL whose search_path is that schema."""
-    base = normalize_url(url)
+    base = engine_url(url)
     schema = f"bench{uuid.uuid4().hex[:10]}"
     admin = create_engine(base, poolclass=pool.NullPool)
     with admin.begin() as conn:

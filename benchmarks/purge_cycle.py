@@ -39,11 +39,17 @@ from metasrv import keys
 from metasrv.election import EtcdElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.kv._sql import normalize_url
-from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
+from metasrv.leader import (
+    Leadership,
+    Mailbox,
+    RegionRegistry,
+    TopicLocks,
+    TopicRegionMap,
+)
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
+from metasrv.sql import engine_url
 from procedures import ProcedureState
 from procedures.wal_purge import PurgeServices, purge_manager, submit_purges
 
@@ -58,7 +64,7 @@ RECORDS_PER_ROUND = 4
 @contextmanager
 def history_database(url: str | None) -> Iterator[str]:
     """A migrated history database: a fresh PostgreSQL schema, or a temporary SQLite file."""
-    if url is None or make_url(normalize_url(url)).get_backend_name() == "sqlite":
+    if url is None or make_url(engine_url(url)).get_backend_name() == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:
             sqlite_url = url or f"sqlite:///{Path(tmp) / 'history.db'}"
             migrations.upgrade(sqlite_url)
@@ -155,7 +161,7 @@ async def measure(
     registry = RegionRegistry()
     metrics = Metrics()
     region_map = TopicRegionMap(kv, kafka, locks, settings, fence=election.fence)
-    engine = create_engine(normalize_url(history_url))
+    engine = create_engine(engine_url(history_url))
     services = PurgeServices.build(
         kv=kv,
         history=engine,
@@ -170,12 +176,18 @@ async def measure(
     )
     manager = purge_manager(services)
 
-    async def load_map(leader: bool) -> None:
-        if leader:
-            await region_map.load()
+    async def load_map() -> bool:
+        await region_map.load()
+        return True
 
-    election.add_listener(load_map)
+    async def unload_map() -> None:
+        region_map.unload()
+
+    leadership = Leadership(election)
+    leadership.add_hook("map", load_map, unload_map)
+    leadership.add_hook("procedures", manager.lead, manager.follow)
     await manager.start()
+    await leadership.start()
     await election.start()
     while not manager.leading:
         await asyncio.sleep(0.05)

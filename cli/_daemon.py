@@ -114,10 +114,9 @@ def prepare_history(settings: Settings, config: Path | None) -> None:
     upgrade` command logged (and `/readyz` stays not ready until it has run)."""
     import migrations
     from metasrv.errors import Unavailable
-    from metasrv.kv._sql import normalize_url
-    from metasrv.sql import schema_problem, upgrade_command
+    from metasrv.sql import engine_url, schema_problem, upgrade_command
 
-    url = normalize_url(settings.history.url)
+    url = engine_url(settings.history.url)
     log = logging.getLogger(__name__)
     if config is None and make_url(url).get_backend_name() == "sqlite":
         migrations.upgrade(url)

@@ -54,14 +54,14 @@ def upgrade(
 ) -> None:
     """Create or migrate the SQL tables up to the newest schema (idempotent)."""
     import migrations
-    from metasrv.kv._sql import normalize_url
+    from metasrv.sql import engine_url
 
     for target in _urls(config, url):
         try:
-            migrations.upgrade(normalize_url(target), revision)
+            migrations.upgrade(engine_url(target), revision)
         except Exception as exc:
             raise _fail(target, exc) from exc
-        typer.echo(f"{_show(target)}: at {migrations.current_revision(normalize_url(target))}")
+        typer.echo(f"{_show(target)}: at {migrations.current_revision(engine_url(target))}")
 
 
 @db_app.command("downgrade")
@@ -73,7 +73,7 @@ def downgrade(
 ) -> None:
     """Migrate the SQL tables down ("base" drops every metasrv table and its data)."""
     import migrations
-    from metasrv.kv._sql import normalize_url
+    from metasrv.sql import engine_url
 
     targets = _urls(config, url)
     if not yes:
@@ -83,10 +83,10 @@ def downgrade(
         )
     for target in targets:
         try:
-            migrations.downgrade(normalize_url(target), revision)
+            migrations.downgrade(engine_url(target), revision)
         except Exception as exc:
             raise _fail(target, exc) from exc
-        current = migrations.current_revision(normalize_url(target))
+        current = migrations.current_revision(engine_url(target))
         typer.echo(f"{_show(target)}: at {current or 'base'}")
 
 
@@ -94,11 +94,11 @@ def downgrade(
 def current(config: ConfigOpt = None, url: UrlOpt = None) -> None:
     """Print the schema revision of each configured database."""
     import migrations
-    from metasrv.kv._sql import normalize_url
+    from metasrv.sql import engine_url
 
     for target in _urls(config, url):
         try:
-            rev = migrations.current_revision(normalize_url(target))
+            rev = migrations.current_revision(engine_url(target))
         except Exception as exc:
             raise _fail(target, exc) from exc
         typer.echo(f"{_show(target)}: at {rev or 'base'} (head {migrations.head_revision()})")

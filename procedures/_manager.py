@@ -54,7 +54,8 @@ _POLL_INTERVAL = 0.2
 
 
 class ProcedureManager:
-    """Runs procedures on the leader. Build one per process; wire `on_leadership`."""
+    """Runs procedures on the leader. Build one per process; its leadership calls `lead`
+    and `follow`."""
 
     def __init__(
         self,
@@ -93,14 +94,12 @@ class ProcedureManager:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the finished-record sweeper; resume procedures if already leader."""
+        """Start the finished-record sweeper. Procedures run between `lead` and `follow`,
+        which the process's leadership calls (metasrv.leader.Leadership)."""
         if self._started:
             return
         self._started = True
-        self.election.add_listener(self.on_leadership)
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="procedure-sweeper")
-        if self.election.is_leader:
-            await self.on_leadership(True)
 
     @property
     def sweeper(self) -> asyncio.Task[None] | None:
@@ -126,27 +125,33 @@ class ProcedureManager:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def on_leadership(self, is_leader: bool) -> None:
-        """Election listener: resume everything unfinished when we lead, stop when we don't."""
+    async def lead(self) -> bool:
+        """Leader start hook: resume everything unfinished. False if leadership went first."""
         async with self._leadership_lock:
-            if is_leader and not self._leading and not self._stopped:
-                found = await self.store.scan()
-                # Leading from here on, with every unfinished procedure already spawned,
-                # so no caller sees us lead while a resumed procedure looks orphaned.
-                self._leading = True
-                self.metrics.is_leader.set(1)
-                resumed = 0
-                for stored in found:
-                    record = stored.record
-                    self._latest[record.id] = record
-                    if not record.state.terminal:
-                        self._spawn(record.id, stored)
-                        resumed += 1
-                if resumed:
-                    logger.info("resumed unfinished procedures", extra={"count": resumed})
-            elif not is_leader and self._leading:
+            if self._leading or self._stopped:
+                return not self._stopped
+            found = await self.store.scan()
+            if not self.election.is_leader:
+                return False
+            # Leading from here on, with every unfinished procedure already spawned,
+            # so no caller sees us lead while a resumed procedure looks orphaned.
+            self._leading = True
+            resumed = 0
+            for stored in found:
+                record = stored.record
+                self._latest[record.id] = record
+                if not record.state.terminal:
+                    self._spawn(record.id, stored)
+                    resumed += 1
+            if resumed:
+                logger.info("resumed unfinished procedures", extra={"count": resumed})
+            return True
+
+    async def follow(self) -> None:
+        """Leader stop hook: stop every running procedure (a later leader resumes it)."""
+        async with self._leadership_lock:
+            if self._leading:
                 self._leading = False
-                self.metrics.is_leader.set(0)
                 await self._stop_tasks()
 
     async def _stop_tasks(self) -> None:

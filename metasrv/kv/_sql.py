@@ -25,7 +25,7 @@ from sqlalchemy.pool import StaticPool
 from metasrv.errors import InvalidArgument, KvUnavailable
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound, scan_pages
 from metasrv.kv._protocol import Compare, Delete, KeyValue, Put, TxnOp, TxnResult
-from metasrv.sql import KV_KEY_MAX, kv_revision_table, kv_table
+from metasrv.sql import KV_KEY_MAX, engine_url, kv_revision_table, kv_table
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +59,6 @@ def _translate(exc: sa_exc.SQLAlchemyError) -> Exception:
     return exc
 
 
-def normalize_url(url: str) -> str:
-    """Use psycopg 3 for plain `postgresql://` URLs (psycopg2 is not installed)."""
-    parsed = make_url(url)
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed.render_as_string(hide_password=False)
-
-
 def _is_memory_sqlite(url: str) -> bool:
     parsed = make_url(url)
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
@@ -78,7 +70,7 @@ def create_kv_engine(url: str, *, timeout: float | None = None) -> Engine:
     `timeout` (seconds) bounds connecting, lock waits and statements, for callers that
     must not block longer (the election thread); None keeps the generous defaults.
     """
-    url = normalize_url(url)
+    url = engine_url(url)
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
@@ -131,7 +123,7 @@ class SqlKv:
     max_txn_ops: int = SQL_MAX_TXN_OPS
 
     def __init__(self, url: str, key_prefix: str = "", *, timeout: float | None = None) -> None:
-        self.url = normalize_url(url)
+        self.url = engine_url(url)
         self.key_prefix = key_prefix
         self._engine = create_kv_engine(self.url, timeout=timeout)
         self._dialect = self._engine.dialect.name
@@ -147,7 +139,7 @@ class SqlKv:
 
         PostgreSQL is never migrated implicitly: run `metasrv db upgrade` for it.
         """
-        url = normalize_url(url)
+        url = engine_url(url)
         is_sqlite = make_url(url).get_backend_name() == "sqlite"
         if create and is_sqlite and not _is_memory_sqlite(url):
             import migrations

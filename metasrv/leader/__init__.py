@@ -1,15 +1,26 @@
-"""The leader's view of the regions, dropped at every leadership change (DESIGN §2 invariant 3):
-the topic-region map, the region stat table and its registry, heartbeat judging and ingest,
-the instruction mailbox, checkpoint batching and the per-topic locks.
+"""Being the leader: the explicit Follower -> Elected -> Leader state machine whose hooks start
+and drop the leader's work (`Leadership`, `_lifecycle.py`), and the leader's view of the
+regions, dropped at every leadership change (DESIGN §2 invariant 3; `LeaderView`): the
+topic-region map, the region stat table and its registry, heartbeat judging and ingest, the
+instruction mailbox, checkpoint batching and the per-topic locks.
 """
 
 from metasrv.leader._checkpoints import Checkpointer
 from metasrv.leader._heartbeat import HeartbeatHandler
+from metasrv.leader._lifecycle import Leadership, Role
 from metasrv.leader._locks import TopicLocks
 from metasrv.leader._mailbox import FLUSH_REGIONS, InstructionState, Mailbox
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot, row_of
-from metasrv.leader._stat_table import NULL, RowColumns, StatTable, TopicRows
+from metasrv.leader._stat_table import (
+    NULL,
+    RowColumns,
+    RowValues,
+    StatTable,
+    TopicRows,
+    regresses,
+)
+from metasrv.leader._view import LeaderView
 
 __all__ = [
     "FLUSH_REGIONS",
@@ -17,14 +28,19 @@ __all__ = [
     "Checkpointer",
     "HeartbeatHandler",
     "InstructionState",
+    "LeaderView",
+    "Leadership",
     "Mailbox",
     "RegionRegistry",
+    "Role",
     "RowColumns",
+    "RowValues",
     "StatRow",
     "StatSnapshot",
     "StatTable",
     "TopicLocks",
     "TopicRegionMap",
     "TopicRows",
+    "regresses",
     "row_of",
 ]

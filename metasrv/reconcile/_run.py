@@ -45,6 +45,7 @@ from metasrv.reconcile._rules import ReconcileParams, pool_topics
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
+from metasrv.sql import engine_url
 from metasrv.stat_history import cluster_root
 from metasrv.wire import FindingKind
 
@@ -168,10 +169,8 @@ def _new_run_id(now: float) -> str:
 
 
 def _history_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    rendered = parsed.render_as_string(hide_password=False)
+    rendered = engine_url(url)
+    parsed = make_url(rendered)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         import migrations
 

@@ -19,11 +19,11 @@ from sqlalchemy import Engine, create_engine
 from metasrv.election import EtcdElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, KvBackend
-from metasrv.kv._sql import normalize_url
-from metasrv.leader import Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
+from metasrv.leader import Leadership, Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionStat
 from metasrv.settings import Settings, load_settings
+from metasrv.sql import engine_url
 from procedures.wal_purge import PurgeServices, purge_manager
 
 
@@ -88,7 +88,7 @@ class Harness:
             self.kv, self.kafka, self.locks, settings, fence=self.election.fence
         )
         self.mailbox = Mailbox(self.registry, metrics=self.metrics)
-        self.engine: Engine = create_engine(normalize_url(history_url))
+        self.engine: Engine = create_engine(engine_url(history_url))
         self.services = PurgeServices.build(
             kv=self.kv,
             history=self.engine,
@@ -102,19 +102,23 @@ class Harness:
             settings=settings,
         )
         self.manager = purge_manager(self.services)
+        # As the daemon wires it: the map loads before the manager resumes procedures.
+        self.leadership = Leadership(self.election)
+        self.leadership.add_hook("map", self._load_map, self._drop_view)
+        self.leadership.add_hook("procedures", self.manager.lead, self.manager.follow)
 
-    async def _on_leadership(self, leader: bool) -> None:
-        # Runs before the manager's listener: the map must be loaded before resuming.
-        if leader:
-            await self.region_map.load()
-        else:
-            self.region_map.unload()
-            self.registry.clear()
+    async def _load_map(self) -> bool:
+        await self.region_map.load()
+        return True
+
+    async def _drop_view(self) -> None:
+        self.region_map.unload()
+        self.registry.clear()
 
     async def start(self, *, wait_leader: float = 20.0) -> None:
         """Campaign and wait until the manager leads."""
-        self.election.add_listener(self._on_leadership)
         await self.manager.start()
+        await self.leadership.start()
         await self.election.start()
         deadline = time.monotonic() + wait_leader
         while not self.manager.leading:
@@ -124,6 +128,7 @@ class Harness:
 
     async def close(self) -> None:
         await self.manager.stop()
+        await self.leadership.close()
         self.services.close()
         await self.election.stop()
         self._etcd_kv.close()

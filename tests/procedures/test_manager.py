@@ -209,12 +209,12 @@ async def test_losing_leadership_stops_without_writing_then_resumes(
     while (await h.manager.get(pid)).state is not ProcedureState.RUNNING:
         await asyncio.sleep(0.02)
 
-    await h.manager.on_leadership(False)
+    await h.manager.follow()
     stored = await h.manager.store.load(pid)
     assert stored is not None and stored.record.state is ProcedureState.RUNNING
     Toy.gates[pid].set()
 
-    await h.manager.on_leadership(True)
+    await h.manager.lead()
     view = await h.manager.wait(pid, 30)
     assert view.state is ProcedureState.SUCCEEDED
     assert Toy.calls[pid] == ["one", "one", "two"]

@@ -16,7 +16,7 @@ import migrations
 from metasrv import keys
 from metasrv.errors import LeadershipLost
 from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
-from metasrv.kv._sql import normalize_url
+from metasrv.sql import engine_url
 from metasrv.wire import PurgeRecord, WalEvent
 from procedures import (
     History,
@@ -128,7 +128,7 @@ def test_backoff_grows_exponentially_with_bounded_jitter() -> None:
 def pg_history(postgres_url: str) -> Iterator[History]:
     with fresh_schema(postgres_url) as url:
         migrations.upgrade(url)
-        engine = create_engine(normalize_url(url))
+        engine = create_engine(engine_url(url))
         try:
             yield History(engine)
         finally:

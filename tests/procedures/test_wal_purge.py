@@ -471,10 +471,10 @@ async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
     h.produce(topic, 30)
     async with h.locks.read(topic):  # leave the purge pending in kv
         [pid] = await submit_purges(h.manager, [topic], reason="test")
-        await h.manager.on_leadership(False)  # as if this leader died here
+        await h.manager.follow()  # as if this leader died here
     # A new term whose map loader runs after the manager resumed the purge.
     h.region_map.unload()
-    await h.manager.on_leadership(True)
+    await h.manager.lead()
     h.report(1, topic, flushed=20)
     await asyncio.sleep(0.5)
     assert not (await h.manager.get(pid)).state.terminal

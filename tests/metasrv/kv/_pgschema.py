@@ -9,13 +9,13 @@ from contextlib import contextmanager
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
-from metasrv.kv._sql import normalize_url
+from metasrv.sql import engine_url
 
 
 @contextmanager
 def fresh_schema(postgres_url: str) -> Iterator[str]:
     """Create schema `t<hex>`; yield a URL whose search_path is only that schema; drop it."""
-    base = normalize_url(postgres_url)
+    base = engine_url(postgres_url)
     schema = f"t{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, poolclass=pool.NullPool)
     try:
