@@ -1,8 +1,17 @@
-"""How the top-level packages depend on each other, and what the daemon loads.
+"""How the packages depend on each other, what each shows the others, and what the daemon loads.
 
-Imports flow one way: cli -> toolbox -> api -> procedures -> metasrv (the core). The daemon
-(`metasrv`, `procedures`, `api`) never imports the development tools or the CLI, so
-`metasrv start` loads neither the simulator, the local stack nor PySpark.
+- Between the top-level packages, imports flow one way: cli -> toolbox -> api -> procedures ->
+  metasrv (the core). The daemon (`metasrv`, `procedures`, `api`) never imports the development
+  tools or the CLI, so `metasrv start` loads neither the simulator, the local stack nor PySpark.
+- Inside `metasrv/`, each sub-package or plain module imports only from the layers below it:
+  plain modules (errors, keys, model, metrics, settings, sql) <- adapters (process, wire, kafka,
+  kv) <- election <- leader <- stat_history <- reconcile, datanode (the datanode's client).
+  Plain modules may import each other; nothing else imports sideways.
+- Outside a package, nothing imports its private modules or names (`metasrv.kv._sql`,
+  `from metasrv.kafka import _x`, a `monkeypatch.setattr("pkg._mod.NAME", ...)` target): only
+  what its `__init__` exports. A sub-package is outside its parent (`procedures.wal_purge`
+  imports `procedures`' public names); `tests/` and `benchmarks/` are outside every package.
+- No module is longer than 450 lines.
 """
 
 from __future__ import annotations
@@ -57,6 +66,246 @@ def test_the_scan_catches_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from toolbox.stack import ensure_up\n")
     assert _imported_packages(module) == {"toolbox"}
+
+
+# -- inside metasrv/ -------------------------------------------------------------------------------
+
+METASRV_LAYERS: list[frozenset[str]] = [
+    frozenset({"errors", "keys", "model", "metrics", "settings", "sql"}),  # plain modules
+    frozenset({"process", "wire", "kafka", "kv"}),  # adapters
+    frozenset({"election", "datanode"}),  # datanode: the client a database embeds
+    frozenset({"leader"}),
+    frozenset({"stat_history"}),
+    frozenset({"reconcile", "datanode"}),
+]
+"""Lowest first. A unit imports from lower layers only; plain modules may import each other."""
+_RANK = {unit: rank for rank, units in enumerate(METASRV_LAYERS) for unit in units}
+
+
+def _package_of(path: Path, root: Path) -> str:
+    """Dotted package a module belongs to (`metasrv/kv/_sql.py` -> `metasrv.kv`)."""
+    return ".".join(path.parent.relative_to(root).parts)
+
+
+def _imports(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, dotted target) of every import in a module, lazy ones included, relative ones made
+    absolute: `import a.b` -> `a.b`, `from a import b` -> `a.b`. String targets of
+    `monkeypatch.setattr`, `delattr`, `import_module` and `patch` count as imports too."""
+    package = _package_of(path, root).split(".")
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if (
+                name in {"setattr", "delattr", "import_module", "patch"}
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+                and first.value.split(".")[0] in LAYERS
+            ):
+                found.append((node.lineno, first.value))
+    return found
+
+
+def _metasrv_unit(dotted: str) -> str:
+    """`metasrv.leader._heartbeat.X` -> `leader`; `metasrv.keys` -> `keys`."""
+    return dotted.split(".")[1] if dotted.count(".") else ""
+
+
+def metasrv_units(root: Path = ROOT) -> set[str]:
+    """The sub-packages and plain modules directly under metasrv/."""
+    base = root / "metasrv"
+    packages = {p.parent.name for p in base.glob("*/*.py")}
+    modules = {p.stem for p in base.glob("*.py") if p.name != "__init__.py"}
+    return packages | modules
+
+
+def metasrv_edges(root: Path = ROOT) -> dict[tuple[str, str], set[str]]:
+    """(importer unit, imported unit) -> the modules that make that edge, inside metasrv/.
+    metasrv/__init__.py, the package's face, re-exports and is not a unit."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for path in sorted((root / "metasrv").rglob("*.py")):
+        rel = path.relative_to(root / "metasrv")
+        if rel == Path("__init__.py"):
+            continue
+        importer = rel.parts[0].removesuffix(".py")
+        for _, target in _imports(path, root):
+            if target.split(".")[0] != "metasrv":
+                continue
+            imported = _metasrv_unit(target)
+            if imported != importer:
+                edges.setdefault((importer, imported), set()).add(str(path.relative_to(root)))
+    return edges
+
+
+def layering_violations(edges: dict[tuple[str, str], set[str]]) -> dict[str, set[str]]:
+    """Edges that go up or sideways (or to a unit the layers do not place)."""
+    bad: dict[str, set[str]] = {}
+    for (importer, imported), modules in edges.items():
+        low, high = _RANK.get(imported), _RANK.get(importer)
+        if low is None or high is None or low > high or (low == high and low != 0):
+            bad[f"{importer} -> {imported}"] = modules
+    return bad
+
+
+def test_every_metasrv_unit_has_a_layer() -> None:
+    assert metasrv_units() == set(_RANK), "place every sub-package of metasrv/ in METASRV_LAYERS"
+
+
+def test_metasrv_imports_flow_down_its_layers() -> None:
+    edges = metasrv_edges()
+    assert layering_violations(edges) == {}, f"against {[sorted(u) for u in METASRV_LAYERS]}"
+    # The scan sees real edges across every layer boundary.
+    assert {("kv", "errors"), ("election", "kv"), ("leader", "kafka")} <= set(edges)
+    assert {("stat_history", "leader"), ("reconcile", "stat_history")} <= set(edges)
+
+
+def test_the_metasrv_scan_catches_upward_and_sideways_imports(tmp_path: Path) -> None:
+    (tmp_path / "metasrv" / "kv").mkdir(parents=True)
+    (tmp_path / "metasrv" / "kv" / "_x.py").write_text(
+        "from metasrv.leader import Checkpointer\nfrom .. import kafka\n"
+        "def f():\n    from metasrv.errors import MetasrvError\n"
+    )
+    (tmp_path / "metasrv" / "keys.py").write_text("from metasrv import model\n")
+    edges = metasrv_edges(tmp_path)
+    assert set(edges) == {("kv", "leader"), ("kv", "kafka"), ("kv", "errors"), ("keys", "model")}
+    assert set(layering_violations(edges)) == {"kv -> leader", "kv -> kafka"}
+
+
+# -- public surfaces -------------------------------------------------------------------------------
+
+SCANNED = ["metasrv", "procedures", "api", "cli", "toolbox", "tests", "benchmarks"]
+
+PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("benchmarks/heartbeat_ingest.py", "metasrv.heartbeat._decode"): (
+        "the fallback for a baseline checkout older than metasrv.wire, run side by side"
+    ),
+    ("benchmarks/judge_columns.py", "metasrv.leader._heartbeat._Outcome"): (
+        "measures the heartbeat judge alone, which has no public entry point"
+    ),
+    ("tests/metasrv/test_checkpoints.py", "metasrv.leader._checkpoints.FLUSH_SLICE"): (
+        "the slice size is a module constant until Checkpointer takes it as a parameter"
+    ),
+    ("tests/metasrv/test_kafka_answers.py", "procedures.wal_purge._batcher._Coalescer"): (
+        "checks the offsets coalescer without Kafka; procedures.wal_purge does not export it"
+    ),
+    ("tests/procedures/test_prune_plan.py", "procedures.wal_purge._plan._lowest_if_unblocked"): (
+        "property: the planner's fast path and its region-by-region scan agree (both internal)"
+    ),
+    ("tests/procedures/test_prune_plan.py", "procedures.wal_purge._plan._scan"): (
+        "property: the planner's fast path and its region-by-region scan agree (both internal)"
+    ),
+}
+"""(module, imported target) -> why it cannot go through the package's public names. The list
+only shrinks: an entry no longer needed fails the test."""
+
+
+def _private_owner(target: str) -> str | None:
+    """The package a private module or name belongs to: `metasrv.kv._sql.x` -> `metasrv.kv`,
+    `procedures.wal_purge._batcher._Coalescer` -> `procedures.wal_purge`; None for public targets."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not (part.startswith("__") and part.endswith("__")):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_imports(root: Path = ROOT, dirs: list[str] = SCANNED) -> set[tuple[str, str]]:
+    """(module, target) for every import of a private module or name from outside its package."""
+    found: set[tuple[str, str]] = set()
+    for directory in dirs:
+        for path in sorted((root / directory).rglob("*.py")):
+            package = _package_of(path, root)
+            for _, target in _imports(path, root):
+                owner = _private_owner(target)
+                if target.split(".")[0] in LAYERS and owner is not None and owner != package:
+                    found.add((str(path.relative_to(root)), target))
+    return found
+
+
+def test_no_import_of_another_package_private_parts() -> None:
+    found = private_imports()
+    unexplained = sorted(found - set(PRIVATE_IMPORT_EXCEPTIONS))
+    assert unexplained == [], "import the package's public names (add to its __init__ if needed)"
+    stale = sorted(set(PRIVATE_IMPORT_EXCEPTIONS) - found)
+    assert stale == [], "these exceptions are no longer needed: remove them"
+
+
+def test_the_private_import_scan_catches_every_form(tmp_path: Path) -> None:
+    for package in ("metasrv/kv", "procedures/wal_purge", "cli", "tests"):
+        (tmp_path / package).mkdir(parents=True)
+    (tmp_path / "metasrv" / "kv" / "_a.py").write_text(
+        "from metasrv.kv._sql import normalize_url\nfrom ._common import prefix_range_end\n"
+    )
+    (tmp_path / "procedures" / "wal_purge" / "_b.py").write_text(
+        "from procedures._procedure import Procedure\nfrom procedures import Procedure as P\n"
+        "from . import _plan\n"
+    )
+    (tmp_path / "cli" / "_c.py").write_text(
+        "import metasrv.kv._sql\nfrom metasrv.kafka import _helper, KafkaAdmin\n"
+        "def f():\n    from api._private import x\n"
+    )
+    (tmp_path / "tests" / "test_d.py").write_text(
+        "def test(monkeypatch):\n"
+        '    monkeypatch.setattr("metasrv.leader._checkpoints.FLUSH_SLICE", 3)\n'
+        '    monkeypatch.setattr("metasrv.leader.Checkpointer.flush", None)\n'
+    )
+    assert private_imports(tmp_path, ["metasrv", "procedures", "cli", "tests"]) == {
+        ("procedures/wal_purge/_b.py", "procedures._procedure.Procedure"),
+        ("cli/_c.py", "metasrv.kv._sql"),
+        ("cli/_c.py", "metasrv.kafka._helper"),
+        ("cli/_c.py", "api._private.x"),
+        ("tests/test_d.py", "metasrv.leader._checkpoints.FLUSH_SLICE"),
+    }
+
+
+# -- module size -----------------------------------------------------------------------------------
+
+MAX_LINES = 450
+SIZED = ["metasrv", "procedures", "api", "cli", "toolbox", "migrations", "tests", "benchmarks"]
+KNOWN_OVERSIZED: frozenset[str] = frozenset()
+"""Modules over the limit, being split: the list only shrinks, and an entry that fits fails."""
+
+
+def oversized(root: Path = ROOT, dirs: list[str] = SIZED) -> dict[str, int]:
+    """Module -> its line count, for every module over MAX_LINES (generated migrations aside)."""
+    found: dict[str, int] = {}
+    for directory in dirs:
+        for path in sorted((root / directory).rglob("*.py")):
+            rel = path.relative_to(root)
+            if rel.parts[:2] == ("migrations", "versions"):
+                continue
+            lines = len(path.read_text().splitlines())
+            if lines > MAX_LINES:
+                found[str(rel)] = lines
+    return found
+
+
+def test_no_module_over_the_line_limit() -> None:
+    found = oversized()
+    new = {path: lines for path, lines in found.items() if path not in KNOWN_OVERSIZED}
+    assert new == {}, f"split by concern: no module over {MAX_LINES} lines"
+    fixed = sorted(KNOWN_OVERSIZED - set(found))
+    assert fixed == [], "now within the limit: remove from KNOWN_OVERSIZED"
+
+
+def test_the_size_check_catches_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "api" / "fits.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "migrations" / "versions").mkdir(parents=True)
+    (tmp_path / "migrations" / "versions" / "gen.py").write_text("x = 1\n" * 999)
+    assert oversized(tmp_path, ["api", "migrations"]) == {"api/long.py": MAX_LINES + 1}
 
 
 def _imported_modules(importtime_log: str) -> set[str]:

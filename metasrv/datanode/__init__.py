@@ -1,0 +1,65 @@
+"""A datanode's side of metasrv: the client a database embeds (README "Writing a datanode").
+
+In the order a heartbeat flows:
+
+- `_body.py`: the heartbeat body in either DESIGN §5 encoding (JSON, or msgpack columns
+  written with the standard library only).
+- `_route.py`: which metasrv gets a request: the current leader, a 421's named leader at
+  once, the next address after a failure; a 503 (a new leader loading) is retried there.
+- `_backoff.py`: capped exponential backoff with full jitter between failed tries.
+- `_client.py`: `DatanodeClient` (blocking) and `AsyncDatanodeClient`: `heartbeat` and
+  `replay_start` against whichever metasrv leads.
+- `_loop.py`: `HeartbeatLoop` (a thread) and `AsyncHeartbeatLoop`: report, send, hand new
+  flush instructions to the database's `on_flush`, retry after a backoff.
+
+It imports only `metasrv.wire`, `metasrv.errors`, the standard library and httpx.
+"""
+
+from metasrv.datanode._backoff import Backoff
+from metasrv.datanode._body import (
+    CONTENT_TYPES,
+    Body,
+    Encoding,
+    as_heartbeat,
+    encode_columns,
+    encode_heartbeat,
+)
+from metasrv.datanode._client import (
+    HEARTBEAT_PATH,
+    REPLAY_START_PATH,
+    AsyncDatanodeClient,
+    DatanodeClient,
+)
+from metasrv.datanode._loop import (
+    AsyncHeartbeatLoop,
+    FlushCallback,
+    FlushInstructions,
+    HeartbeatLoop,
+)
+from metasrv.datanode._route import Attempt, Route
+from metasrv.wire import Heartbeat, HeartbeatResponse, Instruction, RegionReport, TopicReport
+
+__all__ = [
+    "CONTENT_TYPES",
+    "HEARTBEAT_PATH",
+    "REPLAY_START_PATH",
+    "AsyncDatanodeClient",
+    "AsyncHeartbeatLoop",
+    "Attempt",
+    "Backoff",
+    "Body",
+    "DatanodeClient",
+    "Encoding",
+    "FlushCallback",
+    "FlushInstructions",
+    "Heartbeat",
+    "HeartbeatLoop",
+    "HeartbeatResponse",
+    "Instruction",
+    "RegionReport",
+    "Route",
+    "TopicReport",
+    "as_heartbeat",
+    "encode_columns",
+    "encode_heartbeat",
+]
