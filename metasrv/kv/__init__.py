@@ -8,9 +8,11 @@ from metasrv.kv._factory import open_kv
 from metasrv.kv._protocol import (
     Compare,
     Delete,
+    KeyPage,
     KeyValue,
     KvBackend,
     Put,
+    Snapshot,
     TxnOp,
     TxnResult,
 )
@@ -23,9 +25,11 @@ __all__ = [
     "EtcdMembers",
     "EtcdSecurity",
     "EtcdStubs",
+    "KeyPage",
     "KeyValue",
     "KvBackend",
     "Put",
+    "Snapshot",
     "SqlKv",
     "TxnOp",
     "TxnResult",

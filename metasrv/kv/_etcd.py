@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -28,7 +29,7 @@ from metasrv.errors import InvalidArgument, KvUnavailable, MetasrvError, TxnTooL
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end, scan_pages
 from metasrv.kv._etcd_members import EtcdMembers, Stubs, is_connection_failure, never_sent
 from metasrv.kv._etcd_security import EtcdSecurity
-from metasrv.kv._protocol import Compare, KeyValue, Put, TxnOp, TxnResult
+from metasrv.kv._protocol import Compare, KeyPage, KeyValue, Put, Snapshot, TxnOp, TxnResult
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +240,30 @@ class EtcdKv:
     def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
         return scan_pages(self.range, prefix, page_size)
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        # The revision is the header of a linearizable read; later ranges ask for it.
+        probe = etcdrpc.RangeRequest(key=self._prefix or b"\0", limit=1)
+        snap = _EtcdSnapshot(self, int(self._snapshot_read(probe, None).header.revision))
+        try:
+            yield snap
+        finally:
+            snap.open = False
+
+    def _snapshot_read(self, request: Any, revision: int | None) -> Any:
+        """A snapshot's range, its errors naming the members (a batch job shows them)."""
+        try:
+            return self._read("Range", request)
+        except KvUnavailable as exc:
+            if "compacted" in exc.message:
+                raise KvUnavailable(
+                    f"etcd compacted revision {revision} while a snapshot was read at it "
+                    f"({exc.message}); take the snapshot again"
+                ) from exc
+            raise KvUnavailable(
+                f"etcd at {', '.join(self.endpoints)} unreachable: {exc.message}"
+            ) from exc
+
     def put(self, key: str, value: bytes) -> int:
         resp = self._write("Put", etcdrpc.PutRequest(key=self._full(key), value=value))
         return int(resp.header.revision)
@@ -344,3 +369,43 @@ class EtcdKv:
 
     def __repr__(self) -> str:
         return f"EtcdKv({self.endpoints!r}, key_prefix={self.key_prefix!r})"
+
+
+class _EtcdSnapshot:
+    """`Snapshot` on etcd: ranges at one fixed revision, paged with etcd's limit."""
+
+    def __init__(self, kv: EtcdKv, revision: int) -> None:
+        self._kv = kv
+        self._revision = revision
+        self.open = True
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    def pages(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyPage]:
+        if page_size <= 0:
+            raise InvalidArgument(f"page_size must be positive, got {page_size}")
+        kv = self._kv
+        lo = kv._full(prefix)
+        return self._pages(lo, prefix_range_end(lo), page_size)
+
+    def _pages(self, lo: bytes, hi: bytes, page_size: int) -> Iterator[KeyPage]:
+        cut = len(self._kv._prefix)
+        while True:
+            if not self.open:
+                raise KvUnavailable("kv snapshot read after its `with` block ended")
+            request = self._kv._range_request(lo, hi, page_size)
+            request.revision = self._revision
+            resp = self._kv._snapshot_read(request, self._revision)
+            items = resp.kvs
+            if items:
+                # errors="replace": a key another tool wrote in another encoding still
+                # reaches the caller, which decides whether it is malformed.
+                yield KeyPage(
+                    [i.key[cut:].decode(errors="replace") for i in items],
+                    [i.value for i in items],
+                )
+            if not resp.more or not items:
+                return
+            lo = bytes(items[-1].key) + b"\0"

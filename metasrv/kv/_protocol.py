@@ -4,11 +4,15 @@ Keys are text (the DESIGN §4 layout, see metasrv/keys.py), values are bytes (JS
 Every key carries a `mod_revision` that changes on each write; compare-and-swap
 transactions compare it (0 means "the key must not exist") or compare the value.
 A backend applies its configured `key_prefix` itself: callers always use bare keys.
+
+`snapshot()` is the read for batch jobs: the whole store as of one revision, read page by
+page under as many prefixes as the job needs, unaffected by writes made meanwhile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -69,6 +73,38 @@ class TxnResult:
     """Store revision after the transaction (new `mod_revision` of keys it wrote)."""
 
 
+@dataclass(frozen=True, slots=True)
+class KeyPage:
+    """One page of a snapshot read: keys and their values, index for index.
+
+    Two parallel sequences rather than `KeyValue`s, so a bulk reader can hand them to a
+    columnar decoder as they are.
+    """
+
+    keys: Sequence[str]
+    """Keys without the backend's key prefix."""
+    values: Sequence[bytes]
+    """Stored bytes; `values[i]` belongs to `keys[i]`."""
+
+
+class Snapshot(Protocol):
+    """The store as of one revision, readable until the `with` block that opened it ends."""
+
+    @property
+    def revision(self) -> int:
+        """Store revision the snapshot shows (0 for a store never written): every key
+        it returns was last written at or before it, and no write after it is seen."""
+        ...
+
+    def pages(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyPage]:
+        """Every key under `prefix` exactly once, in pages of at most `page_size` keys.
+
+        Keys come in no promised order (a backend may return them in storage order,
+        which is faster than key order), and no page is empty.
+        """
+        ...
+
+
 @runtime_checkable
 class KvBackend(Protocol):
     """Blocking kv store. Async callers run it in a worker thread (`asyncio.to_thread`).
@@ -92,6 +128,17 @@ class KvBackend(Protocol):
 
     def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
         """Iterate over every key under `prefix`, page by page."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        """Open a read-only view of the whole store at its current revision:
+        `with kv.snapshot() as snap: for page in snap.pages(prefix): ...`.
+
+        Every `pages` call of one snapshot reads the same revision, so several prefixes
+        read in turn are consistent with each other. For batch reads of many keys; it
+        holds a database transaction (SQL) or relies on etcd keeping the revision until
+        compaction, so keep it open only as long as the read.
+        """
         ...
 
     def put(self, key: str, value: bytes) -> int:

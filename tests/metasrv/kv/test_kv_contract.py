@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from metasrv.errors import TxnTooLarge
+from metasrv.errors import InvalidArgument, KvUnavailable, TxnTooLarge
 from metasrv.kv import Compare, Delete, KvBackend, Put
 from tests.metasrv.kv.conftest import KvFactory
 
@@ -252,3 +252,158 @@ def test_close_is_idempotent(kv_store: KvFactory) -> None:
     kv.put("a", b"1")
     kv.close()
     kv.close()
+
+
+# --- snapshot --------------------------------------------------------------------------
+
+
+def _read(kv: KvBackend, prefix: str, page_size: int) -> tuple[int, list[list[tuple[str, bytes]]]]:
+    """The snapshot's revision and its pages under `prefix`, as (key, value) lists."""
+    with kv.snapshot() as snap:
+        pages = [
+            list(zip(page.keys, page.values, strict=True))
+            for page in snap.pages(prefix, page_size=page_size)
+        ]
+        return snap.revision, pages
+
+
+def test_snapshot_pages_cover_every_key_once(kv: KvBackend) -> None:
+    keys = [f"s/{i:03d}" for i in range(25)]
+    kv.batch_put([(key, f"value of {key}".encode()) for key in reversed(keys)])
+    last = kv.put("s/024", b"rewritten")
+    for outside in ["s", "s0", "r/x", "t/s/1"]:
+        kv.put(outside, b"outside")
+    want = {key: f"value of {key}".encode() for key in keys} | {"s/024": b"rewritten"}
+
+    for page_size in (1, 7, 25, 1000):
+        revision, pages = _read(kv, "s/", page_size)
+        assert revision >= last
+        assert all(1 <= len(page) <= page_size for page in pages)
+        flat = [item for page in pages for item in page]
+        assert len(flat) == len(keys), f"page_size={page_size}: a key missing or repeated"
+        assert dict(flat) == want
+        assert len(pages) == -(-len(keys) // page_size)
+
+
+def test_snapshot_reads_several_prefixes_at_one_revision(kv_store: KvFactory) -> None:
+    kv, writer = kv_store(""), kv_store("")
+    kv.batch_put([(f"a/{i:02d}", b"old") for i in range(10)] + [("b/1", b"old")])
+    with kv.snapshot() as snap:
+        first = snap.pages("a/", page_size=3)
+        head = next(first)
+        # Writes after the snapshot opened, before and during its reads.
+        writer.put("a/00", b"new")
+        writer.put("a/99", b"new")
+        writer.delete("a/05")
+        writer.put("b/1", b"new")
+        writer.put("b/2", b"new")
+        rest = [item for page in first for item in zip(page.keys, page.values, strict=True)]
+        other = [
+            item for page in snap.pages("b/") for item in zip(page.keys, page.values, strict=True)
+        ]
+        # Two readers of one snapshot may interleave.
+        one, two = snap.pages("a/", page_size=4), snap.pages("b/", page_size=1)
+        interleaved = [next(one), next(two), *one, *two]
+    seen = dict(zip(head.keys, head.values, strict=True)) | dict(rest)
+    assert seen == {f"a/{i:02d}": b"old" for i in range(10)}
+    assert other == [("b/1", b"old")]
+    assert sum(len(page.keys) for page in interleaved) == 11
+    # The writes did land: a new snapshot sees them.
+    _, after = _read(kv, "", 1000)
+    now = dict(item for page in after for item in page)
+    assert now["a/00"] == now["a/99"] == now["b/1"] == now["b/2"] == b"new"
+    assert "a/05" not in now
+
+
+def test_snapshot_is_consistent_under_concurrent_writes(kv_store: KvFactory) -> None:
+    """A writer thread puts and deletes all through the read; the snapshot shows the store
+    exactly as of its revision: every write at or below it, none above."""
+    kv = kv_store("")
+    initial = {f"c/{i:03d}": b"0" for i in range(60)}
+    kv.batch_put(list(initial.items()))
+    log: list[tuple[int, str, bytes | None]] = []  # (revision, key, value or None: deleted)
+    lock = threading.Condition()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        writer = kv_store("")
+        try:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                key = f"c/{(n * 7) % 80:03d}"  # existing keys and new ones
+                value = None if n % 5 == 0 else str(n).encode()
+                op = Delete(key) if value is None else Put(key, value)
+                # The revision of the write itself, even with other writers on the store.
+                entry = (writer.txn([], [op]).revision, key, value)
+                with lock:
+                    log.append(entry)
+                    lock.notify_all()
+        except BaseException as exc:
+            errors.append(exc)
+            with lock:
+                lock.notify_all()
+
+    def wait_for(count: int) -> None:
+        with lock:
+            assert lock.wait_for(lambda: len(log) >= count or errors, timeout=60)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        wait_for(5)
+        with kv.snapshot() as snap:
+            pages = snap.pages("c/", page_size=4)
+            head = next(pages)
+            seen = dict(zip(head.keys, head.values, strict=True))
+            with lock:
+                written_before_page_two = len(log)
+            wait_for(written_before_page_two + 10)  # writes land while the read goes on
+            for page in pages:
+                seen.update(zip(page.keys, page.values, strict=True))
+            revision = snap.revision
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not errors
+    want: dict[str, bytes] = dict(initial)
+    for rev, key, value in log:
+        if rev > revision:
+            continue
+        if value is None:
+            want.pop(key, None)
+        else:
+            want[key] = value
+    assert any(rev > revision for rev, _, _ in log), "no write landed during the read"
+    assert seen == want
+
+
+def test_snapshot_of_an_empty_prefix_and_of_the_whole_store(kv_store: KvFactory) -> None:
+    one, two = kv_store("one/"), kv_store("two/")
+    _, nothing = _read(one, "", 10)
+    assert nothing == []  # a store with no key under the key prefix: no page at all
+    one.batch_put([("x/1", b"1"), ("y", b"2")])
+    two.put("x/2", b"other cluster")
+    _, missing = _read(one, "z/", 10)
+    assert missing == []
+    # The empty prefix is every key of this key prefix, and none of another.
+    _, everything = _read(one, "", 1)
+    assert sorted(item for page in everything for item in page) == [("x/1", b"1"), ("y", b"2")]
+
+
+def test_snapshot_ends_with_its_block(kv: KvBackend) -> None:
+    kv.batch_put([(f"e/{i}", b"v") for i in range(5)])
+    with kv.snapshot() as snap:
+        with pytest.raises(InvalidArgument):
+            snap.pages("e/", page_size=0)
+        unfinished = snap.pages("e/", page_size=2)
+        assert len(next(unfinished).keys) == 2
+    with pytest.raises(KvUnavailable, match="snapshot"):
+        next(unfinished)
+    with pytest.raises(KvUnavailable, match="snapshot"):
+        next(snap.pages("e/"))
+    # Leaving a read unfinished leaves nothing held: writes and new snapshots go on.
+    kv.put("e/9", b"v")
+    _, pages = _read(kv, "e/", 100)
+    assert len(pages[0]) == 6
