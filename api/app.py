@@ -12,13 +12,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api import heartbeat_fast_path
 from api.auth import Authenticator
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.routers import (
     dashboard,
     health,
-    heartbeat,
     leader,
     metrics,
     procedures,
@@ -58,7 +58,7 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     app.state.auth = Authenticator(settings.auth)
     install_error_handlers(app)
     # Added first, so it runs inside the body limit (the last added runs outermost).
-    app.add_middleware(heartbeat.HeartbeatFastPath)
+    app.add_middleware(heartbeat_fast_path.HeartbeatFastPath)
     app.add_middleware(BodyLimitMiddleware, limit=settings.http.body_limit)
     routers = (
         regions,
@@ -73,5 +73,5 @@ def create_app(settings: Settings, *, advertised_addr: str | None = None) -> Fas
     )
     for module in routers:
         app.include_router(module.router)
-    install_openapi(app, extra_paths={heartbeat.PATH: heartbeat.OPENAPI_PATH})
+    install_openapi(app, extra_paths={heartbeat_fast_path.PATH: heartbeat_fast_path.OPENAPI_PATH})
     return app

@@ -5,7 +5,7 @@ exception middleware and endpoint wrapping (a measurable share of this route's t
 hundreds of heartbeats a second); it applies the auth and leadership checks of every
 route and renders errors with the app's own handlers (api/errors.py), and it sits inside
 the body limit middleware, so 413s are unchanged. The body goes as bytes to
-`metasrv.heartbeat.HeartbeatHandler`, which decodes it with the `metasrv.wire` structs
+`metasrv.leader.HeartbeatHandler`, which decodes it with the `metasrv.wire` structs
 that `OPENAPI_PATH` documents.
 """
 

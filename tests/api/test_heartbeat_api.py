@@ -218,8 +218,8 @@ def test_heartbeat_fast_path_runs_inside_the_body_limit(make_settings: SettingsF
     # the body limit middleware or oversized heartbeats would be read whole (the 413 tests
     # above check the responses).
     from api import create_app
+    from api.heartbeat_fast_path import HeartbeatFastPath
     from api.limits import BodyLimitMiddleware
-    from api.routers.heartbeat import HeartbeatFastPath
 
     app = create_app(make_settings())
     outermost_first: list[object] = [m.cls for m in app.user_middleware]
