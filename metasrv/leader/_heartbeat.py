@@ -42,6 +42,7 @@ from metasrv.leader._checkpoints import Checkpointer
 from metasrv.leader._mailbox import Mailbox
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot
+from metasrv.leader._stat_table import RowValues, regresses
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.wire import (
@@ -65,29 +66,17 @@ REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
 
 
 @dataclass(slots=True)
-class _Accepted:
-    """Regions accepted a column at a time, with their new values."""
-
-    ids: np.ndarray
-    flushed: np.ndarray
-    latest: np.ndarray
-    memtable: np.ndarray
-    manifest: np.ndarray
-    prunable: np.ndarray
-    slots: np.ndarray | None = None
-    """Steady regions: their rows' slots, assigned in place (`StatTable.assign`)."""
-    topics: np.ndarray | None = None
-    """New regions: their topics' codes, for rows inserted (`StatTable.insert`)."""
-
-
-@dataclass(slots=True)
 class _Outcome:
     """What one heartbeat's regions come to, before anything is stored."""
 
-    steady: _Accepted | None = None
+    steady: RowValues | None = None
     """Regions with a row under the topic they name."""
-    fresh: _Accepted | None = None
+    steady_slots: np.ndarray | None = None
+    """Their rows' slots, assigned in place (`StatTable.assign`)."""
+    fresh: RowValues | None = None
     """Regions reporting for the first time, on their mapped topic."""
+    fresh_topics: tuple[list[str], np.ndarray] | None = None
+    """Their topics (names, and an index into them per region), for `StatTable.insert`."""
     accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
     """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
     changed: list[int] = field(default_factory=list)
@@ -102,7 +91,7 @@ class _Outcome:
         return columns + sum(map(len, self.accepted.values()))
 
 
-def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> _Accepted:
+def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> RowValues:
     """The new values of the regions `where` is true (the prunable id computed as
     `prunable_entry_id()` does, a column at a time: an idle claim counts only with an
     empty memtable, and one that does not count is tallied in `out`)."""
@@ -123,7 +112,7 @@ def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> _Accepted:
         out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
         prunable = np.where(idle & (latest > flushed), latest, flushed)
     manifest = np.full(n, NULL, np.int64) if cols.manifest is None else take(cols.manifest)
-    return _Accepted(take(cols.region_id), flushed, latest, memtable, manifest, prunable)
+    return RowValues(take(cols.region_id), flushed, latest, memtable, manifest, prunable)
 
 
 class _Unmapped:
@@ -221,8 +210,7 @@ class HeartbeatHandler:
         rejected = out.rejected
         keep_misrouted = self._on_misrouted is not None
         route_of = self._region_map.routes.get
-        table = self._registry.table
-        slot_of = table.slot_of
+        stored = self._registry.table.get
         ignored_claims = 0
 
         # The hot loop: types and bounds were checked by the decoder; locals only, one
@@ -243,19 +231,14 @@ class HeartbeatHandler:
             # dropped when a region leaves the map (TopicRegionMap removal listeners) or
             # leadership changes, so such a row proves the region is mapped to this
             # topic, and the route lookup is skipped.
-            slot = slot_of(region_id)
-            old = None
-            if slot is not None:
-                old = table.row(slot)
-                if old.topic != topic:
-                    old = None
+            old = stored(region_id)
+            if old is not None and old.topic != topic:
+                old = None
             if old is not None:
                 mapped_topic = old.topic  # equals `topic`: the bucket is keyed by it
-                if flushed < old.flushed_entry_id:
-                    old_manifest = old.manifest_version
-                    if manifest is None or old_manifest is None or manifest >= old_manifest:
-                        rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
-                        continue
+                if regresses(old, flushed, manifest):
+                    rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
+                    continue
             else:
                 route = route_of(region_id)
                 if route is None or route.topic != topic:
@@ -328,19 +311,9 @@ class HeartbeatHandler:
         valid = (ids >= 0) & (flushed >= -1)
         if latest is not None and claims is not None:
             valid &= ~claims | (latest >= -1)
-        steady = valid & (slots >= 0)
-        held = np.where(steady, slots, 0)  # slot 0 stands in for the others; masked out
-        steady &= table.topic[held] == table.codes(cols.topic_names)[cols.topic]
-        manifest = cols.manifest
-        regressed = steady & (flushed < table.flushed[held])
-        if regressed.any():
-            # A lower flushed id is the truth only for a re-created region, which a
-            # lower manifest version than the stored one shows.
-            if manifest is not None:
-                old_manifest = table.manifest[held]
-                recreated = (manifest != NULL) & (old_manifest != NULL) & (manifest < old_manifest)
-                regressed &= ~recreated
-            steady &= ~regressed
+        steady, regressed = table.judge(slots, cols.topic_names, cols.topic, flushed, cols.manifest)
+        steady &= valid
+        regressed &= valid
         rest = ~(steady | regressed)
         if rest.any():
             fresh = self._first_reports(node_id, cols, rest & (slots < 0) & valid, out)
@@ -362,14 +335,13 @@ class HeartbeatHandler:
             # Every region has a row (none is new or judged one by one): worth recalling.
             table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
 
-        out.steady = _accepted(cols, steady, out)
-        out.steady.slots = slots if bool(steady.all()) else slots[steady]
+        out.steady = accepted = _accepted(cols, steady, out)
+        out.steady_slots = held = slots if bool(steady.all()) else slots[steady]
         # Checkpoints hold the prunable id and node: a change in either makes the
         # region dirty. Most heartbeats of an idle region change nothing.
-        held = out.steady.slots
-        dirty = (table.prunable[held] != out.steady.prunable) | (table.node[held] != node_id)
+        dirty = table.checkpoint_changed(held, node_id, accepted.prunable)
         if dirty.any():
-            out.changed.extend(out.steady.ids[dirty].tolist())
+            out.changed.extend(accepted.ids[dirty].tolist())
 
     def _first_reports(
         self, node_id: int, cols: Columns, new: np.ndarray, out: _Outcome
@@ -391,8 +363,7 @@ class HeartbeatHandler:
         new = np.zeros(len(new), bool)
         new[at[mapped]] = True
         out.fresh = _accepted(cols, new, out)
-        codes = {name: self._registry.table.code_of(name) for name in dict.fromkeys(named)}
-        out.fresh.topics = np.fromiter(map(codes.__getitem__, named), np.int32, len(at))[mapped]
+        out.fresh_topics = (names, cols.topic[new])
         out.changed.extend(out.fresh.ids.tolist())  # a first checkpoint for each
         return new
 
@@ -419,30 +390,12 @@ class HeartbeatHandler:
     ) -> bytes:
         """Store a judged heartbeat and answer it."""
         registry = self._registry
-        steady, fresh = outcome.steady, outcome.fresh
-        if steady is not None and steady.slots is not None:
-            registry.table.assign(
-                steady.slots,
-                node_id,
-                steady.flushed,
-                steady.latest,
-                steady.memtable,
-                steady.manifest,
-                now,
-                steady.prunable,
-            )
-        if fresh is not None and fresh.topics is not None:
-            registry.table.insert(
-                fresh.ids.tolist(),
-                fresh.topics,
-                node_id,
-                fresh.flushed,
-                fresh.latest,
-                fresh.memtable,
-                fresh.manifest,
-                now,
-                fresh.prunable,
-            )
+        table = registry.table
+        if outcome.steady is not None and outcome.steady_slots is not None:
+            table.assign(outcome.steady_slots, node_id, outcome.steady, now)
+        if outcome.fresh is not None and outcome.fresh_topics is not None:
+            names, topics = outcome.fresh_topics
+            table.insert(outcome.fresh, names, topics, node_id, now)
         registry.put_topic_rows(outcome.accepted)
         registry.note_node(node_id, addr, now)
         if topic_reports:

@@ -201,26 +201,15 @@ class RegionRegistry:
 
         With `topic`, only a stat naming that topic counts.
         """
-        slot = self.table.slot_of(region_id)
-        if slot is None:
-            return None
-        row = self.table.row(slot)
-        if topic is not None and row.topic != topic:
+        row = self.table.get(region_id)
+        if row is None or (topic is not None and row.topic != topic):
             return None
         return stat_of(region_id, row)
 
     def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
-        a row, read a column at a time (no row is built)."""
-        ids = list(region_ids)
-        table = self.table
-        slots = table.lookup(ids)
-        found = slots >= 0
-        if not found.all():
-            ids = [rid for rid, ok in zip(ids, found.tolist(), strict=True) if ok]
-            slots = slots[found]
-        pairs = zip(table.node[slots].tolist(), table.prunable[slots].tolist(), strict=True)
-        return dict(zip(ids, pairs, strict=True))
+        a row (`StatTable.checkpoints`)."""
+        return self.table.checkpoints(region_ids)
 
     def discard(self, region_id: int, topic: str | None = None) -> None:
         """Forget a region (removed from the map), whichever topic its row names."""

@@ -1,14 +1,13 @@
 """The registry's region rows, stored as columns (numpy arrays indexed by slot).
 
-A heartbeat of a thousand regions used to rebuild a thousand row objects and replace
-them in dicts: most of the leader's CPU per region stat went to allocating, freeing and
-finding those objects in memory. Here a region is a slot, each field a column, and a
-heartbeat whose regions all have rows is a handful of whole-column operations: look the
-slots up (one C-level dict pass), compare, and assign (`StatTable.assign`). No object is
-built per region on that path, and nothing here is tracked by the garbage collector
-(dicts of ints and arrays of numbers).
+A heartbeat of a thousand regions is a handful of whole-column operations: look the
+slots up (one C-level dict pass), judge the reported values against the stored ones
+(`StatTable.judge`), and assign them in place (`StatTable.assign`). No object is built
+per region on that path, and nothing here is tracked by the garbage collector (dicts of
+ints and arrays of numbers). The columns are the table's own: readers and writers go
+through its operations, which say what they do to rows.
 
-`StatRow` objects are built only when read (`row`, `TopicRows`), for the readers that
+`StatRow` objects are built only when read (`get`, `TopicRows`), for the readers that
 take a region at a time. A null `topic_latest_entry_id` or `manifest_version` is stored
 as `NULL` (-2**63, outside every id's range).
 
@@ -19,7 +18,7 @@ history and the heartbeat's per-region path read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, KeysView, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise, repeat
 from operator import attrgetter
@@ -49,17 +48,45 @@ class StatRow(msgspec.Struct, frozen=True, gc=False):
     prunable_entry_id: int
 
 
+def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
+    """A report of `flushed`/`manifest` would move the stored row backwards
+    (`stat_regressed`): a lower flushed id at the same or a newer manifest version. A
+    lower manifest version than the stored one means the region was re-created, and its
+    lower flushed id is the truth. `StatTable.judge` applies the same rule a column at a
+    time."""
+    if flushed >= old.flushed_entry_id:
+        return False
+    old_manifest = old.manifest_version
+    return manifest is None or old_manifest is None or manifest >= old_manifest
+
+
+@dataclass(slots=True)
+class RowValues:
+    """New values of some regions' rows, a column each, in the same order (what a
+    heartbeat accepted a column at a time). `NULL` stands for a null."""
+
+    ids: np.ndarray
+    flushed: np.ndarray
+    latest: np.ndarray
+    memtable: np.ndarray
+    manifest: np.ndarray
+    prunable: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 _VALUE_COLUMNS: Final = (
-    "node",
-    "flushed",
-    "latest",
-    "memtable",
-    "manifest",
-    "received",
-    "prunable",
+    "_node",
+    "_flushed",
+    "_latest",
+    "_memtable",
+    "_manifest",
+    "_received",
+    "_prunable",
 )
-"""The columns a row's values live in (beside `ids` and `topic`), in the order `assign`
-and `insert` take them."""
+"""The columns a row's values live in (beside `_ids` and `_topic`), in the order
+`_write` takes them."""
 
 _TOPIC_OF: Final = attrgetter("topic")
 _NODE_OF: Final = attrgetter("node_id")
@@ -119,7 +146,11 @@ class RowColumns:
 
 
 class StatTable:
-    """Region rows as columns; see the module docstring."""
+    """Region rows as columns; see the module docstring.
+
+    A slot (`lookup`) is a row's place in the columns: valid until the row is discarded,
+    and what the batch operations (`judge`, `checkpoint_changed`, `assign`) take.
+    """
 
     def __init__(self, capacity: int = _INITIAL_CAPACITY) -> None:
         self._slot: dict[int, int] = {}
@@ -137,28 +168,28 @@ class StatTable:
         """Region ids held in `_recent` (16 bytes each with their slots)."""
         self._end = 0
         """Slots below this have been used; the free ones are in `_free`."""
-        self.ids = np.zeros(capacity, np.int64)
-        self.topic = np.full(capacity, -1, np.int32)
-        """Topic code (`code_of`), -1 for a free slot."""
-        self.node = np.zeros(capacity, np.int64)
-        self.flushed = np.zeros(capacity, np.int64)
-        self.latest = np.full(capacity, NULL, np.int64)
-        self.memtable = np.zeros(capacity, np.int64)
-        self.manifest = np.full(capacity, NULL, np.int64)
-        self.prunable = np.zeros(capacity, np.int64)
-        self.received = np.zeros(capacity, np.float64)
+        self._ids = np.zeros(capacity, np.int64)
+        self._topic = np.full(capacity, -1, np.int32)
+        """Topic code (`_code_of`), -1 for a free slot."""
+        self._node = np.zeros(capacity, np.int64)
+        self._flushed = np.zeros(capacity, np.int64)
+        self._latest = np.full(capacity, NULL, np.int64)
+        self._memtable = np.zeros(capacity, np.int64)
+        self._manifest = np.full(capacity, NULL, np.int64)
+        self._prunable = np.zeros(capacity, np.int64)
+        self._received = np.zeros(capacity, np.float64)
 
     # --- topics ----------------------------------------------------------------------
 
-    def code_of(self, topic: str) -> int:
-        """The topic's code in the `topic` column (assigned on first use)."""
+    def _code_of(self, topic: str) -> int:
+        """The topic's code in the `_topic` column (assigned on first use)."""
         code = self._codes.get(topic)
         if code is None:
             code = self._codes[topic] = len(self._names)
             self._names.append(topic)
         return code
 
-    def codes(self, topics: Iterable[str]) -> np.ndarray:
+    def _codes_of(self, topics: Iterable[str]) -> np.ndarray:
         """Each topic's code, -1 for a topic no row has ever named."""
         return np.fromiter(map(self._codes.get, topics, repeat(-1)), np.int32)
 
@@ -174,8 +205,15 @@ class StatTable:
     def __contains__(self, region_id: object) -> bool:
         return region_id in self._slot
 
-    def slot_of(self, region_id: int) -> int | None:
-        return self._slot.get(region_id)
+    @property
+    def capacity(self) -> int:
+        """Rows the columns hold before they grow (`reserve`)."""
+        return len(self._ids)
+
+    def get(self, region_id: int) -> StatRow | None:
+        """The region's row, or None when it has none."""
+        slot = self._slot.get(region_id)
+        return None if slot is None else self.row(slot)
 
     def lookup(self, region_ids: list[int]) -> np.ndarray:
         """Each region's slot, -1 for a region without a row (one C-level pass)."""
@@ -208,19 +246,61 @@ class StatTable:
         recent[key] = (self._discards, region_ids.copy(), slots)
         self._remembered += len(region_ids)
 
+    def judge(
+        self,
+        slots: np.ndarray,
+        topic_names: Sequence[str],
+        topics: np.ndarray,
+        flushed: np.ndarray,
+        manifest: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reported values against the stored rows, a column at a time, per slot of
+        `slots` (-1: no row): (the row names the reported topic `topic_names[topics]`
+        and the report moves it forward, the row names it and the report `regresses`).
+        `manifest` None: every reported manifest version is null."""
+        found = slots >= 0
+        held = np.where(found, slots, 0)  # slot 0 stands in for the others; masked out
+        named = found & (self._topic[held] == self._codes_of(topic_names)[topics])
+        regressed = named & (flushed < self._flushed[held])
+        if regressed.any() and manifest is not None:
+            old_manifest = self._manifest[held]
+            recreated = (manifest != NULL) & (old_manifest != NULL) & (manifest < old_manifest)
+            regressed &= ~recreated
+        return named & ~regressed, regressed
+
+    def checkpoint_changed(
+        self, slots: np.ndarray, node_id: int, prunable: np.ndarray
+    ) -> np.ndarray:
+        """Per slot (each holding a row): whether the values a region checkpoint holds,
+        the prunable id and the node, differ from the stored ones."""
+        changed: np.ndarray = (self._prunable[slots] != prunable) | (self._node[slots] != node_id)
+        return changed
+
+    def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
+        a row, read a column at a time (no row is built)."""
+        ids = list(region_ids)
+        slots = self.lookup(ids)
+        found = slots >= 0
+        if not found.all():
+            ids = [rid for rid, ok in zip(ids, found.tolist(), strict=True) if ok]
+            slots = slots[found]
+        pairs = zip(self._node[slots].tolist(), self._prunable[slots].tolist(), strict=True)
+        return dict(zip(ids, pairs, strict=True))
+
     def row(self, slot: int) -> StatRow:
         """The row stored in `slot`."""
-        latest = int(self.latest[slot])
-        manifest = int(self.manifest[slot])
+        latest = int(self._latest[slot])
+        manifest = int(self._manifest[slot])
         return StatRow(
-            int(self.node[slot]),
-            self._names[self.topic[slot]],
-            int(self.flushed[slot]),
+            int(self._node[slot]),
+            self._names[self._topic[slot]],
+            int(self._flushed[slot]),
             None if latest == NULL else latest,
-            int(self.memtable[slot]),
+            int(self._memtable[slot]),
             None if manifest == NULL else manifest,
-            float(self.received[slot]),
-            int(self.prunable[slot]),
+            float(self._received[slot]),
+            int(self._prunable[slot]),
         )
 
     def rows(self, slots: np.ndarray) -> list[StatRow]:
@@ -231,16 +311,26 @@ class StatTable:
         return list(
             map(
                 StatRow,
-                self.node[slots].tolist(),
-                [names[c] for c in self.topic[slots].tolist()],
-                self.flushed[slots].tolist(),
-                _nullable(self.latest[slots]),
-                self.memtable[slots].tolist(),
-                _nullable(self.manifest[slots]),
-                self.received[slots].tolist(),
-                self.prunable[slots].tolist(),
+                self._node[slots].tolist(),
+                [names[c] for c in self._topic[slots].tolist()],
+                self._flushed[slots].tolist(),
+                _nullable(self._latest[slots]),
+                self._memtable[slots].tolist(),
+                _nullable(self._manifest[slots]),
+                self._received[slots].tolist(),
+                self._prunable[slots].tolist(),
             )
         )
+
+    def received_at(self, slots: np.ndarray) -> np.ndarray:
+        """The rows' receive times (monotonic clock), per slot."""
+        received: np.ndarray = self._received[slots]
+        return received
+
+    def prunable_at(self, slots: np.ndarray) -> np.ndarray:
+        """The rows' prunable entry ids, per slot."""
+        prunable: np.ndarray = self._prunable[slots]
+        return prunable
 
     @property
     def end(self) -> int:
@@ -250,18 +340,18 @@ class StatTable:
     def columns(self, start: int = 0, stop: int | None = None) -> RowColumns:
         """Copies of the rows in slots `start` to `stop` (to `end` when None), as of now."""
         stop = self._end if stop is None else min(stop, self._end)
-        used = np.flatnonzero(self.topic[start:stop] >= 0) + start
+        used = np.flatnonzero(self._topic[start:stop] >= 0) + start
         return RowColumns(
             list(self._names),
-            self.ids[used],
-            self.topic[used],
-            self.node[used],
-            self.flushed[used],
-            self.latest[used],
-            self.memtable[used],
-            self.manifest[used],
-            self.received[used],
-            self.prunable[used],
+            self._ids[used],
+            self._topic[used],
+            self._node[used],
+            self._flushed[used],
+            self._latest[used],
+            self._memtable[used],
+            self._manifest[used],
+            self._received[used],
+            self._prunable[used],
         )
 
     def topic_rows(self, topic: str) -> TopicRows:
@@ -274,20 +364,19 @@ class StatTable:
 
     # --- writing ---------------------------------------------------------------------
 
-    def assign(
-        self,
-        slots: np.ndarray,
-        node_id: int,
-        flushed: np.ndarray,
-        latest: np.ndarray,
-        memtable: np.ndarray,
-        manifest: np.ndarray,
-        received: float,
-        prunable: np.ndarray,
-    ) -> None:
-        """Overwrite rows in place (the heartbeat's steady state): every slot holds a
-        row already and keeps its region and topic."""
-        self._write(slots, node_id, flushed, latest, memtable, manifest, received, prunable)
+    def assign(self, slots: np.ndarray, node_id: int, values: RowValues, received: float) -> None:
+        """Overwrite rows in place (the heartbeat's steady state): every slot holds the
+        row of the region `values` has at its place, which keeps its topic."""
+        self._write(
+            slots,
+            node_id,
+            values.flushed,
+            values.latest,
+            values.memtable,
+            values.manifest,
+            received,
+            values.prunable,
+        )
 
     def put(self, region_id: int, row: StatRow) -> None:
         """Store one row as the region's, moving it to the row's topic if it named
@@ -298,23 +387,23 @@ class StatTable:
             slot = self._allocate(region_id)
             self._members.setdefault(topic, {})[region_id] = slot
         else:
-            old = self._names[self.topic[slot]]
+            old = self._names[self._topic[slot]]
             if old != topic:
                 self._leave(old, region_id)
                 self._members.setdefault(topic, {})[region_id] = slot
-        self.topic[slot] = self.code_of(topic)
-        self.node[slot] = row.node_id
-        self.flushed[slot] = row.flushed_entry_id
+        self._topic[slot] = self._code_of(topic)
+        self._node[slot] = row.node_id
+        self._flushed[slot] = row.flushed_entry_id
         latest = row.topic_latest_entry_id
-        self.latest[slot] = NULL if latest is None else latest
-        self.memtable[slot] = row.memtable_bytes
+        self._latest[slot] = NULL if latest is None else latest
+        self._memtable[slot] = row.memtable_bytes
         manifest = row.manifest_version
-        self.manifest[slot] = NULL if manifest is None else manifest
-        self.received[slot] = row.received_at
-        self.prunable[slot] = row.prunable_entry_id
+        self._manifest[slot] = NULL if manifest is None else manifest
+        self._received[slot] = row.received_at
+        self._prunable[slot] = row.prunable_entry_id
 
     def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
-        """`put` for many rows at once, new regions a column at a time (`insert`)."""
+        """`put` for many rows at once, new regions a column at a time."""
         found = self.lookup(region_ids)
         fresh = found < 0
         if not fresh.all():
@@ -327,8 +416,8 @@ class StatTable:
             return
         topics = list(map(_TOPIC_OF, rows))
         for topic in dict.fromkeys(topics):
-            self.code_of(topic)
-        self.insert(
+            self._code_of(topic)
+        self._insert(
             region_ids,
             np.fromiter(map(self._codes.__getitem__, topics), np.int32, len(topics)),
             np.array(list(map(_NODE_OF, rows)), np.int64),
@@ -342,19 +431,40 @@ class StatTable:
 
     def insert(
         self,
-        region_ids: list[int],
+        values: RowValues,
+        topic_names: Sequence[str],
         topics: np.ndarray,
-        node: int | np.ndarray,
-        flushed: np.ndarray,
-        latest: np.ndarray,
-        memtable: np.ndarray,
-        manifest: np.ndarray,
-        received: float | np.ndarray,
-        prunable: np.ndarray,
+        node_id: int,
+        received: float,
     ) -> None:
         """Rows for distinct regions that have none (the caller checked), a column at a
         time: a datanode's first heartbeat, or every region's first report to a new
-        leader. `topics` are codes (`code_of`)."""
+        leader. Region `values.ids[i]` names topic `topic_names[topics[i]]`."""
+        if not len(values):
+            return
+        lut = np.full(len(topic_names), -1, np.int32)
+        for i in np.unique(topics).tolist():
+            lut[i] = self._code_of(topic_names[i])
+        self._insert(
+            values.ids.tolist(),
+            lut[topics],
+            node_id,
+            values.flushed,
+            values.latest,
+            values.memtable,
+            values.manifest,
+            received,
+            values.prunable,
+        )
+
+    def _insert(
+        self,
+        region_ids: list[int],
+        topics: np.ndarray,
+        *values: int | float | np.ndarray,
+    ) -> None:
+        """Rows for distinct regions without one; `topics` are codes (`_code_of`),
+        `values` the value columns (`_VALUE_COLUMNS`, in that order)."""
         n = len(region_ids)
         if n == 0:
             return
@@ -362,8 +472,8 @@ class StatTable:
         del self._free[len(self._free) - len(slots) :]
         more = n - len(slots)
         if more:
-            if self._end + more > len(self.ids):
-                self._grow(max(2 * len(self.ids), self._end + more))
+            if self._end + more > len(self._ids):
+                self._grow(max(2 * len(self._ids), self._end + more))
             slots += range(self._end, self._end + more)
             self._end += more
         self._slot.update(zip(region_ids, slots, strict=True))
@@ -377,9 +487,9 @@ class StatTable:
         for start, stop in pairwise(cuts):
             members = self._members.setdefault(self._names[int(codes[start])], {})
             members.update(zip(ids_by_topic[start:stop], slots_by_topic[start:stop], strict=True))
-        self.ids[at] = region_ids
-        self.topic[at] = topics
-        self._write(at, node, flushed, latest, memtable, manifest, received, prunable)
+        self._ids[at] = region_ids
+        self._topic[at] = topics
+        self._write(at, *values)
 
     def _write(self, slots: np.ndarray, *values: int | float | np.ndarray) -> None:
         """Set the value columns (`_VALUE_COLUMNS`, in that order) of `slots`."""
@@ -391,8 +501,8 @@ class StatTable:
         slot = self._slot.pop(region_id, None)
         if slot is None:
             return
-        self._leave(self._names[self.topic[slot]], region_id)
-        self.topic[slot] = -1
+        self._leave(self._names[self._topic[slot]], region_id)
+        self._topic[slot] = -1
         self._free.append(slot)
         self._discards += 1
 
@@ -407,31 +517,31 @@ class StatTable:
         if self._free:
             slot = self._free.pop()
         else:
-            if self._end == len(self.ids):
-                self._grow(2 * len(self.ids))
+            if self._end == len(self._ids):
+                self._grow(2 * len(self._ids))
             slot = self._end
             self._end += 1
         self._slot[region_id] = slot
-        self.ids[slot] = region_id
+        self._ids[slot] = region_id
         return slot
 
     def reserve(self, capacity: int) -> None:
         """Make room for `capacity` rows now (a new leader, before the first reports of
         every mapped region: growing then would copy every column while they arrive)."""
-        if capacity > len(self.ids):
+        if capacity > len(self._ids):
             self._grow(capacity)
 
     def _grow(self, capacity: int) -> None:
         for name, fill in (
-            ("ids", 0),
-            ("topic", -1),
-            ("node", 0),
-            ("flushed", 0),
-            ("latest", NULL),
-            ("memtable", 0),
-            ("manifest", NULL),
-            ("prunable", 0),
-            ("received", 0),
+            ("_ids", 0),
+            ("_topic", -1),
+            ("_node", 0),
+            ("_flushed", 0),
+            ("_latest", NULL),
+            ("_memtable", 0),
+            ("_manifest", NULL),
+            ("_prunable", 0),
+            ("_received", 0),
         ):
             old: np.ndarray = getattr(self, name)
             new = np.full(capacity, fill, old.dtype)
@@ -447,13 +557,13 @@ class StatTable:
         taken = np.concatenate(slots) if slots else np.zeros(0, np.intp)
         out = StatTable(max(len(taken), 1))
         n = len(taken)
-        for name in ("ids", *_VALUE_COLUMNS):
+        for name in ("_ids", *_VALUE_COLUMNS):
             getattr(out, name)[:n] = getattr(self, name)[taken]
         start = 0
         for topic, topic_slots in zip(names, slots, strict=True):
             end = start + len(topic_slots)
-            out.topic[start:end] = out.code_of(topic)
-            ids = out.ids[start:end].tolist()
+            out._topic[start:end] = out._code_of(topic)
+            ids = out._ids[start:end].tolist()
             out._members[topic] = dict(zip(ids, range(start, end), strict=True))
             start = end
         for members in out._members.values():
@@ -539,7 +649,7 @@ class TopicRows(Mapping[int, StatRow]):
         slots = self._slots_of(region_ids)
         found = slots >= 0
         held = np.where(found, slots, 0)  # a table always has slot 0; masked out
-        return found, self._table.received[held], self._table.prunable[held]
+        return found, self._table.received_at(held), self._table.prunable_at(held)
 
     def lowest_prunable(self, fresh_after: float) -> int | None:
         """The lowest prunable entry id of the topic's rows, or None when there are no
@@ -548,9 +658,9 @@ class TopicRows(Mapping[int, StatRow]):
         if not members:
             return None
         slots = np.fromiter(members.values(), np.intp, len(members))
-        if self._table.received[slots].min() < fresh_after:
+        if self._table.received_at(slots).min() < fresh_after:
             return None
-        return int(self._table.prunable[slots].min())
+        return int(self._table.prunable_at(slots).min())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):

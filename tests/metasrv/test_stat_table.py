@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 
-from metasrv.leader import NULL, StatRow, StatTable
+from metasrv.leader import NULL, RowValues, StatRow, StatTable, regresses
 
 
 def row(flushed: int, topic: str = "a", *, node: int = 1, at: float = 1.0) -> StatRow:
@@ -25,7 +25,7 @@ def test_rows_read_back_as_put_with_nulls_kept() -> None:
     assert len(table) == 3 and 2 in table and 4 not in table
     assert dict(table.topic_rows("a").items()) == {1: rows[1], 2: rows[2]}
     assert table.topic_rows("b")[3] == rows[3]
-    assert table.latest[table.slot_of(1)] == NULL  # None stored as NULL, read as None
+    assert table.columns().latest.tolist() == [NULL, 9, NULL]  # None stored as NULL
     assert table.topic_rows("a").get(3) is None and 3 not in table.topic_rows("a")
 
 
@@ -33,14 +33,14 @@ def test_a_row_moves_between_topics_and_a_discarded_slot_is_reused() -> None:
     table = StatTable()
     table.put(1, row(5, "a"))
     table.put(2, row(5, "a"))
-    slot = table.slot_of(1)
+    slots = table.lookup([1])
     table.put(1, row(6, "b"))
-    assert table.slot_of(1) == slot
+    assert table.lookup([1]).tolist() == slots.tolist()  # moved in place
     assert sorted(table.topic_rows("a")) == [2] and sorted(table.topic_rows("b")) == [1]
     table.discard(2)
     assert table.topics() == ["b"] and len(table.topic_rows("a")) == 0
     table.put(3, row(1, "c"))
-    assert table.slot_of(3) is not None and table.topic_rows("c")[3] == row(1, "c")
+    assert table.end == 2 and table.topic_rows("c")[3] == row(1, "c")  # 2's slot reused
     table.discard(99)  # no row: nothing happens
     assert len(table) == 2
 
@@ -51,16 +51,15 @@ def test_assign_overwrites_whole_columns_in_place() -> None:
         table.put(rid, row(rid))
     slots = table.lookup([3, 1, 42])
     assert slots[2] == -1
-    table.assign(
-        slots[:2],
-        node_id=9,
+    values = RowValues(
+        ids=np.array([3, 1]),
         flushed=np.array([30, 10]),
         latest=np.array([NULL, 12]),
         memtable=np.array([0, 4]),
         manifest=np.array([5, NULL]),
-        received=7.0,
         prunable=np.array([30, 10]),
     )
+    table.assign(slots[:2], 9, values, 7.0)
     bucket = table.topic_rows("a")
     assert bucket[3] == StatRow(9, "a", 30, None, 0, 5, 7.0, 30)
     assert bucket[1] == StatRow(9, "a", 10, 12, 4, None, 7.0, 10)
@@ -123,7 +122,7 @@ def test_nothing_in_the_table_is_tracked_by_the_gc() -> None:
     held = vars(table)
     assert not gc.is_tracked(held["_slot"])
     assert not any(gc.is_tracked(members) for members in held["_members"].values())
-    assert all(isinstance(held[name], np.ndarray) for name in ("ids", "node", "received"))
+    assert all(isinstance(held[name], np.ndarray) for name in ("_ids", "_node", "_received"))
 
 
 def test_put_many_is_put_row_by_row_reusing_free_slots_and_moving_rows() -> None:
@@ -167,10 +166,83 @@ def test_reserve_makes_room_once_and_keeps_the_rows() -> None:
     table = StatTable(capacity=2)
     table.put(1, row(5))
     table.reserve(1000)
-    ids = table.ids
-    assert len(ids) == 1000 and table.topic_rows("a")[1] == row(5)
+    assert table.capacity == 1000 and table.topic_rows("a")[1] == row(5)
     for rid in range(2, 1001):
         table.put(rid, row(rid))
-    assert table.ids is ids  # no growth while the reserved rows arrive
+    assert table.capacity == 1000  # no growth while the reserved rows arrive
     table.reserve(10)  # never shrinks
-    assert len(table.ids) == 1000 and table.topic_rows("a")[1000] == row(1000)
+    assert table.capacity == 1000 and table.topic_rows("a")[1000] == row(1000)
+
+
+def test_judge_is_regresses_a_column_at_a_time() -> None:
+    table = StatTable()
+    stored = {
+        1: StatRow(1, "a", 10, None, 0, 5, 1.0, 10),
+        2: StatRow(1, "a", 10, None, 0, None, 1.0, 10),
+        3: StatRow(1, "b", 10, None, 0, 5, 1.0, 10),
+    }
+    for rid, r in stored.items():
+        table.put(rid, r)
+    # Per region: (region, reported topic, flushed, manifest).
+    reports = [
+        (1, "a", 11, 5),  # forward
+        (1, "a", 9, 5),  # backwards at the same manifest: regressed
+        (1, "a", 9, 6),  # backwards at a newer manifest: regressed
+        (1, "a", 9, 4),  # re-created (a lower manifest): the truth
+        (1, "a", 9, None),  # no manifest to tell: regressed
+        (2, "a", 9, 4),  # stored without a manifest: regressed
+        (3, "a", 11, 5),  # its row names another topic
+        (4, "a", 11, 5),  # no row
+        (1, "zzz", 11, 5),  # a topic no row ever named
+    ]
+    names = ["a", "b", "zzz"]
+    ids = [r[0] for r in reports]
+    steady, regressed = table.judge(
+        table.lookup(ids),
+        names,
+        np.array([names.index(r[1]) for r in reports]),
+        np.array([r[2] for r in reports]),
+        np.array([NULL if r[3] is None else r[3] for r in reports]),
+    )
+    for i, (rid, topic, flushed, manifest) in enumerate(reports):
+        old = table.get(rid)
+        named = old is not None and old.topic == topic
+        expected = named and regresses(old, flushed, manifest)  # type: ignore[arg-type]
+        assert bool(regressed[i]) == expected, reports[i]
+        assert bool(steady[i]) == (named and not expected), reports[i]
+    assert steady.tolist() == [True, False, False, True, False, False, False, False, False]
+    # Without a manifest column, every reported manifest is null.
+    _, no_manifest = table.judge(table.lookup([1]), names, np.array([0]), np.array([9]), None)
+    assert no_manifest.tolist() == [True]
+
+
+def test_checkpoint_changed_compares_the_prunable_id_and_the_node() -> None:
+    table = StatTable()
+    table.put(1, row(5, node=1))
+    table.put(2, row(6, node=1))
+    slots = table.lookup([1, 2])
+    assert table.checkpoint_changed(slots, 1, np.array([5, 6])).tolist() == [False, False]
+    assert table.checkpoint_changed(slots, 1, np.array([5, 7])).tolist() == [False, True]
+    assert table.checkpoint_changed(slots, 2, np.array([5, 6])).tolist() == [True, True]
+    assert table.checkpoints([2, 1, 9]) == {2: (1, 6), 1: (1, 5)}
+
+
+def test_insert_names_topics_through_the_reports_names() -> None:
+    table = StatTable()
+    values = RowValues(
+        ids=np.array([5, 6, 7]),
+        flushed=np.array([1, 2, 3]),
+        latest=np.array([NULL, 4, NULL]),
+        memtable=np.array([0, 0, 8]),
+        manifest=np.array([NULL, NULL, 2]),
+        prunable=np.array([1, 4, 3]),
+    )
+    table.insert(values, ["unused", "x", "y"], np.array([2, 1, 2]), 3, 9.0)
+    assert sorted(table.topics()) == ["x", "y"]
+    assert table.get(6) == StatRow(3, "x", 2, 4, 0, None, 9.0, 4)
+    assert dict(table.topic_rows("y").items()) == {
+        5: StatRow(3, "y", 1, None, 0, None, 9.0, 1),
+        7: StatRow(3, "y", 3, None, 8, 2, 9.0, 3),
+    }
+    steady, _ = table.judge(table.lookup([5, 6]), ["y"], np.array([0, 0]), np.array([1, 2]), None)
+    assert steady.tolist() == [True, False]  # 6 names x
