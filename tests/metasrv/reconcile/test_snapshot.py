@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -13,9 +12,8 @@ import pytest
 from metasrv import keys
 from metasrv.errors import KvUnavailable
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
-from metasrv.reconcile import _snapshot as snapshot_module
+from metasrv.model import RegionRoute
 from metasrv.reconcile import read_snapshot
-from metasrv.reconcile._snapshot import Page, _decode_fast, _decode_slow
 
 
 def _seed(kv: KvBackend, n: int) -> None:
@@ -47,43 +45,36 @@ def test_snapshot_reads_every_region_and_marker(any_kv: KvBackend, tmp_path: Pat
     assert snap.revision > 0
 
 
-def test_snapshot_ignores_writes_made_while_it_reads(
-    any_kv: KvBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """etcd: later pages are read at the first page's revision; SQL: one transaction."""
+def test_snapshot_ignores_writes_made_while_it_reads(any_kv: KvBackend, tmp_path: Path) -> None:
+    """The markers and every page of the map come from one revision of the store."""
     kv = any_kv
     _seed(kv, 40)
-    monkeypatch.setattr(snapshot_module, "PAGE", 10)
-    real = snapshot_module._write_map
-    wrote = threading.Event()
+    pages: list[int] = []
 
-    def write_map_then_mutate(
-        pages: Iterator[Page], path: Path, on_rows: Callable[[int], None]
-    ) -> tuple[int, set[str], int]:
-        def gen() -> Iterator[Page]:
-            for i, item in enumerate(pages):
-                if i == 1 and not wrote.is_set():
-                    # A region moves and a new one appears mid-read.
-                    kv.delete(keys.topic_region("t_2", 1038))
-                    kv.put(keys.topic_region("t_0", 1038), keys.encode_route(1, None))
-                    kv.put(keys.topic_region("t_1", 5000), keys.encode_route(1, None))
-                    wrote.set()
-                yield item
+    def write_after_the_first_page(rows: int) -> None:
+        pages.append(rows)
+        if len(pages) == 1:
+            # A region moves, a new one appears and a marker moves mid-read.
+            kv.delete(keys.topic_region("t_2", 1038))
+            kv.put(keys.topic_region("t_0", 1038), keys.encode_route(1, None))
+            kv.put(keys.topic_region("t_1", 5000), keys.encode_route(1, None))
+            kv.put(keys.topic_name("t_0"), orjson.dumps({"pruned_entry_id": 8}))
 
-        return real(gen(), path, on_rows)
-
-    monkeypatch.setattr(snapshot_module, "_write_map", write_map_then_mutate)
-    snap = read_snapshot(kv, tmp_path / "map.parquet")
-    assert wrote.is_set()
+    snap = read_snapshot(kv, tmp_path / "map.parquet", write_after_the_first_page, page_size=10)
+    assert len(pages) == 4
     rows = pq.read_table(snap.map_path).to_pylist()
     by_region = {r["region_id"]: r["topic"] for r in rows}
     assert len(rows) == 40
     assert by_region[1038] == "t_2"
     assert 5000 not in by_region
+    assert snap.markers["t_0"] == 7
     # The writes did land: a new snapshot sees them.
-    again = pq.read_table(read_snapshot(kv, tmp_path / "again.parquet").map_path).to_pylist()
-    assert {r["region_id"]: r["topic"] for r in again}[1038] == "t_0"
-    assert len(again) == 41
+    again = read_snapshot(kv, tmp_path / "again.parquet")
+    rows = pq.read_table(again.map_path).to_pylist()
+    assert {r["region_id"]: r["topic"] for r in rows}[1038] == "t_0"
+    assert len(rows) == 41
+    assert again.markers["t_0"] == 8
+    assert again.revision > snap.revision
 
 
 def test_unreachable_backends_are_named(tmp_path: Path) -> None:
@@ -133,18 +124,37 @@ def _expected(items: list[tuple[str, bytes]]) -> list[dict[str, object]]:
     ]
 
 
-@pytest.mark.parametrize("as_bytes", [False, True], ids=["sql-keys", "etcd-keys"])
+@pytest.fixture
+def memory_kv() -> Iterator[KvBackend]:
+    kv = SqlKv.open("sqlite://", create=True)
+    yield kv
+    kv.close()
+
+
 @pytest.mark.parametrize("index", range(len(_ODD_ROUTES)))
-def test_a_page_decodes_exactly_as_decode_route_does(index: int, as_bytes: bool) -> None:
+def test_a_page_decodes_exactly_as_decode_route_does(
+    index: int, memory_kv: KvBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Column-wise where it can, key by key where it must: the rows are decode_route's."""
-    items = [_ODD_ROUTES[0], _ODD_ROUTES[index]]
-    page = Page([k.encode() if as_bytes else k for k, _ in items], [v for _, v in items])
-    fast = _decode_fast(page)
-    rows, malformed = _decode_slow(page) if fast is None else (fast, 0)
-    assert rows.to_pylist() == _expected(items)
-    assert malformed == len(items) - len(_expected(items))
+    items = list(dict([_ODD_ROUTES[0], _ODD_ROUTES[index]]).items())
+    want = sorted(_expected(items), key=lambda r: str(r["region_id"]))
+    key_by_key: list[str] = []
+    decode_route = keys.decode_route
+
+    def counted(key: str, value: bytes) -> RegionRoute | None:
+        key_by_key.append(key)
+        return decode_route(key, value)
+
+    monkeypatch.setattr(keys, "decode_route", counted)
+    memory_kv.batch_put(items)
+    snap = read_snapshot(memory_kv, tmp_path / "map.parquet")
+    got = pq.read_table(snap.map_path).to_pylist()
+    assert sorted(got, key=lambda r: str(r["region_id"])) == want
+    assert snap.malformed == len(items) - len(want)
     if index < 3:
-        assert fast is not None, "a well-formed page takes the column-wise path"
+        assert key_by_key == [], "a well-formed page takes the column-wise path"
+    if index == 3:
+        assert len(key_by_key) == len(items), "a page with a damaged value goes key by key"
 
 
 def test_odd_keys_and_values_through_every_backend(any_kv: KvBackend, tmp_path: Path) -> None:
