@@ -3,10 +3,12 @@
 Two `metasrv start` processes (leader + follower) run on the shared etcd and Kafka under a
 unique key prefix and topic prefix. The topic-region map of the 100,000 synthetic regions
 is written to etcd before the daemons start (the DESIGN §4 layout, as registrations leave
-it); their DESIGN §5 heartbeats come from lightweight asyncio + httpx load generators in
-separate processes. A handful of simulated datanodes (toolbox.simulator, registered
-through `POST /v1/regions`) write real WAL records and flush, so the synthetic regions
-follow real high watermarks and the leader's purges really delete.
+it); their DESIGN §5 heartbeats come from load generators in separate processes that send
+pre-encoded bodies over raw keep-alive connections (`_load_gen.py`, which says how its CPU
+is measured; `--generator httpx` runs the asyncio + httpx generator below instead). A
+handful of simulated datanodes (toolbox.simulator, registered through `POST /v1/regions`)
+write real WAL records and flush, so the synthetic regions follow real high watermarks and
+the leader's purges really delete.
 
 Synthetic regions: a quarter are idle (report `topic_latest_entry_id` = the topic's latest
 id as last read from Kafka), the rest busy (`flushed_entry_id` a little behind it, a
@@ -21,6 +23,7 @@ and entries deleted, checkpoint keys written, the follower's 421s. Results go to
 
     python benchmarks/load.py [--duration 600] [--nodes 1000] [--regions 100]
         [--interval 3] [--clients 2] [--change 0.05] [--prune-interval 30s]
+        [--encoding json|columns] [--generator raw|httpx]
 
 The machine is shared: the JSON records the load average next to the figures.
 """
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _load_gen
 import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
@@ -500,6 +504,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             "topics": args.topics,
             "client_processes": args.clients,
             "encoding": args.encoding,
+            "generator": args.generator,
             "prune_interval": args.prune_interval,
             "writers": f"{args.writer_nodes} simulated datanodes x {args.writer_regions} regions, "
             f"{args.write_rate:g} rows/s",
@@ -634,6 +639,8 @@ def _shared_flags(args: argparse.Namespace) -> list[str]:
         str(args.follower_rate),
         "--encoding",
         args.encoding,
+        "--generator",
+        args.generator,
     ]
 
 
@@ -891,6 +898,12 @@ def main(argv: list[str] | None = None) -> int:
         default="json",
         help="heartbeat body: DESIGN §5 JSON, or the msgpack columns encoding",
     )
+    parser.add_argument(
+        "--generator",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="load generator: pre-encoded bodies over raw connections, or asyncio + httpx",
+    )
     parser.add_argument("--follower-rate", type=float, default=2.0, help="heartbeats/s to it")
     parser.add_argument("--prune-interval", default="30s")
     parser.add_argument("--writer-nodes", type=int, default=4)
@@ -907,7 +920,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.client:
-        asyncio.run(run_client(args))
+        if args.generator == "raw":
+            _load_gen.run(args)
+        else:
+            asyncio.run(run_client(args))
         return 0
     result = drive(args)
     out = Path(args.out) if args.out else RESULTS / f"load-{time.strftime('%Y%m%d-%H%M%S')}.json"
