@@ -320,7 +320,7 @@ def decode_ceiling(payload: bytes, seconds: float = 2.0) -> float:
     try:
         from metasrv.wire import decode_json as _decode
     except ImportError:  # a baseline checkout from before the wire module
-        from metasrv.leader import _decode
+        from metasrv.heartbeat import _decode  # type: ignore[import-not-found,no-redef]
 
     regions = len(_decode(payload).regions)
     count = 0

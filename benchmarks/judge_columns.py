@@ -19,7 +19,8 @@ import time
 from typing import Any, cast
 
 from metasrv import wire
-from metasrv.leader import HeartbeatHandler, RegionRegistry, _Outcome
+from metasrv.leader import HeartbeatHandler, RegionRegistry
+from metasrv.leader._heartbeat import _Outcome
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from cli import _daemon, _db, _demo, _ops, _reconcile, _stack
+from cli._ops import Exit, resolve_target
+from cli._tables import why_not_purged
 
 app = typer.Typer(
     name="metasrv",
@@ -20,3 +22,6 @@ for _module in (_daemon, _stack, _demo, _ops, _reconcile, _db):
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+__all__ = ["Exit", "app", "main", "resolve_target", "why_not_purged"]

@@ -5,6 +5,7 @@ It knows no procedure kind; the runtime registers them (today the one in
 """
 
 from metasrv.wire import TERMINAL_STATES, ProcedureState
+from procedures._group_commit import GroupCommitter
 from procedures._history import History
 from procedures._leader import LeaderFence
 from procedures._manager import ProcedureManager
@@ -24,6 +25,7 @@ from procedures._store import ProcedureStore, RecordConflict, state_key
 __all__ = [
     "TERMINAL_STATES",
     "Finish",
+    "GroupCommitter",
     "History",
     "LeaderFence",
     "Next",

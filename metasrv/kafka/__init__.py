@@ -4,6 +4,7 @@ place `[wal.tls]` / `[wal.sasl]` become client settings."""
 from metasrv.kafka._admin import (
     KafkaAdmin,
     collision_key,
+    leader_problem,
     topic_name_problem,
     translate_kafka_error,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "below_configured",
     "client_config",
     "collision_key",
+    "leader_problem",
     "topic_name_problem",
     "translate_kafka_error",
 ]

@@ -283,7 +283,7 @@ class KafkaAdmin:
         md = self._metadata(max(0.1, deadline - time.monotonic()))
         names = sorted({t for t in topics if t in md.topics})
         for topic in names:
-            problem = _leader_problem(md, topic)
+            problem = leader_problem(md, topic)
             if problem is not None:
                 raise self._no_answer(f"metadata of {topic}", problem)
         if names:
@@ -550,7 +550,7 @@ class KafkaAdmin:
         self._client = None  # type: ignore[assignment]
 
 
-def _leader_problem(md: ClusterMetadata, topic: str) -> str | None:
+def leader_problem(md: ClusterMetadata, topic: str) -> str | None:
     """Why `topic`'s partitions cannot be read per `md` (a topic error, a partition without
     a leader or led by a broker the cluster no longer lists), or None."""
     meta = md.topics[topic]

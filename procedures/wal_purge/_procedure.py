@@ -60,7 +60,7 @@ from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
 from metasrv.model import TopicPlan
 from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
-from procedures._procedure import (
+from procedures import (
     Finish,
     Next,
     Procedure,

@@ -20,10 +20,7 @@ from metasrv.leader import TopicLocks
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute, RegionStat, TopicStat
 from metasrv.settings import Settings
-from procedures._group_commit import GroupCommitter
-from procedures._history import History
-from procedures._leader import LeaderFence
-from procedures._store import ProcedureStore
+from procedures import GroupCommitter, History, LeaderFence, ProcedureStore
 from procedures.wal_purge._batcher import KafkaBatcher
 
 

@@ -7,8 +7,7 @@ import uuid
 from typing import Any
 
 from metasrv.errors import NotFound
-from procedures._manager import ProcedureManager
-from procedures._procedure import Procedure
+from procedures import Procedure, ProcedureManager
 from procedures.wal_purge._procedure import WalPurge
 from procedures.wal_purge._services import PurgeServices
 

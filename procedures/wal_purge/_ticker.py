@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from metasrv.process import ErrorSink, log_only
 from metasrv.settings import WalSettings
-from procedures._manager import ProcedureManager
+from procedures import ProcedureManager
 from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, gather_plans
 from procedures.wal_purge._procedure import flush_targets, nothing_to_cut

@@ -25,8 +25,7 @@ from metasrv import keys
 from metasrv.errors import MetasrvError, NotLeader, Unavailable, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from procedures import ProcedureRecord
-from procedures._store import STATE_SUFFIX
+from procedures import ProcedureRecord, state_key
 from tests.faults._client import ClusterClient
 from tests.faults._daemons import Daemon
 from tests.faults._monitor import InvariantMonitor
@@ -279,7 +278,8 @@ class FaultCluster:
         """Every procedure record in the cluster's kv prefix."""
         out = {}
         for kv in self.kv.scan(keys.PROCEDURE_PREFIX):
-            if kv.key.endswith("/" + STATE_SUFFIX):
+            procedure_id = kv.key.removeprefix(keys.PROCEDURE_PREFIX).split("/", 1)[0]
+            if kv.key == state_key(procedure_id):
                 record = ProcedureRecord.from_json(kv.value)
                 out[record.id] = record
         return out

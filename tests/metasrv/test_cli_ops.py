@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from cli import app
-from cli._ops import Exit, resolve_target
-from cli._tables import why_not_purged
+from cli import Exit, app, resolve_target, why_not_purged
 from metasrv import wire
 from tests.api._live import (
     OPERATOR_TOKEN,

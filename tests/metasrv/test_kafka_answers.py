@@ -15,7 +15,7 @@ from confluent_kafka.admin._metadata import (
 )
 
 from metasrv.errors import KafkaUnavailable, MetasrvError
-from metasrv.kafka._admin import _leader_problem
+from metasrv.kafka import leader_problem
 from procedures.wal_purge._batcher import _Coalescer
 
 
@@ -34,9 +34,9 @@ def _metadata(
 
 
 def test_a_partition_with_a_live_leader_is_readable() -> None:
-    assert _leader_problem(_metadata(2), "wal_0") is None
+    assert leader_problem(_metadata(2), "wal_0") is None
     # A follower down (REPLICA_NOT_AVAILABLE) leaves the partition readable.
-    assert _leader_problem(_metadata(2, error=KafkaError.REPLICA_NOT_AVAILABLE), "wal_0") is None
+    assert leader_problem(_metadata(2, error=KafkaError.REPLICA_NOT_AVAILABLE), "wal_0") is None
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_a_partition_with_a_live_leader_is_readable() -> None:
     ],
 )
 def test_a_partition_without_a_live_leader_is_named(md: ClusterMetadata, says: str) -> None:
-    problem = _leader_problem(md, "wal_0")
+    problem = leader_problem(md, "wal_0")
     assert problem is not None and says in problem
 
 

@@ -29,9 +29,7 @@ from metasrv.kv import EtcdKv, EtcdSecurity
 from metasrv.settings import Settings, WalSettings, load_settings
 from metasrv.wire import MetasrvClient
 from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, live_settings, serve
-from toolbox.stack import StackConfig, start_service, stop_service
-from toolbox.stack._certs import Pki, make_pki
-from toolbox.stack._config import SASL_USERS
+from toolbox.stack import SASL_USERS, Pki, StackConfig, make_pki, start_service, stop_service
 
 # Ports of this module's own services: 8 from METASRV_TEST_SECURE_PORT_BASE on.
 _BASE = int(os.environ.get("METASRV_TEST_SECURE_PORT_BASE", "19110"))

@@ -7,16 +7,15 @@ from hypothesis import strategies as st
 
 from metasrv.leader import RegionRegistry
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
-from procedures.wal_purge._plan import (
+from procedures.wal_purge import (
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
-    _lowest_if_unblocked,
-    _scan,
+    nothing_to_cut,
     plan_topic,
     plan_topics,
 )
-from procedures.wal_purge._procedure import nothing_to_cut
+from procedures.wal_purge._plan import _lowest_if_unblocked, _scan
 
 TOPIC = "wal_0"
 NOW = 1000.0

@@ -192,7 +192,7 @@ async def test_group_commit_merges_and_isolates_failures(kv: KvBackend) -> None:
     import asyncio
 
     from metasrv.kv import Put
-    from procedures._group_commit import GroupCommitter
+    from procedures import GroupCommitter
 
     committer = GroupCommitter(kv, None, window=0.01)
     kv.put("taken", b"x")

@@ -19,7 +19,7 @@ from toolbox.simulator._region import (
     SimRegion,
     VerifyReport,
 )
-from toolbox.simulator._storage import WalRow
+from toolbox.simulator._storage import Manifest, RegionStore, WalRow, digest
 from toolbox.simulator._wal import Tee, TopicCounters, WalWriter, read_region_entries, region_key
 from toolbox.simulator._workload import (
     NodeRecovery,
@@ -33,6 +33,7 @@ from toolbox.simulator._workload import (
 
 __all__ = [
     "HeartbeatOutcome",
+    "Manifest",
     "MetasrvProcess",
     "NodeRecovery",
     "RecoveryReport",
@@ -40,6 +41,7 @@ __all__ = [
     "RegionKind",
     "RegionPlan",
     "RegionReport",
+    "RegionStore",
     "Rejection",
     "SimDatanode",
     "SimRegion",
@@ -50,6 +52,7 @@ __all__ = [
     "WalWriter",
     "Workload",
     "WorkloadConfig",
+    "digest",
     "drive_writes",
     "free_port",
     "metasrv_argv",

@@ -7,9 +7,11 @@ a KRaft controller and three brokers at replication factor 3, `min.insync.replic
 a 3-member etcd) for tests and demos that take single brokers and members down.
 """
 
+from toolbox.stack._certs import Pki, make_pki
 from toolbox.stack._cluster import Cluster, cluster_running, cluster_up
 from toolbox.stack._config import (
     KAFKA_VERSION,
+    SASL_USERS,
     ClusterEndpoints,
     Endpoints,
     StackConfig,
@@ -17,6 +19,7 @@ from toolbox.stack._config import (
     endpoints_of,
     spark_master_url,
 )
+from toolbox.stack._process import pid_alive, port_open, process_stopped
 from toolbox.stack._spark import master_status as spark_master_status
 from toolbox.stack._stack import (
     SERVICE_NAMES,
@@ -32,10 +35,12 @@ from toolbox.stack._stack import (
 
 __all__ = [
     "KAFKA_VERSION",
+    "SASL_USERS",
     "SERVICE_NAMES",
     "Cluster",
     "ClusterEndpoints",
     "Endpoints",
+    "Pki",
     "ServiceStatus",
     "StackConfig",
     "cluster_endpoints_of",
@@ -44,6 +49,10 @@ __all__ = [
     "down",
     "endpoints_of",
     "ensure_up",
+    "make_pki",
+    "pid_alive",
+    "port_open",
+    "process_stopped",
     "service_pid",
     "spark_master_status",
     "spark_master_url",

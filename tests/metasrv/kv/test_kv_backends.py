@@ -9,22 +9,27 @@ import pytest
 from sqlalchemy import create_engine, inspect, pool, text
 
 from metasrv.errors import InvalidArgument, KvUnavailable, TxnTooLarge
-from metasrv.kv import EtcdKv, Put, SqlKv, open_kv
-from metasrv.kv._common import prefix_range_end, prefix_upper_bound
+from metasrv.kv import EtcdKv, KvBackend, Put, SqlKv, open_kv
 from metasrv.settings import load_settings
 from metasrv.sql import metadata
 from tests.metasrv.kv._pgschema import fresh_schema
 
 
-def test_prefix_upper_bound() -> None:
-    assert prefix_upper_bound("") is None
-    assert prefix_upper_bound("a/") == "a0"
-    assert prefix_upper_bound("a\U0010ffff") == "b"
-    assert prefix_upper_bound("\U0010ffff") is None
-    assert prefix_upper_bound("a\ud7ff") == "a\ue000"
-    assert prefix_range_end(b"a/") == b"a0"
-    assert prefix_range_end(b"a\xff") == b"b"
-    assert prefix_range_end(b"") == b"\0"
+def test_a_prefix_range_ends_where_the_prefix_ends_at_the_edges_of_unicode(kv: KvBackend) -> None:
+    # The range's end is the prefix with its last character raised by one: across the
+    # surrogate gap (U+D7FF -> U+E000), carrying past U+10FFFF, open-ended when nothing is above.
+    stored = ["a/", "a/x", "a0", "a\ud7ff", "a\ud7ffz", "a\ue000", "a\U0010ffff", "a\U0010ffffz"]
+    stored += ["b", "\U0010ffff", "\U0010ffffq"]
+    for key in stored:
+        kv.put(key, b"v")
+    in_byte_order = sorted(stored, key=str.encode)
+    for prefix in ["a/", "a\ud7ff", "a\U0010ffff", "\U0010ffff", ""]:
+        want = [key for key in in_byte_order if key.startswith(prefix)]
+        assert [item.key for item in kv.range(prefix)] == want, ascii(prefix)
+    assert kv.delete_prefix("a\U0010ffff") == 2
+    assert kv.delete_prefix("\U0010ffff") == 2
+    left = [key for key in in_byte_order if "\U0010ffff" not in key]
+    assert [item.key for item in kv.range("")] == left
 
 
 def test_sqlite_open_create_migrates_a_new_file(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from metasrv.settings import load_settings
 from metasrv.stat_history import STATS_DIR, cluster_root, writer_partition
 from tests.api.conftest import heartbeat, region
 from tests.api.test_failover import leader_of
-from toolbox.simulator._harness import MetasrvProcess, free_port, render_config
+from toolbox.simulator import MetasrvProcess, free_port, render_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

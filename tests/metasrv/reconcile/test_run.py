@@ -26,7 +26,7 @@ from metasrv.reconcile import Outcome, RunOptions, latest_run, run_reconcile
 from metasrv.settings import Settings, load_settings
 from metasrv.stat_history import cluster_root
 from tests.metasrv.reconcile._seed import stat, write_history
-from toolbox.simulator._harness import MetasrvProcess, free_port, metasrv_argv, render_config
+from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv, render_config
 from toolbox.stack import StackConfig, spark_master_status, spark_master_url
 
 if TYPE_CHECKING:

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 
 from metasrv.errors import InvalidArgument
-from toolbox.simulator import RegionKind, WorkloadConfig, plan_regions
-from toolbox.simulator._storage import Manifest, RegionStore, WalRow, digest
+from toolbox.simulator import (
+    Manifest,
+    RegionKind,
+    RegionStore,
+    WalRow,
+    WorkloadConfig,
+    digest,
+    plan_regions,
+)
 
 
 def test_region_plan_is_fixed_by_the_seed() -> None:

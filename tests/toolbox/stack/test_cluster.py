@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from metasrv.kafka import KafkaAdmin
-from toolbox.stack import Cluster, StackConfig, cluster_endpoints_of
-from toolbox.stack._process import process_stopped
+from toolbox.stack import Cluster, StackConfig, cluster_endpoints_of, process_stopped
 
 pytestmark = pytest.mark.cluster
 

@@ -17,13 +17,14 @@ from metasrv.errors import ServiceError
 from toolbox.stack import (
     StackConfig,
     ensure_up,
+    pid_alive,
+    port_open,
     service_pid,
     spark_master_status,
     start_service,
     status,
     stop_service,
 )
-from toolbox.stack._process import pid_alive, port_open
 
 
 def _free_port() -> int:
