@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from api.runtime import Runtime
 from metasrv.errors import MetasrvError, NotFound
 from metasrv.keys import ELECTION_KEY
-from metasrv.model import RegionRoute, RegionStat, TopicDurability, TopicPlan, TopicStat
+from metasrv.model import (
+    RegionRoute,
+    RegionStat,
+    TopicDurability,
+    TopicPlan,
+    TopicStat,
+    replay_start_entry_id,
+)
 from metasrv.sql import require_schema
 from procedures.wal_purge import export_gauges, gather_plans
 
@@ -36,7 +43,7 @@ class ReplayStart:
     topic: str
     start_entry_id: int
     """`max(prunable_entry_id, pruned_entry_id) + 1` (DESIGN §1 with the prunable id for
-    the flushed one; see `_replay_start`)."""
+    the flushed one; `metasrv.model.replay_start_entry_id`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,21 +82,6 @@ def _live_stat(rt: Runtime, route: RegionRoute) -> RegionStat | None:
     return rt.registry.get(route.region_id, route.topic)
 
 
-def _replay_start(route: RegionRoute, stat: RegionStat | None, pruned: int | None) -> int:
-    """`max(prunable_entry_id, pruned_entry_id) + 1`: the region needs nothing at or below
-    its prunable id (its flushed id, or the topic's latest id when it reported an empty
-    memtable: every entry it writes afterwards is above that), and nothing at or below
-    the marker. A purge never deletes past the prunable id of any mapped region, so this
-    start stays readable after it is answered, through every later purge."""
-    if stat is not None:
-        needs_after = stat.prunable_entry_id
-    elif route.checkpoint_entry_id is not None:
-        needs_after = route.checkpoint_entry_id  # a checkpoint is a prunable id
-    else:
-        needs_after = -1
-    return max(needs_after, pruned if pruned is not None else -1) + 1
-
-
 def _route(rt: Runtime, region_id: int) -> RegionRoute:
     route = rt.region_map.route(region_id)
     if route is None:
@@ -103,7 +95,7 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     pruned = await rt.region_map.pruned_entry_id(route.topic)
     # Re-read after the await: the stat may have advanced meanwhile (never backwards).
     route = _route(rt, region_id)
-    start = _replay_start(route, _live_stat(rt, route), pruned)
+    start = replay_start_entry_id(_live_stat(rt, route), route.checkpoint_entry_id, pruned)
     return ReplayStart(region_id=region_id, topic=route.topic, start_entry_id=start)
 
 
@@ -118,7 +110,7 @@ async def region_view(rt: Runtime, region_id: int) -> RegionView:
         stat=stat,
         stat_age=None if stat is None else max(0.0, time.monotonic() - stat.received_at),
         pruned_entry_id=pruned,
-        replay_start_entry_id=_replay_start(route, stat, pruned),
+        replay_start_entry_id=replay_start_entry_id(stat, route.checkpoint_entry_id, pruned),
     )
 
 
@@ -144,7 +136,9 @@ async def region_views(rt: Runtime, topic: str | None, limit: int) -> list[Regio
                 stat=stat,
                 stat_age=None if stat is None else max(0.0, now - stat.received_at),
                 pruned_entry_id=marker,
-                replay_start_entry_id=_replay_start(route, stat, marker),
+                replay_start_entry_id=replay_start_entry_id(
+                    stat, route.checkpoint_entry_id, marker
+                ),
             )
         )
     return views

@@ -23,6 +23,28 @@ def prunable_entry_id(
     return topic_latest_entry_id if topic_latest_entry_id > flushed_entry_id else flushed_entry_id
 
 
+def replay_start_entry_id(
+    stat: RegionStat | None, checkpoint_entry_id: int | None, pruned_entry_id: int | None
+) -> int:
+    """Where a restarting region replays its WAL from (DESIGN §1):
+    `max(prunable_entry_id, pruned_entry_id) + 1`.
+
+    The region needs nothing at or below its prunable id (its flushed id, or the topic's
+    latest id when it reported an empty memtable: every entry it writes afterwards is
+    above that), and nothing at or below the marker. The prunable id is the live `stat`'s,
+    else the persisted checkpoint (a checkpoint is a prunable id), else -1. A purge never
+    deletes past the prunable id of any mapped region, so this start stays readable after
+    it is answered, through every later purge.
+    """
+    if stat is not None:
+        needs_after = stat.prunable_entry_id
+    elif checkpoint_entry_id is not None:
+        needs_after = checkpoint_entry_id
+    else:
+        needs_after = -1
+    return max(needs_after, pruned_entry_id if pruned_entry_id is not None else -1) + 1
+
+
 def region_id_of(table_id: int, region_number: int) -> int:
     """`region_id = table_id << 32 | region_number` (DESIGN §1)."""
     return (table_id << 32) | region_number
