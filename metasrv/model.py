@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import msgspec
+import numpy as np
 
 ID_MAX = 2**63 - 1
 """The highest id or counter any entry point accepts (region and node ids, entry ids,
 sizes): int64, as the kv values, the stat history and Kafka offsets hold them."""
+
+NULL: Final = -(2**63)
+"""A null in an int64 column (`topic_latest_entry_id`, `manifest_version`): below every
+id's range. The heartbeat's columns encoding and the leader's stat table both use it."""
+
+
+# --- a region's prunable entry id: one rule, for one region and a column at a time ------
 
 
 def prunable_entry_id(
@@ -21,6 +30,30 @@ def prunable_entry_id(
     if topic_latest_entry_id is None or memtable_bytes > 0:
         return flushed_entry_id
     return topic_latest_entry_id if topic_latest_entry_id > flushed_entry_id else flushed_entry_id
+
+
+def idle_claim_ignored(topic_latest_entry_id: int | None, memtable_bytes: int) -> bool:
+    """An idle claim sent with a non-empty memtable: stored, not trusted
+    (`prunable_entry_id`)."""
+    return topic_latest_entry_id is not None and memtable_bytes > 0
+
+
+def prunable_entry_ids(
+    flushed_entry_id: np.ndarray, topic_latest_entry_id: np.ndarray, memtable_bytes: np.ndarray
+) -> np.ndarray:
+    """`prunable_entry_id` of many regions, a column each (`NULL`: no idle claim)."""
+    trusted = (topic_latest_entry_id != NULL) & (memtable_bytes <= 0)
+    higher = trusted & (topic_latest_entry_id > flushed_entry_id)
+    prunable: np.ndarray = np.where(higher, topic_latest_entry_id, flushed_entry_id)
+    return prunable
+
+
+def idle_claims_ignored(
+    topic_latest_entry_id: np.ndarray, memtable_bytes: np.ndarray
+) -> np.ndarray:
+    """`idle_claim_ignored` of many regions, a column each (`NULL`: no idle claim)."""
+    ignored: np.ndarray = (topic_latest_entry_id != NULL) & (memtable_bytes > 0)
+    return ignored
 
 
 def replay_start_entry_id(
@@ -81,7 +114,7 @@ class RegionStat:
     @property
     def idle_claim_ignored(self) -> bool:
         """It reported `topic_latest_entry_id` with a non-empty memtable (not trusted)."""
-        return self.topic_latest_entry_id is not None and self.memtable_bytes > 0
+        return idle_claim_ignored(self.topic_latest_entry_id, self.memtable_bytes)
 
 
 @dataclass(frozen=True, slots=True)

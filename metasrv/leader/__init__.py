@@ -6,6 +6,7 @@ instruction mailbox, checkpoint batching and the per-topic locks.
 """
 
 from metasrv.leader._checkpoints import Checkpointer
+from metasrv.leader._follower import MapFollower
 from metasrv.leader._heartbeat import HeartbeatHandler
 from metasrv.leader._lifecycle import Leadership, Role
 from metasrv.leader._locks import TopicLocks
@@ -13,7 +14,6 @@ from metasrv.leader._mailbox import FLUSH_REGIONS, InstructionState, Mailbox
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot, row_of
 from metasrv.leader._stat_table import (
-    NULL,
     RowColumns,
     RowValues,
     StatTable,
@@ -21,6 +21,7 @@ from metasrv.leader._stat_table import (
     regresses,
 )
 from metasrv.leader._view import LeaderView
+from metasrv.model import NULL
 
 __all__ = [
     "FLUSH_REGIONS",
@@ -31,6 +32,7 @@ __all__ = [
     "LeaderView",
     "Leadership",
     "Mailbox",
+    "MapFollower",
     "RegionRegistry",
     "Role",
     "RowColumns",

@@ -44,9 +44,15 @@ from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot
 from metasrv.leader._stat_table import RowValues, regresses
 from metasrv.metrics import Metrics
-from metasrv.model import RegionStat
-from metasrv.wire import (
+from metasrv.model import (
     NULL,
+    RegionStat,
+    idle_claim_ignored,
+    idle_claims_ignored,
+    prunable_entry_id,
+    prunable_entry_ids,
+)
+from metasrv.wire import (
     Columns,
     RegionReport,
     RejectReason,
@@ -92,9 +98,8 @@ class _Outcome:
 
 
 def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> RowValues:
-    """The new values of the regions `where` is true (the prunable id computed as
-    `prunable_entry_id()` does, a column at a time: an idle claim counts only with an
-    empty memtable, and one that does not count is tallied in `out`)."""
+    """The new values of the regions `where` is true, their prunable ids a column at a
+    time (`prunable_entry_ids`); the idle claims not trusted are tallied in `out`."""
     everything = bool(where.all())
 
     def take(column: np.ndarray) -> np.ndarray:
@@ -107,10 +112,8 @@ def _accepted(cols: Columns, where: np.ndarray, out: _Outcome) -> RowValues:
         latest = np.full(n, NULL, np.int64)
     else:
         latest = take(cols.latest)
-        claims = latest != NULL
-        idle = claims & (memtable == 0)
-        out.ignored_claims += int(np.count_nonzero(claims)) - int(np.count_nonzero(idle))
-        prunable = np.where(idle & (latest > flushed), latest, flushed)
+        out.ignored_claims += int(np.count_nonzero(idle_claims_ignored(latest, memtable)))
+        prunable = prunable_entry_ids(flushed, latest, memtable)
     manifest = np.full(n, NULL, np.int64) if cols.manifest is None else take(cols.manifest)
     return RowValues(take(cols.region_id), flushed, latest, memtable, manifest, prunable)
 
@@ -256,13 +259,9 @@ class HeartbeatHandler:
             batch = accepted.get(mapped_topic)
             if batch is None:
                 batch = accepted[mapped_topic] = {}
-            # `prunable_entry_id()`, inline: an idle claim counts only with an empty memtable.
-            prunable = flushed
-            if latest is not None:
-                if memtable:
-                    ignored_claims += 1
-                elif latest > flushed:
-                    prunable = latest
+            prunable = prunable_entry_id(flushed, latest, memtable)
+            if idle_claim_ignored(latest, memtable):
+                ignored_claims += 1
             # The route's topic string, not the parsed copy: a million rows share one.
             batch[region_id] = StatRow(
                 node_id,

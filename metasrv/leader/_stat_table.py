@@ -27,8 +27,7 @@ from typing import Any, Final, overload
 import msgspec
 import numpy as np
 
-NULL: Final = -(2**63)
-"""Stored for a null `topic_latest_entry_id` or `manifest_version`."""
+from metasrv.model import NULL
 
 _INITIAL_CAPACITY: Final = 1024
 

@@ -7,6 +7,7 @@ reject and block reasons, finding kinds) are defined here and used by the code t
 produces them.
 """
 
+from metasrv.model import NULL
 from metasrv.wire._bodies import (
     ANSWERS,
     MAX_PURGE_TOPICS,
@@ -44,7 +45,6 @@ from metasrv.wire._heartbeat import (
     COLUMNS_FORMAT,
     MAX_REGIONS,
     MAX_TOPIC_REPORTS,
-    NULL,
     ColumnHeartbeat,
     Columns,
     Heartbeat,

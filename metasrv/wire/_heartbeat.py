@@ -33,6 +33,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import numpy as np
 
+from metasrv.model import NULL
 from metasrv.wire._codec import invalid, refusal
 from metasrv.wire._types import EntryId, Id, Int64, RejectReason
 
@@ -44,8 +45,7 @@ COLUMNS_FORMAT: Final = (
     "null for every region. The response is the same JSON."
 )
 """The columns encoding in one paragraph (the OpenAPI description of the msgpack body)."""
-NULL: Final = -(2**63)
-"""A null in an int64 column of the columns encoding."""
+# NULL (-2**63) is a null in an int64 column of the columns encoding (`metasrv.model`).
 MAX_REGIONS: Final = 100_000
 """Regions one heartbeat may report (a datanode hosts ~1,000 at the design load)."""
 MAX_TOPIC_REPORTS: Final = 100_000

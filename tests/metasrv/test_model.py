@@ -1,10 +1,53 @@
-"""The domain rules of `metasrv.model`."""
+"""The domain rules of `metasrv.model`; a rule stated for one region and again a column at
+a time must give the same answer in both forms on every input."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from metasrv.model import RegionStat, replay_start_entry_id
+from metasrv.model import (
+    NULL,
+    RegionStat,
+    idle_claim_ignored,
+    idle_claims_ignored,
+    prunable_entry_id,
+    prunable_entry_ids,
+    replay_start_entry_id,
+)
+
+_entry_id = st.integers(min_value=-1, max_value=2**63 - 1)
+_region = st.tuples(
+    _entry_id,  # flushed_entry_id
+    st.one_of(st.none(), _entry_id),  # topic_latest_entry_id
+    st.one_of(st.just(0), st.integers(min_value=0, max_value=2**63 - 1)),  # memtable_bytes
+)
+
+
+def test_an_idle_claim_counts_only_with_an_empty_memtable() -> None:
+    assert prunable_entry_id(10, None, 0) == 10
+    assert prunable_entry_id(10, 50, 0) == 50  # idle: the topic's latest id
+    assert prunable_entry_id(10, 5, 0) == 10  # never below the flushed id
+    assert prunable_entry_id(10, 50, 1) == 10  # unflushed data: the claim is not trusted
+    assert idle_claim_ignored(50, 1) and not idle_claim_ignored(50, 0)
+    assert not idle_claim_ignored(None, 1)
+    stat = RegionStat(1, 1, "t", 10, 50, 4096, None, 0.0)
+    assert stat.prunable_entry_id == 10 and stat.idle_claim_ignored
+
+
+@given(st.lists(_region, max_size=50))
+def test_the_column_form_is_the_scalar_form(regions: list[tuple[int, int | None, int]]) -> None:
+    flushed = np.array([r[0] for r in regions], np.int64)
+    latest = np.array([NULL if r[1] is None else r[1] for r in regions], np.int64)
+    memtable = np.array([r[2] for r in regions], np.int64)
+    assert prunable_entry_ids(flushed, latest, memtable).tolist() == [
+        prunable_entry_id(*r) for r in regions
+    ]
+    assert idle_claims_ignored(latest, memtable).tolist() == [
+        idle_claim_ignored(r[1], r[2]) for r in regions
+    ]
 
 
 def _stat(flushed: int, latest: int | None = None, memtable_bytes: int = 0) -> RegionStat:
