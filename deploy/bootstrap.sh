@@ -4,7 +4,8 @@
 # `metasrv stack` error messages all point at this script.
 #
 #   deploy/bootstrap.sh          services: JDK 17+, Maven, etcd, PostgreSQL, Python 3.11 + venv
-#   deploy/bootstrap.sh --test   the same, plus Chromium for the dashboard's browser test
+#   deploy/bootstrap.sh --test   the same, plus Chromium for the dashboard's browser test and
+#                                Prometheus (with promtool) for the monitoring tests
 #
 # Idempotent and silent when nothing is missing. Exits non-zero naming the packages and the
 # command to run when it cannot install them (not root and no sudo, or no apt-get).
@@ -14,7 +15,7 @@ with_test=0
 for arg in "$@"; do
   case "$arg" in
     --test) with_test=1 ;;
-    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bootstrap: unknown argument '$arg' (expected --test)" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +41,7 @@ if ! have python3.11 || ! python3.11 -c 'import venv, ensurepip' >/dev/null 2>&1
 fi
 if [ "$with_test" = 1 ]; then
   have chromium || need+=(chromium)
+  { have prometheus && have promtool; } || need+=(prometheus)
 fi
 
 [ "${#need[@]}" -eq 0 ] && exit 0
@@ -73,8 +75,9 @@ if ! { "${as_root[@]}" apt-get update -q && "${as_root[@]}" apt-get install -y -
   exit 1
 fi
 rm -f "$log"
-# Debian starts the services it installs; the stack runs its own, on its own ports.
-for unit in etcd postgresql; do
+# Debian starts the services it installs; the stack runs its own, on its own ports, and the
+# monitoring tests start their own Prometheus (the package recommends node-exporter).
+for unit in etcd postgresql prometheus prometheus-node-exporter; do
   if have systemctl; then "${as_root[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true; fi
   if have service; then "${as_root[@]}" service "$unit" stop >/dev/null 2>&1 || true; fi
 done
