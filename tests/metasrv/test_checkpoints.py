@@ -17,6 +17,7 @@ from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegion
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
+from tests._metrics import sample
 
 TOPIC = "cp_0"
 
@@ -44,7 +45,7 @@ class World:
 
     @property
     def written(self) -> float:
-        return float(self.metrics.checkpoint_writes._value.get())
+        return sample(self.metrics, "metasrv_checkpoint_keys_written_total")
 
 
 async def make_world(etcd_endpoint: str, kafka_bootstrap: str, prefix: str, **wal: object) -> World:

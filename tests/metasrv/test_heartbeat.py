@@ -30,6 +30,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import load_settings
 from metasrv.wire import encode_columns
+from tests._metrics import sample
 
 
 class Clock:
@@ -152,8 +153,8 @@ async def test_valid_heartbeat_is_stored(hb: Setup) -> None:
     topic = hb.registry.topic_stat("t_0")
     assert topic is not None and topic.latest_entry_id == 20
     assert hb.registry.nodes()[1].addr == "dn1:4001"
-    assert hb.metrics.heartbeats._value.get() == 1
-    assert hb.metrics.region_stats._value.get() == 2
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 1
+    assert sample(hb.metrics, "metasrv_region_stats_received_total") == 2
 
 
 async def test_each_rejection_reason_and_nothing_stored_for_rejected(hb: Setup) -> None:
@@ -179,7 +180,7 @@ async def test_each_rejection_reason_and_nothing_stored_for_rejected(hb: Setup) 
     stat2 = hb.registry.get(2)
     assert stat2 is not None and stat2.flushed_entry_id == 50
     counts = {
-        reason: hb.metrics.region_stats_rejected.labels(reason)._value.get()
+        reason: sample(hb.metrics, "metasrv_region_stats_rejected_total", {"reason": reason})
         for reason in ("unknown_region", "topic_mismatch", "negative_id", "stat_regressed")
     }
     assert counts == {
@@ -301,7 +302,7 @@ async def test_malformed_heartbeat_is_invalid_and_stores_nothing(
     assert hb.registry.get(2) is None
     assert hb.registry.topic_stats() == {}
     assert hb.checkpointer.dirty_count == 0
-    assert hb.metrics.heartbeats._value.get() == 0
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 0
 
 
 async def test_validation_error_names_the_field(hb: Setup) -> None:
@@ -485,7 +486,7 @@ async def test_decoding_edge_cases_are_422_with_the_field(
         hb.handler.handle(body)
     assert info.value.details["errors"][0]["loc"] == ["body", *loc]
     assert hb.registry.get(1) is None
-    assert hb.metrics.heartbeats._value.get() == 0
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 0
 
 
 OVER = 2**63  # one past ID_MAX
@@ -534,7 +535,7 @@ async def test_every_id_and_counter_above_int64_is_a_422_naming_it(
         hb.handler.handle(orjson.dumps(body))
     assert info.value.details["errors"][0]["loc"] == ["body", *loc]
     assert hb.registry.get(1) is None and hb.registry.topic_stats() == {}
-    assert hb.metrics.heartbeats._value.get() == 0
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 0
 
 
 async def test_the_highest_int64_values_are_accepted(hb: Setup) -> None:
@@ -566,7 +567,7 @@ async def test_a_region_reported_twice_is_a_422_and_nothing_is_stored(
         hb.beat(regions)
     assert hb.registry.get(1) is None and hb.registry.get(2) is None
     assert hb.checkpointer.dirty_count == 0
-    assert hb.metrics.heartbeats._value.get() == 0
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 0
 
 
 async def test_a_region_twice_in_the_steady_state_is_still_refused(hb: Setup) -> None:
@@ -599,7 +600,7 @@ async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Se
     assert busy is not None and busy.topic_latest_entry_id == 500
     assert busy.prunable_entry_id == 10 and busy.idle_claim_ignored
     assert idle is not None and idle.prunable_entry_id == 500 and not idle.idle_claim_ignored
-    assert hb.metrics.idle_claims_ignored._value.get() == 1
+    assert sample(hb.metrics, "metasrv_idle_claims_ignored_total") == 1
     # The rows the planner reads carry the same prunable ids.
     rows = hb.registry.buckets["t_0"]
     assert (rows[1].prunable_entry_id, rows[2].prunable_entry_id) == (10, 500)
@@ -608,7 +609,7 @@ async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Se
     hb.beat([region(1, 10, latest=600, memtable=4096), region(2, 10, latest=600, memtable=0)])
     assert hb.registry.buckets["t_0"][1].prunable_entry_id == 10
     assert hb.registry.buckets["t_0"][2].prunable_entry_id == 600
-    assert hb.metrics.idle_claims_ignored._value.get() == 2
+    assert sample(hb.metrics, "metasrv_idle_claims_ignored_total") == 2
 
 
 async def test_topic_reports_for_topics_outside_the_map_are_not_kept(hb: Setup) -> None:
@@ -619,7 +620,7 @@ async def test_topic_reports_for_topics_outside_the_map_are_not_kept(hb: Setup) 
     known = {"topic": "t_0", "latest_entry_id": 7, "record_size": 10, "record_num": 1}
     hb.beat([region(1, 1)], topics=[*junk, known])
     assert set(hb.registry.topic_stats()) == {"t_0"}
-    assert hb.metrics.topic_reports_ignored._value.get() == 500
+    assert sample(hb.metrics, "metasrv_topic_reports_ignored_total") == 500
 
 
 async def test_unknown_fields_are_ignored_and_optional_fields_may_be_null_or_absent(
@@ -643,7 +644,7 @@ async def test_deep_nesting_is_a_422_even_inside_an_unknown_field(hb: Setup) -> 
     raw = b'{"node_id":1,"regions":[],"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
     with pytest.raises(InvalidArgument, match="nested too deeply"):
         hb.handler.handle(raw)
-    assert hb.metrics.heartbeats._value.get() == 0
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 0
 
 
 # The columns encoding: its own checks, and the same outcome as JSON for any sequence.
@@ -693,7 +694,8 @@ async def test_a_malformed_column_is_a_422_naming_it(
         hb.handler.handle_columns(columns_body(**columns))
     where = info.value.details["errors"][0]["loc"]
     assert where == (["body", "topic_names", 0] if loc is None else ["body", "regions", *loc])
-    assert hb.registry.get(1) is None and hb.metrics.heartbeats._value.get() == 0
+    assert hb.registry.get(1) is None
+    assert sample(hb.metrics, "metasrv_heartbeats_received_total") == 0
 
 
 async def test_a_body_that_is_not_msgpack_is_a_422(hb: Setup) -> None:
@@ -778,9 +780,8 @@ async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootst
             json_side, columns_side = setups
             assert json_side.registry.buckets == columns_side.registry.buckets, step
             assert json_side.checkpointer.dirty_count == columns_side.checkpointer.dirty_count
-            assert (
-                json_side.metrics.idle_claims_ignored._value.get()
-                == columns_side.metrics.idle_claims_ignored._value.get()
+            assert sample(json_side.metrics, "metasrv_idle_claims_ignored_total") == sample(
+                columns_side.metrics, "metasrv_idle_claims_ignored_total"
             )
         for counted in paths:  # both paths ran, for each encoding
             assert counted.taken > 35 and counted.declined > 10

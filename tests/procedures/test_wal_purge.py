@@ -12,6 +12,7 @@ from metasrv import keys
 from metasrv.errors import Conflict, NotFound, NotLeader
 from procedures import ProcedureState
 from procedures.wal_purge import DATA_LOSS_EVENT, advance_marker, submit_purges
+from tests._metrics import sample
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
 
@@ -64,8 +65,8 @@ async def test_purge_deletes_below_min_prunable_and_moves_marker(leader: Harness
     [row] = await h.manager.services.history.purges(topic=topic)
     assert (row.prune_point, row.previous_log_start, row.low_watermark) == (40, 0, 40)
     assert row.entries_deleted == 40 and row.procedure_id == pid and not row.logical_delete
-    assert h.metrics.purges.labels(topic=topic)._value.get() == 1
-    assert h.metrics.pruned_entry_id.labels(topic=topic)._value.get() == 40
+    assert sample(h.metrics, "metasrv_wal_purges_total", {"topic": topic}) == 1
+    assert sample(h.metrics, "metasrv_wal_pruned_entry_id", {"topic": topic}) == 40
     # The topic's kv lock was released with the terminal write; history has the record.
     assert h.kv.get(keys.lock(topic)) is None
     stored = await h.manager.services.history.get_procedure(pid)
@@ -250,7 +251,7 @@ async def test_retention_overrun_is_reported_and_marker_not_advanced(leader: Har
     events = await h.manager.services.history.events(topic=topic)
     assert [(e.kind, e.region_id) for e in events] == [(DATA_LOSS_EVENT, 2)]
     assert events[0].details["log_start_offset"] == 30
-    assert h.metrics.wal_data_loss.labels(topic=topic)._value.get() == 1
+    assert sample(h.metrics, "metasrv_wal_data_loss_events_total", {"topic": topic}) == 1
 
 
 async def test_logical_delete_moves_marker_only(harness_factory: HarnessFactory) -> None:
@@ -445,7 +446,7 @@ async def test_max_running_procedures_is_enforced(harness_factory: HarnessFactor
         await asyncio.sleep(0.5)
         states = sorted([(await h.manager.get(i)).state.value for i in ids])
         assert states == ["pending", "pending", "running", "running"]
-        assert h.metrics.procedures_running._value.get() == 2
+        assert sample(h.metrics, "metasrv_procedures_running") == 2
 
     views = [await h.manager.wait(i, 30) for i in ids]
     assert [v.state for v in views] == [ProcedureState.SUCCEEDED] * 4
