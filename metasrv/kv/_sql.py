@@ -10,7 +10,6 @@ create=True)` on a SQLite file runs them itself, so a bare `metasrv start` just 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -18,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 import sqlalchemy.exc as sa_exc
-from sqlalchemy import Engine, and_, create_engine, delete, event, func, select, text, update
+from sqlalchemy import Engine, and_, create_engine, delete, event, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import StaticPool
@@ -28,13 +27,13 @@ from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound,
 from metasrv.kv._protocol import (
     Compare,
     Delete,
-    KeyPage,
     KeyValue,
     Put,
     Snapshot,
     TxnOp,
     TxnResult,
 )
+from metasrv.kv._sql_snapshot import SqlSnapshot, snapshot_error
 from metasrv.sql import KV_KEY_MAX, engine_url, kv_revision_table, kv_table
 
 logger = logging.getLogger(__name__)
@@ -324,40 +323,13 @@ class SqlKv:
                     # first statement, SQLite's WAL at its first read): the revision row.
                     stmt = select(kv_revision_table.c.revision).where(kv_revision_table.c.id == 1)
                     revision = int(conn.execute(stmt).scalar_one_or_none() or 0)
-                    snap = _SqlSnapshot(self, conn, revision)
+                    snap = SqlSnapshot(self, conn, revision)
                     try:
                         yield snap
                     finally:
                         snap.close()
         except sa_exc.SQLAlchemyError as exc:
-            raise self._unreachable(exc) from exc
-
-    def _unreachable(self, exc: Exception) -> KvUnavailable:
-        """A database error of a snapshot read, naming the database (a batch job shows it)."""
-        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        detail = lines[0] if lines else type(exc).__name__
-        return KvUnavailable(f"kv database {self!r} unreachable: {detail}")
-
-    def _bulk_select(self, prefix: str) -> tuple[str, Any]:
-        """SQL text and driver parameters selecting (bare key, value) under `prefix`."""
-        lo = self.key_prefix + prefix
-        hi = prefix_upper_bound(lo)
-        in_range: Any = self._prefix_clause(prefix)
-        if self._dialect == "sqlite":
-            # `+key` keeps SQLite off the primary-key index: walking the index visits the
-            # table in key order, page by random page (6x slower than one scan in rowid
-            # order for a prefix that is most of the table). PostgreSQL's planner picks.
-            bound = "+key >= :lo" if hi is None else "+key >= :lo AND +key < :hi"
-            in_range = text(bound).bindparams(lo=lo, **({} if hi is None else {"hi": hi}))
-        # The database cuts the key prefix, so the driver hands over keys ready to use.
-        stmt = select(
-            func.substr(kv_table.c.key, len(self.key_prefix) + 1), kv_table.c.value
-        ).where(in_range)
-        compiled = stmt.compile(dialect=self._engine.dialect)
-        params: Any = compiled.params
-        if compiled.positional:
-            params = tuple(params[name] for name in compiled.positiontup or ())
-        return compiled.string, params
+            raise snapshot_error(self, exc) from exc
 
     def put(self, key: str, value: bytes) -> int:
         return self.txn((), [Put(key, value)]).revision
@@ -445,57 +417,3 @@ def _holds(compare: Compare, current: tuple[bytes, int] | None) -> bool:
     if compare.value is not None:
         return current is not None and current[0] == compare.value
     return (0 if current is None else current[1]) == compare.revision
-
-
-class _SqlSnapshot:
-    """`Snapshot` on SQL: statements of one read-only transaction (REPEATABLE READ on
-    PostgreSQL; on SQLite's WAL a deferred transaction reads one snapshot), each read
-    straight from a DBAPI cursor (a server-side one on PostgreSQL) in plain tuples."""
-
-    def __init__(self, kv: SqlKv, conn: Connection, revision: int) -> None:
-        self._kv = kv
-        self._conn = conn
-        self._revision = revision
-        self._cursors: dict[int, Any] = {}
-        self._names = itertools.count()
-        self._dbapi_error: type[Exception] = kv.engine.dialect.loaded_dbapi.Error
-        self.open = True
-
-    @property
-    def revision(self) -> int:
-        return self._revision
-
-    def pages(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyPage]:
-        if page_size <= 0:
-            raise InvalidArgument(f"page_size must be positive, got {page_size}")
-        return self._pages(*self._kv._bulk_select(prefix), page_size)
-
-    def _pages(self, sql: str, params: Any, page_size: int) -> Iterator[KeyPage]:
-        if not self.open:
-            raise KvUnavailable("kv snapshot read after its `with` block ended")
-        dbapi = self._conn.connection.driver_connection
-        assert dbapi is not None
-        if self._kv.engine.dialect.name == "postgresql":
-            cursor = dbapi.cursor(name=f"metasrv_kv_snapshot_{next(self._names)}")
-        else:
-            cursor = dbapi.cursor()
-        self._cursors[id(cursor)] = cursor
-        try:
-            cursor.execute(sql, params)
-            while self.open and (rows := cursor.fetchmany(page_size)):
-                keys, values = zip(*rows, strict=True)
-                yield KeyPage(keys, values)
-        except self._dbapi_error as exc:
-            raise self._kv._unreachable(exc) from exc
-        finally:
-            self._cursors.pop(id(cursor), None)
-            cursor.close()
-        if not self.open:
-            raise KvUnavailable("kv snapshot read after its `with` block ended")
-
-    def close(self) -> None:
-        """Close the cursors of pages not read to the end, before the transaction ends."""
-        self.open = False
-        for cursor in list(self._cursors.values()):
-            cursor.close()
-        self._cursors.clear()
