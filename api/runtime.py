@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine
 
-from metasrv.election import Election, build_election
+from metasrv.election import Election, SingleLeader, build_election
 from metasrv.errors import MetasrvError
 from metasrv.kafka import DurabilityCache, KafkaAdmin, below_configured
 from metasrv.kv import KvBackend, open_kv
@@ -27,6 +27,7 @@ from metasrv.leader import (
     Leadership,
     LeaderView,
     Mailbox,
+    MapFollower,
     RegionRegistry,
     Role,
     TopicLocks,
@@ -86,13 +87,17 @@ class Runtime:
     background: BackgroundTasks
     """Failures of the background loops (counted; a dead one makes /readyz not ready)."""
     leadership: Leadership
-    """Follower -> elected -> leader, through the hooks `build` registers."""
+    """Follower -> elected -> leader, through the hooks `start` registers."""
+    follower: MapFollower | None
+    """Keeps the topic-region map warm while this process follows (None on a
+    single-process SQLite kv, which has no followers)."""
     gc_pacer: GcPacer = field(default_factory=GcPacer)
     """Young-generation collections in small steps, so none stalls the loop for long."""
     started_at: float = field(default_factory=time.time)
     """Wall-clock start time."""
     _closed: bool = field(default=False, init=False)
     _pool_task: asyncio.Task[None] | None = field(default=None, init=False)
+    _view: LeaderView | None = field(default=None, init=False)
     _durability_checked: bool = field(default=False, init=False)
 
     @classmethod
@@ -192,6 +197,7 @@ class Runtime:
             loop_lag=loop_lag,
             background=background,
             leadership=leadership,
+            follower=None if isinstance(election, SingleLeader) else MapFollower(region_map, kv),
         )
 
     async def start(self) -> None:
@@ -202,7 +208,9 @@ class Runtime:
             self.mailbox,
             self.checkpointer,
             still_leading=lambda: self.election.is_leader and not self._closed,
+            follower=self.follower,
         )
+        self._view = view
         self.leadership.add_hook("leader view", view.load, view.drop)
         self.leadership.add_hook("procedures", self.procedures.lead, self.procedures.follow)
         self.leadership.add_hook("topic pool", self._start_pool_creation, self._stop_pool_creation)
@@ -213,6 +221,8 @@ class Runtime:
         await self.ticker.start()
         if self.stat_history is not None:
             await self.stat_history.start()
+        if self.follower is not None:
+            self.follower.start()  # warm before any election: a win costs a catch-up
         await self.leadership.start()
         await self.election.start()
         watch = self.background.watch
@@ -240,7 +250,11 @@ class Runtime:
         await _quietly(self.election.stop(), "stopping election")
         await self.loop_lag.stop()
         await self.gc_pacer.stop()
+        if self._view is not None:
+            self._view.closed = True
         await self.leadership.close()
+        if self.follower is not None:
+            await self.follower.stop()
         self.kafka.close()
         self.kv.close()
         self.history.dispose()

@@ -17,6 +17,7 @@ from metasrv.kv._protocol import (
     TxnResult,
 )
 from metasrv.kv._sql import SqlKv
+from metasrv.kv._watch import KvChange, KvWatch, WatchLost
 
 __all__ = [
     "Compare",
@@ -28,11 +29,14 @@ __all__ = [
     "KeyPage",
     "KeyValue",
     "KvBackend",
+    "KvChange",
+    "KvWatch",
     "Put",
     "Snapshot",
     "SqlKv",
     "TxnOp",
     "TxnResult",
+    "WatchLost",
     "open_kv",
     "translate_etcd_error",
 ]

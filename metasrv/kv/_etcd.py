@@ -29,7 +29,9 @@ from metasrv.errors import InvalidArgument, KvUnavailable, MetasrvError, TxnTooL
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end, scan_pages
 from metasrv.kv._etcd_members import EtcdMembers, Stubs, is_connection_failure, never_sent
 from metasrv.kv._etcd_security import EtcdSecurity
+from metasrv.kv._etcd_watch import EtcdWatch
 from metasrv.kv._protocol import Compare, KeyPage, KeyValue, Put, Snapshot, TxnOp, TxnResult
+from metasrv.kv._watch import KvChange, KvWatch
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +265,12 @@ class EtcdKv:
             raise KvUnavailable(
                 f"etcd at {', '.join(self.endpoints)} unreachable: {exc.message}"
             ) from exc
+
+    def watch(
+        self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
+    ) -> KvWatch:
+        # etcd reports deletes itself: `holds_after` is for backends that cannot.
+        return EtcdWatch(self, prefix, after_revision)
 
     def put(self, key: str, value: bytes) -> int:
         resp = self._write("Put", etcdrpc.PutRequest(key=self._full(key), value=value))

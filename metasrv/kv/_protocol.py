@@ -11,10 +11,13 @@ page under as many prefixes as the job needs, unaffected by writes made meanwhil
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from metasrv.kv._watch import KvChange, KvWatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,14 @@ class KvBackend(Protocol):
         holds a database transaction (SQL) or relies on etcd keeping the revision until
         compaction, so keep it open only as long as the read.
         """
+        ...
+
+    def watch(
+        self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
+    ) -> KvWatch:
+        """Follow the changes under `prefix` after `after_revision` (a snapshot's revision):
+        see `metasrv/kv/_watch.py`. `holds_after(changes)` is how many keys under `prefix`
+        the reader holds once it applies `changes` (the SQL watch finds deletes by it)."""
         ...
 
     def put(self, key: str, value: bytes) -> int:

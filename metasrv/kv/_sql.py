@@ -34,6 +34,7 @@ from metasrv.kv._protocol import (
     TxnResult,
 )
 from metasrv.kv._sql_snapshot import SqlSnapshot, snapshot_error
+from metasrv.kv._watch import KvChange, KvWatch, SqlWatch
 from metasrv.sql import KV_KEY_MAX, engine_url, kv_revision_table, kv_table
 
 logger = logging.getLogger(__name__)
@@ -330,6 +331,11 @@ class SqlKv:
                         snap.close()
         except sa_exc.SQLAlchemyError as exc:
             raise snapshot_error(self, exc) from exc
+
+    def watch(
+        self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
+    ) -> KvWatch:
+        return SqlWatch(self, prefix, after_revision, holds_after=holds_after)
 
     def put(self, key: str, value: bytes) -> int:
         return self.txn((), [Put(key, value)]).revision

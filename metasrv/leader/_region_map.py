@@ -15,13 +15,14 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import msgspec
 
 from metasrv import keys
 from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
 from metasrv.kafka import KafkaAdmin, topic_name_problem
-from metasrv.kv import Compare, Delete, KeyValue, KvBackend, Put
+from metasrv.kv import Compare, Delete, KeyValue, KvBackend, KvChange, Put
 from metasrv.leader._locks import TopicLocks
 from metasrv.model import ID_MAX, RegionRoute
 from metasrv.settings import Settings
@@ -46,6 +47,14 @@ def _pruned(kv: KeyValue) -> int | None:
     except ValueError:
         logger.error("damaged pruned_entry_id marker; read as none", extra={"key": kv.key})
         return None
+
+
+class _Loaded(NamedTuple):
+    by_id: dict[int, RegionRoute]
+    by_topic: dict[str, dict[int, RegionRoute]]
+    malformed: set[str]
+    """Keys under the prefix that are not `{topic}/{region_id}` (counted, never mapped)."""
+    revision: int
 
 
 class _Written(msgspec.Struct, frozen=True, gc=False):
@@ -86,6 +95,9 @@ class TopicRegionMap:
         # a collection either (a million entries at the design load).
         self._checkpoints: dict[int, _Written] = {}
         self._created: set[str] = set()
+        self._malformed: set[str] = set()
+        self.revision = 0
+        """The kv revision the map reflects (its load's, then the last change applied)."""
         self._reserved: Counter[str] = Counter()
         # Serializes map changes (registration, removal, checkpoint writes) with each
         # other; never held while waiting for a topic lock.
@@ -106,39 +118,104 @@ class TopicRegionMap:
         routes that is seconds of work the event loop must not wait behind.
         """
 
-        def read() -> tuple[dict[int, RegionRoute], dict[str, dict[int, RegionRoute]]]:
+        def read() -> _Loaded:
             by_id: dict[int, RegionRoute] = {}
             by_topic: dict[str, dict[int, RegionRoute]] = {}
-            for kv in self._kv.scan(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE):
-                route = keys.decode_route(kv.key, kv.value)
-                if route is None:
-                    continue
-                previous = by_id.get(route.region_id)
-                if previous is not None and previous.topic != route.topic:
-                    # Should never happen (registration checks); keep both keys visible
-                    # in the plan by mapping it under each topic, and say so loudly.
-                    logger.error(
-                        "region mapped to two topics",
-                        extra={
-                            "region_id": route.region_id,
-                            "topics": [previous.topic, route.topic],
-                        },
-                    )
-                by_id[route.region_id] = route
-                by_topic.setdefault(route.topic, {})[route.region_id] = route
-            return by_id, by_topic
+            malformed: set[str] = set()
+            with self._kv.snapshot() as snap:
+                revision = snap.revision
+                pages = snap.pages(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE)
+                for key, value in (
+                    kv for page in pages for kv in zip(page.keys, page.values, strict=True)
+                ):
+                    route = keys.decode_route(key, value)
+                    if route is None:
+                        malformed.add(key)
+                        continue
+                    previous = by_id.get(route.region_id)
+                    if previous is not None and previous.topic != route.topic:
+                        # Should never happen (registration checks); keep both keys visible
+                        # in the plan by mapping it under each topic, and say so loudly.
+                        logger.error(
+                            "region mapped to two topics",
+                            extra={
+                                "region_id": route.region_id,
+                                "topics": [previous.topic, route.topic],
+                            },
+                        )
+                    by_id[route.region_id] = route
+                    by_topic.setdefault(route.topic, {})[route.region_id] = route
+            return _Loaded(by_id, by_topic, malformed, revision)
 
         async with self._mutate:
-            by_id, by_topic = await asyncio.to_thread(read)
-            self._routes = by_id
-            self._by_topic = by_topic
+            loaded = await asyncio.to_thread(read)
+            self._routes = loaded.by_id
+            self._by_topic = loaded.by_topic
+            self._malformed = loaded.malformed
             self._checkpoints = {}
-            self._created = set(by_topic)
+            self._created = set(loaded.by_topic)
+            self.revision = loaded.revision
             self.loaded = True
         logger.info(
-            "topic-region map loaded", extra={"regions": len(by_id), "topics": len(by_topic)}
+            "topic-region map loaded",
+            extra={
+                "regions": len(loaded.by_id),
+                "topics": len(loaded.by_topic),
+                "revision": loaded.revision,
+            },
         )
-        return len(by_id)
+        return len(loaded.by_id)
+
+    def apply(self, changes: Sequence[KvChange]) -> None:
+        """Follow the kv (a follower's warm map): route keys written or removed, in
+        revision order. A changed checkpoint replaces two ints, as a flush does."""
+        for change in changes:
+            self.revision = max(self.revision, change.revision)
+            try:
+                topic, region_id = keys.parse_topic_region(change.key)
+            except ValueError:
+                if change.value is None:
+                    self._malformed.discard(change.key)
+                else:
+                    self._malformed.add(change.key)
+                continue
+            existing = self._routes.get(region_id)
+            if change.value is None:
+                if existing is not None and existing.topic == topic:
+                    self._remove(existing)
+                    for listener in self.removal_listeners:
+                        listener(existing)
+                continue
+            route = keys.decode_route(change.key, change.value)
+            if route is None:
+                continue
+            entry_id = route.checkpoint_entry_id
+            if existing is not None and existing.topic == route.topic and entry_id is not None:
+                self._checkpoints[region_id] = _Written(route.node_id, entry_id)
+                continue
+            if existing is not None:
+                self._remove(existing)
+            self._insert(route)
+            self._created.add(route.topic)
+
+    def holds_after(self, changes: Sequence[KvChange]) -> int:
+        """Route keys (malformed ones included) this map would hold after `apply(changes)`
+        of writes only: how the SQL watch finds keys deleted behind it."""
+        held = len(self._routes) + len(self._malformed)
+        new: set[str] = set()
+        for change in changes:
+            if change.value is None or change.key in new:
+                continue
+            try:
+                topic, region_id = keys.parse_topic_region(change.key)
+            except ValueError:
+                if change.key not in self._malformed:
+                    new.add(change.key)
+                continue
+            existing = self._routes.get(region_id)
+            if existing is None or existing.topic != topic:
+                new.add(change.key)
+        return held + len(new)
 
     def unload(self) -> None:
         """Forget the map (this process stopped leading)."""
@@ -146,6 +223,8 @@ class TopicRegionMap:
         self._by_topic = {}
         self._checkpoints = {}
         self._created = set()
+        self._malformed = set()
+        self.revision = 0
         self.loaded = False
 
     # --- reads -----------------------------------------------------------------------

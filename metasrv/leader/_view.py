@@ -1,7 +1,10 @@
 """The leader's view of the regions, started and dropped as one unit by `Leadership`.
 
-Starting it drops whatever an earlier term left, then loads the topic-region map (retrying
-while this process still leads) and reserves a stat slot for every mapped region. Its
+Starting it drops whatever an earlier term left, then brings the topic-region map current:
+from the follower's warm copy when it has one (`MapFollower.take_over`), else by a full
+load (retrying while this process still leads); then it reserves a stat slot for every
+mapped region. Dropping it hands the map back to the follower, which loads and follows it
+again. Its
 objects live as long as the term, so they are moved out of the garbage collector's reach
 (`gc.freeze`): full collections then do not walk a million routes while heartbeats wait.
 """
@@ -15,6 +18,7 @@ from collections.abc import Callable
 
 from metasrv.errors import MetasrvError
 from metasrv.leader._checkpoints import Checkpointer
+from metasrv.leader._follower import MapFollower
 from metasrv.leader._mailbox import Mailbox
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry
@@ -36,34 +40,53 @@ class LeaderView:
         checkpointer: Checkpointer,
         *,
         still_leading: Callable[[], bool],
+        follower: MapFollower | None = None,
     ) -> None:
         self.region_map = region_map
         self.registry = registry
         self.mailbox = mailbox
         self.checkpointer = checkpointer
         self._still_leading = still_leading
+        self.follower = follower
+        """Keeps the map warm while this process follows (None: full loads only)."""
+        self.closed = False
+        """Set on shutdown: a dropped view is not followed again."""
 
     async def load(self) -> bool:
-        """Drop the old term's view and load the map; False if leadership went first."""
-        await self.drop()
+        """Drop the old term's view and bring the map current; False if leadership went
+        first."""
+        self._forget_term()
+        follower = self.follower
+        if follower is not None and await follower.take_over(self._still_leading):
+            return self._ready()
+        self.region_map.unload()
         delay = 0.25
         while self._still_leading():
             try:
-                regions = await self.region_map.load()
+                await self.region_map.load()
             except MetasrvError as exc:
                 logger.warning("loading the topic-region map failed", extra={"error": str(exc)})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LOAD_RETRY_MAX)
                 continue
-            self.registry.reserve(regions)  # every mapped region reports soon
-            gc.freeze()
-            return True
+            return self._ready()
         return False
 
     async def drop(self) -> None:
-        """Forget everything this term learned (DESIGN §2 invariant 3)."""
+        """Forget everything this term learned (DESIGN §2 invariant 3) and follow the map
+        again."""
+        self._forget_term()
+        self.region_map.unload()
+        gc.unfreeze()  # the old term's objects may be collected again
+        if self.follower is not None and not self.closed:
+            self.follower.start()
+
+    def _ready(self) -> bool:
+        self.registry.reserve(len(self.region_map))  # every mapped region reports soon
+        gc.freeze()
+        return True
+
+    def _forget_term(self) -> None:
         self.registry.clear()
         self.mailbox.clear()
         self.checkpointer.clear()
-        self.region_map.unload()
-        gc.unfreeze()  # the old term's objects may be collected again
