@@ -100,13 +100,14 @@ class ColumnsBody:
     def __init__(self, body: dict[str, Any]) -> None:
         import numpy as np
 
+        from metasrv.model import NULL
+
         regions = body["regions"]
-        null = -(2**63)
         names = sorted({r["topic"] for r in regions})
         index = {t: i for i, t in enumerate(names)}
 
         def column(name: str) -> Any:
-            return np.array([null if r[name] is None else r[name] for r in regions], dtype="<i8")
+            return np.array([NULL if r[name] is None else r[name] for r in regions], dtype="<i8")
 
         self.flushed = column("flushed_entry_id")
         self._static = {

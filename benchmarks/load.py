@@ -56,6 +56,8 @@ import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
 
+from metasrv.model import NULL
+
 RESULTS = Path(__file__).resolve().parent / "results"
 NODE_BASE = 10_000
 """Synthetic datanode ids start here (the simulated writers use 0..n)."""
@@ -105,7 +107,6 @@ COLUMN_FIELDS = (
     "topic_latest_entry_id",
     "manifest_version",
 )
-NULL = -(2**63)
 CONTENT_TYPES = {"json": "application/json", "columns": "application/msgpack"}
 JSON_HEADERS = {"content-type": "application/json"}
 
