@@ -280,7 +280,6 @@ KNOWN_OVERSIZED: frozenset[str] = frozenset(
         "metasrv/reconcile/_run.py",
         "procedures/_manager.py",
         "procedures/wal_purge/_procedure.py",
-        "tests/metasrv/test_election.py",
         "tests/metasrv/test_heartbeat.py",
         "tests/procedures/test_wal_purge.py",
         "toolbox/demo/_run.py",

@@ -8,7 +8,7 @@ single-process leader (`_single.py`). Every one satisfies `Election` (`_protocol
 
 from metasrv.election._build import advertised_addr, build_election
 from metasrv.election._etcd import EtcdElection
-from metasrv.election._lease import Listener
+from metasrv.election._lease import LeaseOptions, Listener
 from metasrv.election._protocol import Election
 from metasrv.election._single import SingleLeader, SqliteFileLeader
 from metasrv.election._sql import SqlElection
@@ -16,6 +16,7 @@ from metasrv.election._sql import SqlElection
 __all__ = [
     "Election",
     "EtcdElection",
+    "LeaseOptions",
     "Listener",
     "SingleLeader",
     "SqlElection",

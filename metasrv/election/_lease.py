@@ -177,6 +177,12 @@ class LeaseElection:
     def term(self) -> int:
         return self._term if self._leader else self._leader_term
 
+    @property
+    def lease_deadline(self) -> float:
+        """Monotonic time until which this process's lease surely lives (0 when it does not
+        lead); every renewal moves it on."""
+        return self._deadline
+
     def leader_addr(self) -> str | None:
         if self._leader:
             # Past our deadline and not yet stepped down: the successor is not known yet.

@@ -1,63 +1,117 @@
-"""Leader election on real etcd (and the single-process leader for an in-memory kv)."""
+"""The election contract, on every store that elects among processes: etcd (a lease) and SQL
+(a lease row, on PostgreSQL and on a SQLite file).
+
+What only one backend does is tested beside it: `test_etcd_election.py` (a revoked lease
+fences at once, keepalives through a faulty network, the event-loop watchdog, the advertised
+address) and `test_sql_election.py` (terms that count from 1, the SQLite file leader). The
+single-process leader and `build_election` are at the end of this file.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Callable
-from typing import cast
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Unpack
 
 import pytest
+from sqlalchemy import update
 
-from metasrv.election import EtcdElection, SingleLeader, build_election
+import migrations
+from metasrv.election import (
+    EtcdElection,
+    LeaseOptions,
+    SingleLeader,
+    SqlElection,
+    build_election,
+)
 from metasrv.errors import ConfigError
 from metasrv.keys import ELECTION_KEY
-from metasrv.kv import EtcdKv, Put, SqlKv
-from metasrv.process import LoopLagMonitor
+from metasrv.kv import EtcdKv, KvBackend, Put, SqlKv
 from metasrv.settings import load_settings
+from metasrv.sql import election_table
+from tests.metasrv._election import LEASE_SECS, Recorder, leader_of, wait_until
+from tests.metasrv.kv._pgschema import fresh_schema
 
-LEASE_SECS = 2
+Lease = EtcdElection | SqlElection
+Pair = tuple[Lease, Lease]
 
-
-async def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll `cond` until true; return the seconds it took."""
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
+BACKENDS = ["etcd", "postgresql", "sqlite"]
 
 
-class Recorder:
-    """An election listener that records what it was told."""
+@dataclass
+class Store:
+    """One backend's store for a test."""
 
-    def __init__(self) -> None:
-        self.events: list[bool] = []
+    kv: KvBackend
+    """A kv on the store and key prefix the elections use (to read the key, to try fences)."""
+    election: Callable[..., Lease]
+    """`election(node_name, addr, **options)`: a new election with a connection of its own."""
+    expire: Callable[[Lease], None]
+    """Make the leader's lease run out under it, as a paused leader's does."""
+    unreachable: Callable[[], Lease]
+    """An election whose store never answers."""
 
-    async def __call__(self, leader: bool) -> None:
-        self.events.append(leader)
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path, unique_prefix: str) -> Iterator[Store]:
+    with ExitStack() as stack:
+        if request.param == "etcd":
+            endpoint: str = request.getfixturevalue("etcd_endpoint")
+            etcd = EtcdKv(endpoint, f"{unique_prefix}/")
+            stack.callback(etcd.close)
+            stack.callback(etcd.delete_prefix, "")
+
+            def etcd_election(node: str, addr: str, **options: Unpack[LeaseOptions]) -> Lease:
+                own = EtcdKv(endpoint, f"{unique_prefix}/")
+                stack.callback(own.close)
+                options.setdefault("lease_secs", LEASE_SECS)
+                return EtcdElection(own, node_name=node, addr=addr, **options)
+
+            def revoke(leader: Lease) -> None:
+                etcd.client.revoke_lease(leader.term)
+
+            def no_etcd() -> Lease:
+                nowhere = EtcdKv("127.0.0.1:1", timeout=1)
+                stack.callback(nowhere.close)
+                return EtcdElection(
+                    nowhere, node_name="n", addr="127.0.0.1:1", lease_secs=LEASE_SECS
+                )
+
+            yield Store(etcd, etcd_election, revoke, no_etcd)
+            return
+
+        if request.param == "postgresql":
+            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
+            nowhere_url = "postgresql://u:p@127.0.0.1:1/db"
+        else:
+            url = f"sqlite:///{tmp_path / 'kv.db'}"
+            nowhere_url = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'kv.db'}"
+        migrations.upgrade(url)
+        sql = SqlKv(url)
+        stack.callback(sql.close)
+
+        def sql_election(node: str, addr: str, **options: Unpack[LeaseOptions]) -> Lease:
+            options.setdefault("lease_secs", LEASE_SECS)
+            return SqlElection(url, node_name=node, addr=addr, **options)
+
+        def run_out(leader: Lease) -> None:
+            with sql.engine.begin() as conn:
+                conn.execute(update(election_table).values(expires_at=0.0))
+
+        def no_database() -> Lease:
+            return SqlElection(nowhere_url, node_name="n", addr="127.0.0.1:1", lease_secs=1)
+
+        yield Store(sql, sql_election, run_out, no_database)
 
 
 @pytest.fixture
-async def etcd_kv(etcd_endpoint: str, unique_prefix: str) -> AsyncIterator[EtcdKv]:
-    kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
-    yield kv
-    kv.delete_prefix("")
-    kv.close()
-
-
-@pytest.fixture
-async def pair(
-    etcd_endpoint: str, unique_prefix: str
-) -> AsyncIterator[tuple[EtcdElection, EtcdElection]]:
-    """Two started elections (each with its own client) on one key prefix."""
-    kvs = [EtcdKv(etcd_endpoint, f"{unique_prefix}/") for _ in range(2)]
-    elections = [
-        EtcdElection(kv, node_name=f"node-{i}", addr=f"127.0.0.1:{4000 + i}", lease_secs=LEASE_SECS)
-        for i, kv in enumerate(kvs)
-    ]
+async def pair(store: Store) -> AsyncIterator[Pair]:
+    """Two started elections on one store, each with its own connection."""
+    elections = [store.election(f"node-{i}", f"127.0.0.1:{4000 + i}") for i in range(2)]
     for e in elections:
         await e.start()
     try:
@@ -65,41 +119,32 @@ async def pair(
     finally:
         for e in elections:
             await e.stop()
-        kvs[0].delete_prefix("")
-        for kv in kvs:
-            kv.close()
 
 
-def leader_of(pair: tuple[EtcdElection, EtcdElection]) -> tuple[EtcdElection, EtcdElection]:
-    a, b = pair
-    assert a.is_leader != b.is_leader
-    return (a, b) if a.is_leader else (b, a)
-
-
-async def test_exactly_one_leader(pair: tuple[EtcdElection, EtcdElection], etcd_kv: EtcdKv) -> None:
+async def test_exactly_one_leader_and_the_follower_names_it(pair: Pair, store: Store) -> None:
     a, b = pair
     await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
-    # followers learn the leader from the key
     await wait_until(lambda: a.leader_addr() is not None and b.leader_addr() is not None, 5, "addr")
-    for _ in range(int(LEASE_SECS * 2 / 0.1)):  # across several keepalive rounds
+    for _ in range(int(LEASE_SECS * 2 / 0.1)):  # across several renewals
         assert [a.is_leader, b.is_leader].count(True) == 1
         await asyncio.sleep(0.1)
     leader, follower = leader_of(pair)
     assert follower.leader_addr() == leader.addr == leader.leader_addr()
     assert follower.term == leader.term != 0
-
-    stored = etcd_kv.get(ELECTION_KEY)
+    stored = store.kv.get(ELECTION_KEY)
     assert stored is not None
     assert json.loads(stored.value) == {
         "node": leader.node_name,
         "addr": leader.addr,
         "term": leader.term,
     }
+    # The leader's fence holds; the follower's never does.
+    assert store.kv.txn(leader.fence(), [Put("fenced", b"leader")]).succeeded
+    assert not store.kv.txn(follower.fence(), [Put("fenced", b"follower")]).succeeded
+    assert (got := store.kv.get("fenced")) is not None and got.value == b"leader"
 
 
-async def test_stopping_the_leader_hands_over_within_the_ttl(
-    pair: tuple[EtcdElection, EtcdElection],
-) -> None:
+async def test_stopping_the_leader_hands_over_at_once_under_a_new_term(pair: Pair) -> None:
     a, b = pair
     rec = {id(a): Recorder(), id(b): Recorder()}
     a.add_listener(rec[id(a)])
@@ -112,7 +157,7 @@ async def test_stopping_the_leader_hands_over_within_the_ttl(
 
     assert not leader.is_leader
     took = await wait_until(lambda: follower.is_leader, LEASE_SECS + 5, "the follower to take over")
-    # resigning revokes the lease, so the follower needs no lease expiry: one poll suffices
+    # Resigning ends the lease, so the follower needs no expiry wait: one poll suffices.
     assert took < LEASE_SECS
     assert follower.term != old_term
     await wait_until(lambda: rec[id(follower)].events == [True], 2, "the follower's listener")
@@ -120,47 +165,25 @@ async def test_stopping_the_leader_hands_over_within_the_ttl(
     assert rec[id(leader)].events[-1] is False
 
 
-async def test_revoked_lease_makes_the_leader_step_down(
-    pair: tuple[EtcdElection, EtcdElection], etcd_kv: EtcdKv
+async def test_a_lease_that_runs_out_deposes_the_leader_and_its_fence(
+    pair: Pair, store: Store
 ) -> None:
     a, b = pair
     await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
     leader, _ = leader_of(pair)
     lost = Recorder()
     leader.add_listener(lost)
-    deposed_term = leader.term
+    deposed = leader.term
+    fence = leader.fence()
+    assert store.kv.txn(fence, [Put("fenced", b"before")]).succeeded
 
-    # What a lease expiry looks like to the leader (keepalives stopped, or the leader
-    # was paused): the lease disappears under it.
-    etcd_kv.client.revoke_lease(deposed_term)
+    store.expire(leader)
 
     took = await wait_until(
-        lambda: not leader.is_leader or leader.term != deposed_term, LEASE_SECS + 2, "step-down"
+        lambda: not leader.is_leader or leader.term != deposed, LEASE_SECS + 2, "step-down"
     )
     assert took <= LEASE_SECS + 1
     await wait_until(lambda: False in lost.events, 2, "the loss to be announced")
-    # someone leads again, under a new term
-    await wait_until(lambda: a.is_leader or b.is_leader, LEASE_SECS + 5, "a new leader")
-    assert leader_of(pair)[0].term != deposed_term
-
-
-async def test_fence_fails_after_losing_leadership(
-    pair: tuple[EtcdElection, EtcdElection], etcd_kv: EtcdKv
-) -> None:
-    a, b = pair
-    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
-    leader, _ = leader_of(pair)
-    fence = leader.fence()
-    assert etcd_kv.txn(fence, [Put("fenced", b"while leader")]).succeeded
-
-    deposed = leader.term
-    etcd_kv.client.revoke_lease(deposed)
-
-    # Fenced immediately, before the deposed leader even noticed.
-    assert not etcd_kv.txn(fence, [Put("fenced", b"after loss")]).succeeded
-    stored = etcd_kv.get("fenced")
-    assert stored is not None
-    assert stored.value == b"while leader"
 
     def new_term() -> bool:
         return any(e.is_leader and e.term != deposed for e in pair) and not (
@@ -169,20 +192,21 @@ async def test_fence_fails_after_losing_leadership(
 
     await wait_until(new_term, LEASE_SECS + 5, "a leader under a new term")
     new_leader, _ = leader_of(pair)
-    assert not etcd_kv.txn(fence, [Put("fenced", b"old term")]).succeeded
-    assert etcd_kv.txn(new_leader.fence(), [Put("fenced", b"new term")]).succeeded
+    # The deposed term's writes fail in the store, whatever its process still believes.
+    assert not store.kv.txn(fence, [Put("fenced", b"deposed")]).succeeded
+    assert (got := store.kv.get("fenced")) is not None and got.value == b"before"
+    assert store.kv.txn(new_leader.fence(), [Put("fenced", b"new term")]).succeeded
 
 
-async def test_fence_of_a_never_elected_process_never_holds(etcd_kv: EtcdKv) -> None:
-    e = EtcdElection(etcd_kv, node_name="n", addr="127.0.0.1:1", lease_secs=LEASE_SECS)
+async def test_the_fence_of_a_never_elected_process_never_holds(store: Store) -> None:
+    e = store.election("n", "127.0.0.1:1")
     assert not e.is_leader
     assert e.leader_addr() is None
-    assert not etcd_kv.txn(e.fence(), [Put("x", b"1")]).succeeded
+    assert not store.kv.txn(e.fence(), [Put("x", b"1")]).succeeded
 
 
-async def test_unreachable_etcd_never_elects() -> None:
-    kv = EtcdKv("127.0.0.1:1", timeout=1)
-    e = EtcdElection(kv, node_name="n", addr="127.0.0.1:1", lease_secs=LEASE_SECS)
+async def test_an_unreachable_store_never_elects(store: Store) -> None:
+    e = store.unreachable()
     await e.start()
     try:
         await asyncio.sleep(1.5)
@@ -190,7 +214,20 @@ async def test_unreachable_etcd_never_elects() -> None:
         assert e.leader_addr() is None
     finally:
         await e.stop()
-        kv.close()
+
+
+async def test_a_stalled_event_loop_never_takes_over(store: Store) -> None:
+    wedged = store.election("wedged", "127.0.0.1:1", loop_stalled_for=lambda: 1e9)
+    await wedged.start()
+    try:
+        await asyncio.sleep(1.5)
+        assert not wedged.is_leader
+        assert store.kv.get(ELECTION_KEY) is None
+    finally:
+        await wedged.stop()
+
+
+# -- beside the contract: no store, and the builder ---------------------------------------------
 
 
 async def test_single_leader() -> None:
@@ -207,21 +244,26 @@ async def test_single_leader() -> None:
     assert rec.events == [True, False]
 
 
-async def test_build_election_picks_by_backend(etcd_kv: EtcdKv) -> None:
+async def test_build_election_picks_by_backend(etcd_endpoint: str, unique_prefix: str) -> None:
     settings = load_settings(
         http={"addr": "0.0.0.0:4123"}, election={"lease_secs": 3, "node_name": "n1"}
     )
-    etcd = build_election(settings, etcd_kv)
-    assert isinstance(etcd, EtcdElection)
-    assert (etcd.lease_secs, etcd.node_name) == (3, "n1")
-    assert etcd.addr.endswith(":4123") and not etcd.addr.startswith("0.0.0.0")
+    etcd_kv = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
+    try:
+        etcd = build_election(settings, etcd_kv)
+        assert isinstance(etcd, EtcdElection)
+        assert (etcd.lease_secs, etcd.node_name) == (3, "n1")
+        assert etcd.addr.endswith(":4123") and not etcd.addr.startswith("0.0.0.0")
 
-    advertised = load_settings(
-        http={"addr": "0.0.0.0:4123", "advertise_addr": "10.9.8.7:4123"},
-        election={"lease_secs": 3, "node_name": "n1"},
-    )
-    assert build_election(advertised, etcd_kv).leader_addr() is None  # not leading yet
-    assert cast(EtcdElection, build_election(advertised, etcd_kv)).addr == "10.9.8.7:4123"
+        advertised = load_settings(
+            http={"addr": "0.0.0.0:4123", "advertise_addr": "10.9.8.7:4123"},
+            election={"lease_secs": 3, "node_name": "n1"},
+        )
+        assert build_election(advertised, etcd_kv).leader_addr() is None  # not leading yet
+        built = build_election(advertised, etcd_kv)
+        assert isinstance(built, EtcdElection) and built.addr == "10.9.8.7:4123"
+    finally:
+        etcd_kv.close()
     with pytest.raises(ConfigError):
         load_settings(http={"advertise_addr": "no-port"})
 
@@ -233,224 +275,3 @@ async def test_build_election_picks_by_backend(etcd_kv: EtcdKv) -> None:
         assert single.addr == "10.1.2.3:4000"
     finally:
         sql.close()
-
-
-class TcpProxy:
-    """A loopback TCP proxy to etcd whose cut() drops every connection (a network fault)
-    and whose hold() delays every byte for a while (a slow network or a slow etcd)."""
-
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self.target = (host, int(port))
-        self.server: asyncio.Server | None = None
-        self.writers: list[asyncio.StreamWriter] = []
-        self.flowing = asyncio.Event()
-        self.flowing.set()
-
-    async def hold(self, seconds: float) -> None:
-        self.flowing.clear()
-        await asyncio.sleep(seconds)
-        self.flowing.set()
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"127.0.0.1:{port}"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers += [writer, up_writer]
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    await self.flowing.wait()
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    async def cut(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for w in self.writers:
-            w.transport.abort()
-        await self.server.wait_closed()
-
-
-async def proxied_election(
-    etcd_endpoint: str, prefix: str, lease: int
-) -> tuple[TcpProxy, EtcdKv, EtcdElection, Recorder]:
-    """A started election that reaches etcd through a `TcpProxy`, with a listener recorder."""
-    proxy = TcpProxy(etcd_endpoint)
-    kv = EtcdKv(await proxy.start(), f"{prefix}/", timeout=1)
-    election = EtcdElection(kv, node_name="n", addr="127.0.0.1:4000", lease_secs=lease)
-    recorder = Recorder()
-    election.add_listener(recorder)
-    await election.start()
-    return proxy, kv, election, recorder
-
-
-async def test_a_keepalive_timing_out_within_the_lease_keeps_leadership(
-    etcd_endpoint: str, unique_prefix: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    lease = 3  # renewals every 1 s, each with a 1 s deadline
-    proxy, kv, e, rec = await proxied_election(etcd_endpoint, unique_prefix, lease)
-    try:
-        await wait_until(lambda: e.is_leader, 10, "leadership")
-        term = e.term
-        # Start right after a renewal, and hold long enough that the next one times out
-        # (1 s later, 1 s deadline), but not so long that its retries outlast the lease.
-        renewed = e._deadline
-        await wait_until(lambda: e._deadline != renewed, lease, "a renewal")
-        await proxy.hold(lease * 0.7)
-        for _ in range(int(lease / 0.1)):
-            await asyncio.sleep(0.1)
-            assert e.is_leader and e.term == term
-        assert rec.events == [True]
-        assert "keepalive failed, retrying" in caplog.text  # the hold did cost a renewal
-    finally:
-        await e.stop()
-        kv.close()
-
-
-async def test_leader_steps_down_when_keepalives_fail(
-    etcd_endpoint: str, unique_prefix: str
-) -> None:
-    proxy, kv, e, rec = await proxied_election(etcd_endpoint, unique_prefix, LEASE_SECS)
-    direct = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
-    try:
-        await wait_until(lambda: e.is_leader, 10, "leadership")
-        fence = e.fence()
-
-        await proxy.cut()
-
-        # is_leader turns False within one TTL of the last renewal, whatever the RPCs do.
-        took = await wait_until(lambda: not e.is_leader, LEASE_SECS + 1, "step-down")
-        assert took <= LEASE_SECS + 1
-        await wait_until(lambda: rec.events == [True, False], LEASE_SECS + 2, "loss announced")
-        # and etcd expires the key, so the old fence no longer holds
-        await wait_until(lambda: direct.get(ELECTION_KEY) is None, LEASE_SECS + 2, "key expiry")
-        assert not direct.txn(fence, [Put("x", b"1")]).succeeded
-    finally:
-        await e.stop()
-        kv.close()
-        direct.delete_prefix("")
-        direct.close()
-
-
-def busy(seconds: float) -> None:
-    """Hold the event loop with CPU work (pure Python: it yields the GIL to other threads)."""
-    end = time.monotonic() + seconds
-    x = 0
-    while time.monotonic() < end:
-        x += 1
-
-
-@pytest.fixture
-async def watched(
-    etcd_endpoint: str, unique_prefix: str
-) -> AsyncIterator[tuple[EtcdElection, EtcdElection, LoopLagMonitor]]:
-    """A leader whose watchdog watches this test's event loop, and a follower without one
-    (it stands in for another process, whose loop is not the one blocked here)."""
-    monitor = LoopLagMonitor()
-    await monitor.start()
-    kvs = [EtcdKv(etcd_endpoint, f"{unique_prefix}/") for _ in range(2)]
-    leader = EtcdElection(
-        kvs[0],
-        node_name="watched",
-        addr="127.0.0.1:4000",
-        lease_secs=LEASE_SECS,
-        loop_stalled_for=monitor.stalled_for,
-    )
-    follower = EtcdElection(kvs[1], node_name="other", addr="127.0.0.1:4001", lease_secs=LEASE_SECS)
-    await leader.start()
-    try:
-        await wait_until(lambda: leader.is_leader, 10, "leadership")
-        await follower.start()
-        await wait_until(lambda: follower.leader_addr() == leader.addr, 5, "the follower to see it")
-        yield leader, follower, monitor
-    finally:
-        await leader.stop()
-        await follower.stop()
-        await monitor.stop()
-        kvs[0].delete_prefix("")
-        for kv in kvs:
-            kv.close()
-
-
-async def test_a_busy_event_loop_keeps_leadership(
-    watched: tuple[EtcdElection, EtcdElection, LoopLagMonitor],
-) -> None:
-    leader, follower, monitor = watched
-    rec = Recorder()
-    leader.add_listener(rec)
-    term = leader.term
-
-    busy(2 * LEASE_SECS)  # twice the lease, below the watchdog's 3x
-
-    assert monitor.stalled_for() >= 2 * LEASE_SECS - 0.5
-    assert leader.is_leader and leader.term == term
-    assert not follower.is_leader
-    for _ in range(int(LEASE_SECS / 0.1)):  # and it stays so: no step-down queued behind
-        await asyncio.sleep(0.1)
-        assert leader.is_leader and leader.term == term
-    assert rec.events == []
-    assert monitor.max_lag >= 2 * LEASE_SECS - 0.5
-
-
-async def test_a_wedged_event_loop_hands_over_past_the_watchdog(
-    watched: tuple[EtcdElection, EtcdElection, LoopLagMonitor], etcd_endpoint: str
-) -> None:
-    leader, follower, _ = watched
-    rec = Recorder()
-    leader.add_listener(rec)
-    term = leader.term
-    fence = leader.fence()
-    assert leader.watchdog_secs == 3 * LEASE_SECS
-
-    busy(leader.watchdog_secs + LEASE_SECS + 1.5)  # past the bound, then time to hand over
-
-    assert not leader.is_leader
-    assert follower.is_leader and follower.term != term
-    await wait_until(lambda: rec.events == [False], 2, "the loss to be announced")
-    direct = EtcdKv(etcd_endpoint, leader._kv.key_prefix)
-    try:
-        assert not direct.txn(fence, [Put("after-wedge", b"1")]).succeeded
-    finally:
-        direct.close()
-    # Once the loop runs again it may lead again later, but never under the old term.
-    await asyncio.sleep(LEASE_SECS)
-    assert not (leader.is_leader and follower.is_leader)
-    assert leader.term != term
-
-
-async def test_a_follower_names_the_advertised_address_of_a_leader_bound_to_every_interface(
-    etcd_endpoint: str, unique_prefix: str
-) -> None:
-    """#12: a leader bound to 0.0.0.0 is named by its `http.advertise_addr`, not by the
-    wildcard or its host name, in what followers answer (421s and the heartbeat's leader)."""
-    kvs = [EtcdKv(etcd_endpoint, f"{unique_prefix}/") for _ in range(2)]
-    bound_everywhere = load_settings(
-        http={"addr": "0.0.0.0:4123", "advertise_addr": "10.9.8.7:4123"},
-        election={"lease_secs": LEASE_SECS, "node_name": "leader"},
-    )
-    leader = build_election(bound_everywhere, kvs[0])
-    follower = EtcdElection(kvs[1], node_name="follower", addr="127.0.0.1:4999", lease_secs=3)
-    try:
-        await leader.start()
-        await wait_until(lambda: leader.is_leader, 10, "the first election leads")
-        await follower.start()
-        await wait_until(lambda: follower.leader_addr() is not None, 10, "the follower sees it")
-        assert not follower.is_leader
-        assert follower.leader_addr() == "10.9.8.7:4123"
-    finally:
-        await follower.stop()
-        await leader.stop()
-        kvs[0].delete_prefix("")
-        for kv in kvs:
-            kv.close()
