@@ -2,24 +2,27 @@
 
 `monitored_pair` (one per module) runs two `metasrv start` replicas on etcd (a test's own key
 prefix, ticker off, a 4 KiB flush trigger, the stat history pointed at a file so its writer
-fails every round) and a Prometheus (Debian's package) scraping both every second with
-deploy/prometheus/alerts.yml loaded. Tests drive it with simulated datanodes.
+fails every round), whichever is elected being the leader, and a Prometheus (Debian's
+package) scraping both every second with deploy/prometheus/alerts.yml loaded. Tests drive it
+with simulated datanodes.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from tests.deploy._prometheus import PrometheusServer, system_binary
 from tests.toolbox.simulator._metasrv import VIEWER, settings, start_metasrv
-from toolbox.simulator import MetasrvProcess, free_port
+from toolbox.simulator import MetasrvProcess, free_port, render_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ALERT_RULES = DEPLOY / "prometheus" / "alerts.yml"
@@ -46,6 +49,11 @@ class MonitoredPair:
         return proc.url.removeprefix("http://")
 
 
+def _is_leader(proc: MetasrvProcess) -> bool:
+    answer = httpx.get(f"{proc.url}/readyz", timeout=5.0)
+    return answer.status_code == 200 and answer.json().get("is_leader") is True
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
     """Path of `promtool` (from the prometheus package); fails with how to install it."""
@@ -62,12 +70,12 @@ def monitored_pair(
     prefix = f"t{uuid.uuid4().hex[:8]}"
     kv = {"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": f"/{prefix}/"}
     history = f"sqlite:///{tmp / 'history.db'}"
-    # A regular file where the stat history wants a directory: every round of the leader's
+    # A regular file where the stat history wants a directory: every round of each replica's
     # stat history writer fails, so metasrv_background_task_errors_total is exported.
     not_a_dir = tmp / "stats-is-a-file"
     not_a_dir.write_text("")
 
-    def replica(name: str) -> MetasrvProcess:
+    def replica(name: str, *, migrate: bool) -> MetasrvProcess:
         sections = settings(
             prefix,
             kafka_bootstrap,
@@ -80,25 +88,34 @@ def monitored_pair(
         )
         sections["history"]["stats_url"] = str(not_a_dir)
         sections["reconcile"] = {"stat_history_interval": "1s"}
-        return start_metasrv(tmp, name, sections)
+        if migrate:
+            return start_metasrv(tmp, name, sections)
+        config = tmp / f"{name}.toml"  # the history database is shared and migrated once
+        config.write_text(render_config(sections))
+        return MetasrvProcess(config, tmp / f"{name}.log", f"http://{sections['http']['addr']}")
 
-    leader, follower = replica("leader"), replica("follower")
+    replicas = [replica("replica-a", migrate=True), replica("replica-b", migrate=False)]
     # Started first: its first scrapes come seconds after it starts, while the replicas do.
     prometheus = PrometheusServer.start(
         tmp / "prometheus",
-        targets=[MonitoredPair.instance(leader), MonitoredPair.instance(follower)],
+        targets=[MonitoredPair.instance(r) for r in replicas],
         rule_files=[ALERT_RULES],
         bearer_token=VIEWER,
     )
     try:
-        leader.start()
-        follower.start(expect_leader=False)
+        # Both at once (2 cores: the wait is mostly imports); whichever is elected leads.
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda r: r.start(expect_leader=False), replicas))
+        leader = prometheus.wait_until(
+            lambda: next((r for r in replicas if _is_leader(r)), None), 30, "a leader"
+        )
+        (follower,) = (r for r in replicas if r is not leader)
         prometheus.wait_for_targets()
         yield MonitoredPair(leader, follower, prometheus, prefix)
     finally:
         prometheus.stop()
-        follower.stop()
-        leader.stop()
+        for r in replicas:
+            r.stop()
         etcd = EtcdKv(etcd_endpoint, f"/{prefix}/")
         etcd.delete_prefix("")
         etcd.close()
