@@ -195,8 +195,6 @@ def _require(access: Access) -> Any:
     return Depends(check)
 
 
-RequireDatanode = _require(Access.DATANODE)
-"""Route dependency: datanode endpoints."""
 RequireReplay = _require(Access.REPLAY)
 """Route dependency: replay start (datanode or operator)."""
 RequireOperator = _require(Access.OPERATOR)

@@ -57,11 +57,6 @@ def topic_region(topic: str, region_id: int) -> str:
     return f"{TOPIC_REGION_PREFIX}{topic}/{region_id}"
 
 
-def topic_region_prefix(topic: str) -> str:
-    """Prefix of every region mapped to `topic`."""
-    return f"{TOPIC_REGION_PREFIX}{topic}/"
-
-
 def parse_topic_region(key: str) -> tuple[str, int]:
     """Inverse of `topic_region`: (topic, region_id)."""
     rest = key[len(TOPIC_REGION_PREFIX) :]

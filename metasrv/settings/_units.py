@@ -52,16 +52,3 @@ def parse_size(value: str | int) -> int:
         raise ValueError(f"invalid size {value!r}: use e.g. '512MB', '16MiB', '1024'")
     unit = (match.group(2) or "b").lower()
     return int(float(match.group(1)) * _SIZE_FACTOR[unit])
-
-
-def format_duration(seconds: float) -> str:
-    """Render seconds the way the configuration writes them."""
-    if seconds == 0:
-        return "0s"
-    if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    if seconds % 3600 == 0:
-        return f"{int(seconds // 3600)}h"
-    if seconds % 60 == 0:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"

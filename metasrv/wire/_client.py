@@ -232,10 +232,6 @@ class MetasrvClient:
         params = {"topic": topic, "kind": kind, "limit": limit}
         return self._get(wire.WalEventList, "GET", "/v1/events", params=params).events
 
-    def metrics_text(self) -> str:
-        """`GET /metrics` in the Prometheus text format."""
-        return self._request("GET", "/metrics").text
-
     # --- operator side ---
 
     def purge(self, topics: Sequence[str] | None = None) -> list[str]:
