@@ -1,8 +1,8 @@
 """Prune planning at scale: 1,000,000 regions over 1,024 topics, target <= 1 s.
 
 Times `procedures.wal_purge.plan_topics` over the topic-region map (routes grouped by
-topic, as `TopicRegionMap.routes_by_topic()` holds them) and a registry snapshot (as the API
-and the ticker use it), median of `--runs`. Every region has a fresh stat except a few
+topic, as `TopicRegionMap.routes_by_topic()` holds them) and a copy of the leader's stat
+table, median of `--runs`. Every region has a fresh stat except a few
 that are missing or stale, so the planner walks every region. The baseline is the naive
 plan: for each topic, scan ALL regions for the ones mapped to it. It is timed on
 `--baseline-topics` topics and extrapolated to all of them (running it in full takes
@@ -19,10 +19,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Mapping
 
-from metasrv.leader import RegionRegistry, StatRow
-from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan, prunable_entry_id
+from metasrv.leader import StatRow, StatTable, TopicRows
+from metasrv.model import PartitionOffsets, RegionRoute, TopicPlan, prunable_entry_id
 from procedures.wal_purge import plan_topic, plan_topics
 
 TARGET_SECONDS = 1.0
@@ -31,13 +30,14 @@ STAT_TTL = 30.0
 
 def build(
     regions: int, topics: int
-) -> tuple[dict[str, dict[int, RegionRoute]], RegionRegistry, dict[str, PartitionOffsets], float]:
+) -> tuple[dict[str, dict[int, RegionRoute]], StatTable, dict[str, PartitionOffsets], float]:
     names = [f"wal_{t}" for t in range(topics)]
     now = time.monotonic()
     # As the topic-region map keeps them: topic -> {region id: route}.
     by_topic: dict[str, dict[int, RegionRoute]] = {t: {} for t in names}
-    registry = RegionRegistry()
-    rows: dict[str, dict[int, StatRow]] = {t: {} for t in names}
+    table = StatTable()
+    region_ids: list[int] = []
+    rows: list[StatRow] = []
     for i in range(regions):
         topic = names[i % topics]
         region_id = (1024 + i // 1000) << 32 | (i % 1000)
@@ -47,25 +47,28 @@ def build(
         age = 100.0 if i % 199_999 == 0 else 1.0  # and a few are stale
         latest = 50_000 + i % 7 if i % 3 == 0 else None
         flushed = 10_000 + i % 10_000
-        rows[topic][region_id] = StatRow(
-            i % 50,
-            topic,
-            flushed,
-            latest,
-            0 if latest is not None else 1 << 20,
-            3,
-            now - age,
-            prunable_entry_id(flushed, latest, 0 if latest is not None else 1 << 20),
+        region_ids.append(region_id)
+        rows.append(
+            StatRow(
+                i % 50,
+                topic,
+                flushed,
+                latest,
+                0 if latest is not None else 1 << 20,
+                3,
+                now - age,
+                prunable_entry_id(flushed, latest, 0 if latest is not None else 1 << 20),
+            )
         )
-    registry.put_topic_rows(rows)
+    table.put_many(region_ids, rows)
     offsets = {t: PartitionOffsets(log_start_offset=5_000, high_watermark=60_000) for t in names}
-    return by_topic, registry, offsets, now
+    return by_topic, table, offsets, now
 
 
 def naive_plan(
     topic: str,
     all_routes: list[RegionRoute],
-    stats: Mapping[int, RegionStat],
+    stats: TopicRows,
     now: float,
     offsets: PartitionOffsets,
 ) -> TopicPlan:
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
-    by_topic, registry, offsets, now = build(args.regions, args.topics)
+    by_topic, table, offsets, now = build(args.regions, args.topics)
     build_s = time.perf_counter() - t0
 
     plan_times: list[float] = []
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     plans: dict[str, TopicPlan] = {}
     for _ in range(args.runs):
         start = time.perf_counter()
-        stats = registry.snapshot()
+        stats = table.copy()  # what the leader's stats are copied into for a plan
         taken = time.perf_counter()
         plans = plan_topics(
             by_topic,
@@ -113,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # Baseline on a few topics, extrapolated; the plans must agree.
     all_routes = [r for routes in by_topic.values() for r in routes.values()]
-    stats = registry.snapshot()
+    stats = table.copy()
     sample = list(by_topic)[: args.baseline_topics]
     start = time.perf_counter()
     for topic in sample:
-        assert naive_plan(topic, all_routes, stats, now, offsets[topic]) == plans[topic]
+        rows = stats.topic_rows(topic)
+        assert naive_plan(topic, all_routes, rows, now, offsets[topic]) == plans[topic]
     per_topic = (time.perf_counter() - start) / len(sample)
     baseline_s = per_topic * args.topics
 

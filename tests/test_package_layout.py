@@ -192,12 +192,6 @@ PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("tests/metasrv/test_kafka_answers.py", "procedures.wal_purge._batcher._Coalescer"): (
         "checks the offsets coalescer without Kafka; procedures.wal_purge does not export it"
     ),
-    ("tests/procedures/test_prune_plan.py", "procedures.wal_purge._plan._lowest_if_unblocked"): (
-        "property: the planner's fast path and its region-by-region scan agree (both internal)"
-    ),
-    ("tests/procedures/test_prune_plan.py", "procedures.wal_purge._plan._scan"): (
-        "property: the planner's fast path and its region-by-region scan agree (both internal)"
-    ),
 }
 """(module, imported target) -> why it cannot go through the package's public names. The list
 only shrinks: an entry no longer needed fails the test."""

@@ -229,10 +229,10 @@ class RegionRegistry:
         """Every region's latest stat as of now (a copy; later heartbeats do not show)."""
         return _snapshot_of(self.table.copy())
 
-    def topic_snapshot(self, topic: str) -> StatSnapshot:
+    def topic_snapshot(self, topic: str) -> TopicRows:
         """The latest stats naming `topic`, as of now: a copy of one topic's rows only
-        (what a single-topic plan needs; far cheaper than `snapshot()` at scale)."""
-        return _snapshot_of(self.table.copy([topic]))
+        (later heartbeats do not show)."""
+        return self.table.copy([topic]).topic_rows(topic)
 
     def view(self) -> StatSnapshot:
         """Every region's latest stat, live for the rows of each topic; do not hold it

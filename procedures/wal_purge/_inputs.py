@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from metasrv.errors import MetasrvError, NotFound
-from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
+from metasrv.model import PartitionOffsets, RegionRoute, TopicPlan
 from procedures.wal_purge._marker import read_marker
-from procedures.wal_purge._plan import plan_topic
+from procedures.wal_purge._plan import TopicStats, plan_topic
 from procedures.wal_purge._services import PurgeServices
 
 logger = logging.getLogger(__name__)
@@ -38,8 +38,8 @@ class PlanInputs:
     plan: TopicPlan
     routes: tuple[RegionRoute, ...]
     """Every region mapped to the topic."""
-    stats: Mapping[int, RegionStat]
-    """The topic's rows of the registry when planned."""
+    stats: TopicStats
+    """The stats naming the topic when planned (a copy of the registry's rows)."""
 
 
 async def _plan(

@@ -32,18 +32,18 @@ run (`GET /v1/plan`) shows the P a purge started now would use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, KeysView, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
+from typing import Protocol
 
 import numpy as np
 
-from metasrv.leader import StatRow, StatSnapshot, TopicRows, row_of
+from metasrv.leader import StatRow
 from metasrv.model import (
     BlockingRegion,
     PartitionOffsets,
     RegionRoute,
-    RegionStat,
     TopicPlan,
     TopicStat,
 )
@@ -54,10 +54,46 @@ STALE_STAT = BlockReason.STALE_STAT.value
 RETENTION_OVERRUN = BlockReason.RETENTION_OVERRUN.value
 
 
+class TopicStats(Protocol):
+    """The stored stats of the regions that reported on one topic, as the planner reads
+    them (`metasrv.leader.TopicRows`: one topic's rows of the leader's stat table). A
+    region whose stat names another topic is not among them."""
+
+    def __len__(self) -> int: ...
+
+    def keys(self) -> KeysView[int]:
+        """The regions with a stat."""
+        ...
+
+    def get(self, region_id: int, /) -> StatRow | None:
+        """The region's stat, None when it has none."""
+        ...
+
+    def rows_of(self, region_ids: list[int]) -> list[StatRow | None]:
+        """Each region's stat, None where it has none."""
+        ...
+
+    def columns_of(self, region_ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per region: whether it has a stat, and the stat's `received_at` and
+        `prunable_entry_id` (meaningless where it has none), a column each."""
+        ...
+
+    def lowest_prunable(self, fresh_after: float) -> int | None:
+        """The lowest `prunable_entry_id` over every stat, or None when there is none or
+        one was received before `fresh_after`."""
+        ...
+
+
+class StatsByTopic(Protocol):
+    """Every topic's `TopicStats` (`metasrv.leader.StatTable`, a copy of the leader's)."""
+
+    def topic_rows(self, topic: str) -> TopicStats: ...
+
+
 def plan_topic(
     topic: str,
     routes: Iterable[RegionRoute] | Mapping[int, RegionRoute],
-    stats: Mapping[int, RegionStat],
+    stats: TopicStats,
     *,
     now: float,
     stat_ttl: float,
@@ -67,16 +103,15 @@ def plan_topic(
     """Plan one topic from the regions mapped to it and their latest stats.
 
     `routes` must be every region mapped to `topic` (RegionRoutes, or a mapping region
-    id -> RegionRoute as the topic-region map keeps them); `stats` may hold any regions (only
-    mapped ones are read; a `RegionRegistry.snapshot()` is read without building a
-    `RegionStat` per region). `now` and each stat's `received_at` are
-    `time.monotonic()` values. Returns `prune_point=None` when the topic has no regions
-    or is blocked.
+    id -> RegionRoute as the topic-region map keeps them); `stats` are the stats that
+    name `topic` (a region whose stat names another topic has none here). `now` and each
+    stat's `received_at` are `time.monotonic()` values. Returns `prune_point=None` when
+    the topic has no regions or is blocked.
     """
     log_start = offsets.log_start_offset if offsets is not None else None
     high_watermark = offsets.high_watermark if offsets is not None else None
     # Ages above this are stale; comparing received_at to one threshold avoids a
-    # subtraction per region (this loop runs once per region, up to millions of times).
+    # subtraction per region.
     fresh_after = now - stat_ttl
     # A needed entry is lost when log_start > max(prunable, marker) + 1, i.e. when
     # prunable < log_start - 1 and the marker is too; a marker at or above that bound
@@ -91,29 +126,18 @@ def plan_topic(
     lowest: int | None = None
     blocked: list[BlockingRegion] = []
     lost: list[int] = []
-    bucket = stats.topic_rows(topic) if isinstance(stats, StatSnapshot) else None
     if count:
-        if bucket is not None:
-            mapped = routes.keys() if isinstance(routes, Mapping) else set(ids)
-            if len(bucket) == count and bucket.keys() == mapped:
-                # Fast path: the rows naming this topic are exactly the mapped regions'.
-                if isinstance(bucket, TopicRows):
-                    lowest = bucket.lowest_prunable(fresh_after)  # a column at a time
-                    if lowest is not None and loss_below is not None and lowest < loss_below:
-                        lowest = None
-                else:
-                    values: list[StatRow | None] = list(bucket.values())
-                    lowest = _lowest_if_unblocked(values, topic, fresh_after, loss_below)
+        mapped = routes.keys() if isinstance(routes, Mapping) else set(ids)
+        if len(stats) == count and stats.keys() == mapped:
+            # Fast path: the stats naming this topic are exactly the mapped regions'.
+            lowest = stats.lowest_prunable(fresh_after)  # a column at a time
+            if lowest is not None and loss_below is not None and lowest < loss_below:
+                lowest = None
         if lowest is None:
-            if bucket is not None and not bucket:  # no row names the topic (a new leader)
+            if not len(stats):  # no stat names the topic (a new leader)
                 blocked = list(map(BlockingRegion, ids, repeat(NO_STAT)))
-            elif isinstance(bucket, TopicRows):
-                lowest, blocked, lost = _scan_columns(ids, bucket, fresh_after, loss_below)
             else:
-                rows = rows_of(stats, topic, ids)
-                lowest = _lowest_if_unblocked(rows, topic, fresh_after, loss_below)
-                if lowest is None:
-                    lowest, blocked, lost = _scan(ids, rows, topic, fresh_after, loss_below)
+                lowest, blocked, lost = _scan(ids, stats, fresh_after, loss_below)
 
     prune_point: int | None = None
     if count and not blocked and lowest is not None:
@@ -136,63 +160,21 @@ def plan_topic(
     )
 
 
-def _lowest_if_unblocked(
-    rows: list[StatRow | None], topic: str, fresh_after: float, loss_below: int | None
-) -> int | None:
-    """The topic's lowest prunable id when no region blocks it, else None (then `_scan`
-    finds the blockers). Every step is a C-level pass over the rows: this is what keeps a
-    million regions under a second; `_scan` states the same rules region by region."""
-    if not rows or None in rows:
-        return None
-    present: list[StatRow] = rows  # type: ignore[assignment]  # no None: checked above
-    if set(map(_topic_of, present)) != {topic}:
-        return None
-    if min(map(_received_of, present)) < fresh_after:
-        return None
-    lowest: int = min(map(_prunable_of, present))
-    if loss_below is not None and lowest < loss_below:
-        return None
-    return lowest
+_REASONS: tuple[str, ...] = ("", NO_STAT, STALE_STAT, RETENTION_OVERRUN)
+"""Blocking reasons by the codes `_scan` gives them (0: not blocked)."""
 
 
 def _scan(
-    region_ids: Sequence[int],
-    rows: list[StatRow | None],
-    topic: str,
-    fresh_after: float,
-    loss_below: int | None,
+    region_ids: list[int], stats: TopicStats, fresh_after: float, loss_below: int | None
 ) -> tuple[int | None, list[BlockingRegion], list[int]]:
-    """Region by region: (lowest prunable id, blockers, regions with data loss)."""
-    lowest: int | None = None
-    blocked: list[BlockingRegion] = []
-    lost: list[int] = []
-    for region_id, row in zip(region_ids, rows, strict=True):
-        if row is None or row.topic != topic:
-            blocked.append(BlockingRegion(region_id, NO_STAT))
-            continue
-        if row.received_at < fresh_after:
-            blocked.append(BlockingRegion(region_id, STALE_STAT))
-            continue
-        prunable = row.prunable_entry_id
-        if loss_below is not None and prunable < loss_below:
-            lost.append(region_id)
-            blocked.append(BlockingRegion(region_id, RETENTION_OVERRUN))
-        if lowest is None or prunable < lowest:
-            lowest = prunable
-    return lowest, blocked, lost
+    """Region by region, a column at a time (what a new leader plans while a million
+    regions have not all reported): (the lowest prunable id of the fresh stats, the
+    blocking regions in `region_ids` order, the regions with data loss).
 
-
-_REASONS: tuple[str, ...] = ("", NO_STAT, STALE_STAT, RETENTION_OVERRUN)
-"""Blocking reasons by the codes `_scan_columns` gives them (0: not blocked)."""
-
-
-def _scan_columns(
-    region_ids: list[int], rows: TopicRows, fresh_after: float, loss_below: int | None
-) -> tuple[int | None, list[BlockingRegion], list[int]]:
-    """`_scan`'s rules a column at a time, over the registry's rows of the topic (what a
-    new leader plans while a million regions have not all reported): the same lowest id,
-    blockers in the same order, the same regions with data loss."""
-    found, received, prunable = rows.columns_of(region_ids)
+    A region without a stat is `no_stat`; one received before `fresh_after` is
+    `stale_stat`; a fresh one whose prunable id is below `loss_below` lost entries it
+    needs (`retention_overrun`)."""
+    found, received, prunable = stats.columns_of(region_ids)
     stale = found & (received < fresh_after)
     counted = found & ~stale
     lowest = int(prunable[counted].min()) if counted.any() else None
@@ -214,33 +196,6 @@ def _scan_columns(
 
 
 _region_id = attrgetter("region_id")
-_topic_of = attrgetter("topic")
-_received_of = attrgetter("received_at")
-_prunable_of = attrgetter("prunable_entry_id")
-
-
-def rows_of(stats: Mapping[int, RegionStat], topic: str, ids: list[int]) -> list[StatRow | None]:
-    """`row_getter` for every id of `ids`; a registry snapshot's rows are built a column
-    at a time."""
-    if isinstance(stats, StatSnapshot):
-        bucket = stats.topic_rows(topic)
-        if isinstance(bucket, TopicRows):
-            return bucket.rows_of(ids)
-    return list(map(row_getter(stats, topic), ids))
-
-
-def row_getter(stats: Mapping[int, RegionStat], topic: str) -> Callable[[int], StatRow | None]:
-    """Region id -> stored row. A registry snapshot hands over the rows naming `topic`
-    (a region whose row names another topic reads as missing, which is what the topic
-    check would make of it anyway); any other mapping is converted per lookup."""
-    if isinstance(stats, StatSnapshot):
-        return stats.topic_rows(topic).get
-
-    def convert(region_id: int) -> StatRow | None:
-        stat = stats.get(region_id)
-        return None if stat is None else row_of(stat)
-
-    return convert
 
 
 def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | None) -> int:
@@ -257,7 +212,7 @@ def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | N
 
 def plan_topics(
     routes_by_topic: Mapping[str, Collection[RegionRoute] | Mapping[int, RegionRoute]],
-    stats: Mapping[int, RegionStat],
+    stats: StatsByTopic,
     *,
     now: float,
     stat_ttl: float,
@@ -276,7 +231,7 @@ def plan_topics(
         topic: plan_topic(
             topic,
             routes_by_topic.get(topic, ()),
-            stats,
+            stats.topic_rows(topic),
             now=now,
             stat_ttl=stat_ttl,
             pruned_entry_id=pruned_entry_ids.get(topic),
@@ -287,9 +242,8 @@ def plan_topics(
 
 
 def flush_candidates(
-    topic: str,
     routes: Sequence[RegionRoute],
-    stats: Mapping[int, RegionStat],
+    stats: TopicStats,
     *,
     topic_stat: TopicStat | None,
     high_watermark: int | None,
@@ -303,10 +257,10 @@ def flush_candidates(
     if high_watermark is not None:
         latest = max(latest, high_watermark - 1)
     avg = topic_stat.avg_record_size
-    rows = rows_of(stats, topic, [route.region_id for route in routes])
+    rows = stats.rows_of([route.region_id for route in routes])
     out = []
     for route, row in zip(routes, rows, strict=True):
-        if row is None or row.topic != topic:
+        if row is None:
             continue
         replay = int(max(0, latest - row.prunable_entry_id) * avg)
         if replay > trigger_bytes:

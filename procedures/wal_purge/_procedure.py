@@ -157,7 +157,6 @@ def flush_targets(services: PurgeServices, inputs: PlanInputs) -> tuple[FlushTar
     """The plan's regions whose estimated replay bytes exceed `wal.flush_trigger_size`."""
     topic = inputs.plan.topic
     found = flush_candidates(
-        topic,
         inputs.routes,
         inputs.stats,
         topic_stat=services.registry.topic_stat(topic),

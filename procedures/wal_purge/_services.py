@@ -18,17 +18,19 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import KvBackend
 from metasrv.leader import TopicLocks
 from metasrv.metrics import Metrics
-from metasrv.model import RegionRoute, RegionStat, TopicStat
+from metasrv.model import RegionRoute, TopicStat
 from metasrv.settings import Settings
 from procedures import GroupCommitter, History, LeaderFence, ProcedureStore
 from procedures.wal_purge._batcher import KafkaBatcher
+from procedures.wal_purge._plan import TopicStats
 
 
 class StatSource(Protocol):
-    """The leader's in-memory region and topic stats (metasrv/registry.py)."""
+    """The leader's in-memory region and topic stats (`metasrv.leader.RegionRegistry`)."""
 
-    def topic_snapshot(self, topic: str) -> Mapping[int, RegionStat]:
-        """Latest stat of every region that reported on `topic` (cheap: one topic's rows)."""
+    def topic_snapshot(self, topic: str) -> TopicStats:
+        """Latest stat of every region that reported on `topic`, as of now (a copy of one
+        topic's rows: later heartbeats do not show)."""
         ...
 
     def topic_stat(self, topic: str) -> TopicStat | None:

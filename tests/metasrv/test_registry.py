@@ -195,7 +195,7 @@ def test_topic_snapshot_copies_one_topic() -> None:
     one = reg.topic_snapshot("a")
     reg.update([stat(1, 9, topic="a")])
     assert list(one) == [1]
-    assert one[1] == stat(1, 5, topic="a")
+    assert one[1] == row_of(stat(1, 5, topic="a"))
     assert reg.topic_snapshot("zzz") == {}
 
 

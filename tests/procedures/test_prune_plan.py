@@ -1,11 +1,14 @@
-"""The prune plan's rules (DESIGN §1-2): exhaustive cases plus properties over random maps."""
+"""The prune plan's rules (DESIGN §1-2): exhaustive cases plus properties over random maps.
+
+Stats reach the planner as the leader keeps them: rows of a `StatTable`, one topic's at a
+time (`TopicStats`)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metasrv.leader import RegionRegistry
+from metasrv.leader import RegionRegistry, StatTable, row_of
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
 from procedures.wal_purge import (
     NO_STAT,
@@ -15,7 +18,6 @@ from procedures.wal_purge import (
     plan_topic,
     plan_topics,
 )
-from procedures.wal_purge._plan import _lowest_if_unblocked, _scan
 
 TOPIC = "wal_0"
 NOW = 1000.0
@@ -46,6 +48,13 @@ def stat(
     )
 
 
+def table_of(stats: list[RegionStat]) -> StatTable:
+    """The stats as the leader's table holds them, each row under the topic it names."""
+    table = StatTable()
+    table.put_many([s.region_id for s in stats], [row_of(s) for s in stats])
+    return table
+
+
 def plan(
     routes: list[RegionRoute],
     stats: list[RegionStat],
@@ -56,7 +65,7 @@ def plan(
     return plan_topic(
         TOPIC,
         routes,
-        {s.region_id: s for s in stats},
+        table_of(stats).topic_rows(TOPIC),
         now=NOW,
         stat_ttl=TTL,
         pruned_entry_id=pruned,
@@ -278,7 +287,7 @@ def test_retention_past_the_marker_is_still_data_loss() -> None:
 
 def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs() -> None:
     routes = {"a": [route(1, "a")], "b": [route(2, "b")]}
-    stats = {1: stat(1, 10, topic="a"), 2: stat(2, 20, topic="b")}
+    stats = table_of([stat(1, 10, topic="a"), stat(2, 20, topic="b")])
     plans = plan_topics(
         routes,
         stats,
@@ -295,16 +304,17 @@ def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs()
     assert plans["c"].prune_point is None and plans["c"].region_count == 0
 
 
-def test_registry_snapshot_is_planned_like_a_dict_of_stats() -> None:
+def test_a_registry_topic_snapshot_is_planned_as_the_stats_it_holds() -> None:
     stats = [stat(1, 60), stat(2, 20, latest=70), stat(3, 5, age=100.0), stat(4, 1, topic="x")]
     registry = RegionRegistry()
-    registry.update(stats)
+    registry.put_topic_rows({"x": {s.region_id: row_of(s) for s in stats[3:]}})
+    registry.put_topic_rows({TOPIC: {s.region_id: row_of(s) for s in stats[:3]}})
     routes = [route(i) for i in range(1, 6)]
     offsets = PartitionOffsets(3, 100)
     assert plan(routes, stats, offsets=offsets) == plan_topic(
         TOPIC,
         routes,
-        registry.snapshot(),
+        registry.topic_snapshot(TOPIC),
         now=NOW,
         stat_ttl=TTL,
         pruned_entry_id=None,
@@ -313,7 +323,9 @@ def test_registry_snapshot_is_planned_like_a_dict_of_stats() -> None:
 
 
 def test_plan_topics_defaults_to_mapped_topics() -> None:
-    plans = plan_topics({"a": [route(1, "a")]}, {}, now=NOW, stat_ttl=TTL, pruned_entry_ids={})
+    plans = plan_topics(
+        {"a": [route(1, "a")]}, StatTable(), now=NOW, stat_ttl=TTL, pruned_entry_ids={}
+    )
     assert list(plans) == ["a"]
     assert reasons(plans["a"]) == {1: NO_STAT}
 
@@ -352,41 +364,32 @@ def test_properties(
     ]
     p = plan(routes, stats, pruned=pruned, offsets=offsets)
     by_id = {s.region_id: s for s in stats}
-    # The registry's snapshot (rows, read without building RegionStats) plans the same.
-    registry = RegionRegistry()
-    registry.update(stats)
+    # Routes as the topic-region map keeps them (region id -> route) plan the same.
     assert p == plan_topic(
         TOPIC,
-        {r.region_id: r for r in routes},  # routes as the topic-region map keeps them
-        registry.snapshot(),
+        {r.region_id: r for r in routes},
+        table_of(stats).topic_rows(TOPIC),
         now=NOW,
         stat_ttl=TTL,
         pruned_entry_id=pruned,
         offsets=offsets,
     )
 
-    # The C-level fast path and the region-by-region scan state the same rules.
-    rows = [registry.rows.get(r.region_id) for r in routes]
-    loss_below = offsets.log_start_offset - 1 if offsets is not None else None
-    fast = _lowest_if_unblocked(rows, TOPIC, NOW - TTL, loss_below)
-    lowest, scan_blocked, _ = _scan(
-        [r.region_id for r in routes], rows, TOPIC, NOW - TTL, loss_below
-    )
-    if fast is not None:
-        assert (fast, scan_blocked) == (lowest, [])
-    else:
-        assert scan_blocked or not rows
-
-    expected_blocked: set[int] = set()
-    for i, (has, *_rest) in enumerate(cases):
+    # The rules region by region: every blocker named once, in the map's order, with
+    # its reason; data loss only for a fresh stat below Kafka's log start.
+    expected: list[tuple[int, str]] = []
+    for i in range(len(cases)):
         s = by_id.get(i)
-        missing_or_stale = not has or s is None or NOW - s.received_at > TTL
         need = None if s is None else max(s.prunable_entry_id, -1 if pruned is None else pruned)
-        overrun = need is not None and offsets is not None and offsets.log_start_offset > need + 1
-        if missing_or_stale or overrun:
-            expected_blocked.add(i)
-    assert {b.region_id for b in p.blocked_by} == expected_blocked
-    assert len(p.blocked_by) == len(expected_blocked)  # each blocker named once
+        if s is None:
+            expected.append((i, NO_STAT))
+        elif NOW - s.received_at > TTL:
+            expected.append((i, STALE_STAT))
+        elif need is not None and offsets is not None and offsets.log_start_offset > need + 1:
+            expected.append((i, RETENTION_OVERRUN))
+    assert [(b.region_id, b.reason) for b in p.blocked_by] == expected
+    assert list(p.data_loss) == [i for i, reason in expected if reason == RETENTION_OVERRUN]
+    expected_blocked = {i for i, _ in expected}
 
     if not cases or expected_blocked:
         assert p.prune_point is None
