@@ -22,8 +22,9 @@ that its own CPU stays small beside the leader's on a 2-core box:
   max(itself, its topic's latest id - a random lag of 0-50), its `memtable_bytes` to a
   random 1 KiB - 4 MiB and its `manifest_version` up by one; an idle region's
   `topic_latest_entry_id` (every 4th region) goes to max(itself, its topic's latest id).
-  Nothing goes backwards. The topics' latest ids are their Kafka high watermarks, read
-  every 5 s on a worker thread, as in the httpx generator.
+  Nothing goes backwards. The random values come from pools drawn once per process. The
+  topics' latest ids are their Kafka high watermarks, read every 5 s on a worker thread,
+  as in the httpx generator.
 - **Raw connections.** One keep-alive HTTP/1.1 connection per datanode (an asyncio
   `Protocol` on uvloop), opened on first use and again after the server closes it. A
   request is one `writelines` of the request head and the body's buffers (the
@@ -35,11 +36,12 @@ that its own CPU stays small beside the leader's on a 2-core box:
 - **Scheduling.** One timer per datanode on the loop: a heartbeat every `--interval` s from
   a random phase; a datanode whose answer came more than a whole interval late skips the
   intervals it missed and counts them (`missed`), as the httpx generator does.
-- **Measured cheaply.** Latency is the loop's monotonic clock from the first byte handed to
-  the socket (the connect included when the connection had to be opened) to the answer's
-  last byte, appended to `array('d')`. The generator's CPU is `getrusage(RUSAGE_SELF)`
-  user + system over the run (every thread, the high-watermark reader's included), from
-  after the bodies are built to the end, as `cpu_seconds`.
+- **Measured cheaply.** Latency is `time.monotonic()` from just before the request is
+  handed to the connection (the connect included when the connection had to be opened) to
+  the answer's last byte, appended to an `array('d')`. The generator's CPU is
+  `getrusage(RUSAGE_SELF)` user + system (every thread, the high-watermark reader's and
+  the Kafka client's included) from after the bodies are built to the end of the run, as
+  `cpu_seconds`.
 
 Measuring its CPU at the design load against a real leader (`load.py` starts a leader and a
 follower with `metasrv start` on the shared etcd and Kafka; the table's "generator CPU
@@ -130,6 +132,24 @@ class Topics:
         return encoded
 
 
+class Draws:
+    """Random lags and memtable sizes drawn once, handed out as rotating slices (a numpy
+    draw per heartbeat costs more than the rest of moving the regions)."""
+
+    SIZE = 1 << 16
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.lag = rng.integers(0, MAX_LAG, self.SIZE, endpoint=True)
+        self.memtable = rng.integers(1024, 4 << 20, self.SIZE, endpoint=True)
+        self._at = 0
+
+    def take(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """`k` lags and `k` memtable sizes (k <= SIZE // 2)."""
+        at = self._at
+        self._at = (at + k) % (self.SIZE - k)
+        return self.lag[at : at + k], self.memtable[at : at + k]
+
+
 def _column_view(body: bytearray, name: str, values: np.ndarray) -> np.ndarray:
     """A writable int64 view of the column `name` inside the encoded `body`."""
     n = len(values)
@@ -160,11 +180,12 @@ class Node:
         args: argparse.Namespace,
         topics: Topics,
         rng: np.random.Generator,
+        draws: Draws,
     ) -> None:
         n = args.regions
         self.node_id = NODE_BASE + node
         self.topics = topics
-        self.rng = rng
+        self.draws = draws
         self.encoding = args.encoding
         index = np.arange(n, dtype=np.int64)
         #: Each region's topic, as an index into `topics.names` (load.py's `topic_of`).
@@ -250,10 +271,9 @@ class Node:
         if quiet.size:
             self.latest[quiet] = np.maximum(self.latest[quiet], latest[self.topic[quiet]])
         if busy.size:
-            lag = self.rng.integers(0, MAX_LAG, busy.size, endpoint=True)
-            target = latest[self.topic[busy]] - lag
-            self.flushed[busy] = np.maximum(self.flushed[busy], target)
-            self.memtable[busy] = self.rng.integers(1024, 4 << 20, busy.size, endpoint=True)
+            lag, memtable = self.draws.take(busy.size)
+            self.flushed[busy] = np.maximum(self.flushed[busy], latest[self.topic[busy]] - lag)
+            self.memtable[busy] = memtable
             self.manifest[busy] += 1
         return self.buffers(moved)
 
@@ -608,7 +628,8 @@ async def _run(args: argparse.Namespace) -> None:
 
     await refresh()
     rng = np.random.default_rng(first)
-    nodes = {node: Node(node, args, topics, rng) for node in range(first, last)}
+    draws = Draws(rng)
+    nodes = {node: Node(node, args, topics, rng, draws) for node in range(first, last)}
     gen = Generator(args, nodes, loop)
     # The bodies live for the whole run: out of the collector's reach, so this process's
     # own GC passes do not show up as server latency.
