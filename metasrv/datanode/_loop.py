@@ -172,6 +172,11 @@ class HeartbeatLoop(_Schedule):
             logger.exception("the heartbeat loop died")
             self._fatal = exc
 
+    @property
+    def alive(self) -> bool:
+        """True while the loop's thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
     def wake(self) -> None:
         """Send the next heartbeat now (e.g. once a flush finished)."""
         self._wake.set()
