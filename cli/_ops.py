@@ -1,176 +1,38 @@
-"""Operator commands over the REST API: purge, status, history, procedures, regions.
+"""Operator commands over the REST API: purge, status, plan, history, events, leader, and the
+`topics`, `procedures` and `regions` groups (connection and exit codes: `cli/_connect.py`).
 
-They talk to a running metasrv through `metasrv.client.MetasrvClient`, never to the kv
-backend or Kafka directly, so what an operator sees is exactly what the API serves.
-
-Where the server and token come from, first match wins:
-`--url` / `METASRV_URL` / `http.addr` of `--config` / `127.0.0.1:4000`, and
-`--token` / `METASRV_TOKEN` / the config's first operator token (viewer token for reads).
-
-Exit codes (scripts rely on them):
-0 ok; 1 a purge failed or was cancelled; 2 usage or invalid argument; 3 metasrv unreachable,
-not authenticated or not authorized; 4 not found; 5 conflict; 6 `--wait` timed out;
-7 any other server error.
+Every read command prints a table in a terminal, TSV in a pipe (`cli/_sheet.py`), and with
+`--json` the server's JSON body unchanged (a list answer as its array).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from enum import IntEnum
-from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
-import msgspec
 import typer
-from rich.console import Console, RenderableType
-from rich.table import Table
 
-from cli._options import shared_options
+from cli._connect import Exit, JsonOpt, connected, err, read, read_json
+from cli._sheet import Output
 from cli._tables import (
-    events_table,
-    fmt,
-    history_table,
-    plan_table,
-    procedure_table,
+    events_sheet,
+    history_sheet,
+    leader_sheet,
+    plan_sheet,
+    procedure_sheet,
+    region_sheet,
     result,
+    steps_sheet,
 )
-from metasrv import errors, wire
-from metasrv.settings import load_settings
-from metasrv.wire import MetasrvClient, base_url_from_addr
+from metasrv import wire
+from metasrv.wire import MetasrvClient
 
 
-class Exit(IntEnum):
-    """Process exit codes of the operator commands."""
-
-    OK = 0
-    PURGE_FAILED = 1
-    USAGE = 2
-    UNREACHABLE = 3
-    NOT_FOUND = 4
-    CONFLICT = 5
-    TIMEOUT = 6
-    SERVER_ERROR = 7
-
-
-# Checked in order: the first matching base class decides the exit code.
-_EXIT_BY_ERROR: tuple[tuple[type[BaseException], Exit], ...] = (
-    (errors.InvalidArgument, Exit.USAGE),
-    (errors.ConfigError, Exit.USAGE),
-    (errors.Unavailable, Exit.UNREACHABLE),
-    (errors.Unauthenticated, Exit.UNREACHABLE),
-    (errors.PermissionDenied, Exit.UNREACHABLE),
-    (errors.NotLeader, Exit.UNREACHABLE),
-    (errors.NotFound, Exit.NOT_FOUND),
-    (errors.Conflict, Exit.CONFLICT),
-    (TimeoutError, Exit.TIMEOUT),
-    (errors.MetasrvError, Exit.SERVER_ERROR),
-)
-
-_out = Console(highlight=False, soft_wrap=True)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-UrlOpt = Annotated[
-    str | None,
-    typer.Option("--url", envvar="METASRV_URL", help="metasrv base URL or host:port."),
-]
-TokenOpt = Annotated[
-    str | None,
-    typer.Option("--token", envvar="METASRV_TOKEN", help="Bearer token.", show_default=False),
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="metasrv TOML config (for http.addr and tokens)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-_CONNECTION = (("url", UrlOpt), ("token", TokenOpt), ("config", ConfigOpt))
-
-
-def connected(*, write: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command `--url`, `--token` and `--config` and call it with a
-    `client: MetasrvClient` for them instead; `write` picks an operator token from the
-    config rather than a viewer's."""
-    return shared_options(
-        _CONNECTION,
-        into="client",
-        build=lambda url, token, config: _client(url, token, config, write=write),
-    )
-
-
-# --- plumbing ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Target:
-    """Where to send requests and with which token."""
-
-    url: str
-    """Base URL of the metasrv."""
-    token: str | None
-    """Bearer token, if any."""
-
-
-def resolve_target(
-    url: str | None, token: str | None, config: Path | None, *, write: bool
-) -> Target:
-    """Apply the precedence rules of the module docstring."""
-    if url is not None and token is not None:
-        return Target(base_url_from_addr(url), token)
-    settings = load_settings(config)
-    if token is None:
-        auth = settings.auth
-        candidates = auth.operator_tokens if write else [*auth.viewer_tokens, *auth.operator_tokens]
-        token = candidates[0] if candidates else None
-    return Target(base_url_from_addr(url or settings.http.addr), token)
-
-
-@contextmanager
-def _client(
-    url: str | None, token: str | None, config: Path | None, *, write: bool
-) -> Iterator[MetasrvClient]:
-    """A client for the resolved target; errors become exit codes with a one-line message."""
-    try:
-        target = resolve_target(url, token, config, write=write)
-        with MetasrvClient(target.url, token=target.token) as client:
-            yield client
-    except (errors.MetasrvError, TimeoutError) as exc:
-        code = next(c for cls, c in _EXIT_BY_ERROR if isinstance(exc, cls))
-        name = getattr(exc, "code", "timeout")
-        _err.print(f"[bold red]error[/] ({name}): {exc}", markup=True)
-        raise typer.Exit(int(code)) from None
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, msgspec.Struct):
-        return msgspec.to_builtins(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(_jsonable(value), indent=2) + "\n")
-
-
-def _emit(as_json: bool, data: Any, *human: RenderableType) -> None:
-    """`data` as JSON for scripts, or the human renderings (empty strings skipped)."""
-    if as_json:
-        _print_json(data)
-        return
-    for item in human:
-        if item != "":
-            _out.print(item)
+def _topic_path(topic: str) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}"
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -196,46 +58,61 @@ def purge(
     client: MetasrvClient,
 ) -> None:
     """Purge the WAL of some or all topics (exit 1 if a purge fails)."""
-    topics = list(topic) if topic else None
+    out = Output()
+    request = wire.PurgeRequest(topics=list(topic) if topic else None, dry_run=dry_run)
     if dry_run:
-        plans = client.purge_dry_run(topics)
-        _emit(as_json, plans, plan_table(plans, "Purge plan (dry run: nothing submitted)"))
+        plans, body = read(client, wire.PlanList, "POST", "/v1/purge", payload=request)
+        if as_json:
+            out.json(body["topics"])
+        else:
+            out.show(plan_sheet(plans.topics, "Purge plan (dry run: nothing submitted)"))
         return
-    ids = client.purge(topics)
+    submitted, body = read(client, wire.PurgeSubmitted, "POST", "/v1/purge", payload=request)
+    ids = submitted.procedure_ids
     if not wait:
-        lines = [f"submitted {pid}" for pid in ids] or ["nothing submitted"]
-        _emit(as_json, {"procedure_ids": ids}, *lines)
+        if as_json:
+            out.json(body)
+        for pid in ids:
+            if not as_json:
+                out.line(f"submitted {pid}")
+        if not ids and not as_json:
+            out.line("nothing submitted")
         return
-    views = _follow(client, ids, timeout, quiet=as_json)
-    _emit(
-        as_json,
-        views,
-        procedure_table(views, "Purge procedures") if views else "nothing submitted",
-    )
+    views, bodies = _follow(client, ids, timeout, quiet=as_json)
+    if as_json:
+        out.json(bodies)
+    else:
+        out.show(procedure_sheet(views, "Purge procedures", empty="nothing submitted"))
     if any(v.failed for v in views):
         raise typer.Exit(int(Exit.PURGE_FAILED))
 
 
 def _follow(
     client: MetasrvClient, ids: Sequence[str], timeout: float, *, quiet: bool
-) -> list[wire.Procedure]:
+) -> tuple[list[wire.Procedure], list[Any]]:
     """Poll the procedures, printing each state or step change on stderr, until terminal."""
     deadline = time.monotonic() + timeout
     seen: dict[str, tuple[str, str | None]] = {}
     while True:
-        views = [client.procedure(pid) for pid in ids]
+        answers = [read_json(client, wire.Procedure, f"/v1/procedures/{pid}") for pid in ids]
+        views = [view for view, _ in answers]
         for v in views:
             now = (v.state, v.step)
             if seen.get(v.id) != now and not quiet:
                 detail = f" ({result(v)})" if v.terminal or v.error else ""
-                _err.print(f"{v.id} {v.topic or ''}: {v.state} step={v.step or '-'}{detail}")
+                line = f"{v.id} {v.topic or ''}: {v.state} step={v.step or '-'}{detail}"
+                err.print(line, markup=False)
             seen[v.id] = now
         if all(v.terminal for v in views):
-            return views
+            return views, [body for _, body in answers]
         if time.monotonic() >= deadline:
             pending = ", ".join(f"{v.id}={v.state}" for v in views if not v.terminal)
             raise TimeoutError(f"procedures not finished after {timeout}s: {pending}")
         time.sleep(0.3)
+
+
+def _finished_at(pair: tuple[wire.Procedure, Any]) -> datetime:
+    return pair[0].finished_at or datetime.min.replace(tzinfo=UTC)
 
 
 @connected(write=False)
@@ -245,34 +122,53 @@ def status(
     *,
     client: MetasrvClient,
 ) -> None:
-    """Topics (prune point, pruned id, offsets, RF/min ISR, blockers), procedures and
-    data-loss alerts."""
-    leader = client.leader()
+    """Topics (offsets, prune point, RF/min ISR, why not purged), procedures, data-loss events."""
+    out = Output()
+    leader, leader_body = read_json(client, wire.Leader, "/v1/leader")
     # Topic views: the plan plus Kafka's replication factor and min ISR of each topic.
-    plans = client.topics() if topic is None else [client.topic(topic)]
-    active = [
-        p for state in ("pending", "running", "retrying") for p in client.procedures(state=state)
-    ]
+    if topic is None:
+        listed, body = read_json(client, wire.TopicList, "/v1/topics")
+        plans, plan_bodies = listed.topics, body["topics"]
+    else:
+        one, one_body = read_json(client, wire.Topic, _topic_path(topic))
+        plans, plan_bodies = [one], [one_body]
+    if not out.terminal and not as_json:
+        out.show(plan_sheet(plans, "Topics"))
+        return
+    active: list[tuple[wire.Procedure, Any]] = []
+    for state in ("pending", "running", "retrying"):
+        listed_procs, procs_body = read_json(
+            client, wire.ProcedureList, "/v1/procedures", state=state
+        )
+        active += zip(listed_procs.procedures, procs_body["procedures"], strict=True)
+    failed_list, failed_body = read_json(
+        client, wire.ProcedureList, "/v1/procedures", state="failed"
+    )
     failed = sorted(
-        client.procedures(state="failed"),
-        key=lambda p: p.finished_at or datetime.min.replace(tzinfo=UTC),
+        zip(failed_list.procedures, failed_body["procedures"], strict=True),
+        key=_finished_at,
         reverse=True,
     )[:10]
-    events = client.events(topic=topic, kind="wal_data_loss", limit=20)
-    _emit(
-        as_json,
-        {
-            "leader": leader,
-            "topics": plans,
-            "active_procedures": active,
-            "failed_procedures": failed,
-            "data_loss_events": events,
-        },
-        f"leader: {leader.leader or '-'}  (asked {client.base_url})",
-        plan_table(plans, "Topics"),
-        procedure_table(active, "Active procedures") if active else "no active procedures",
-        procedure_table(failed, "Recently failed procedures") if failed else "",
-        events_table(events, "WAL data-loss events") if events else "",
+    events, events_body = read_json(
+        client, wire.WalEventList, "/v1/events", topic=topic, kind="wal_data_loss", limit=20
+    )
+    if as_json:
+        out.json(
+            {
+                "leader": leader_body,
+                "topics": plan_bodies,
+                "active_procedures": [body for _, body in active],
+                "failed_procedures": [body for _, body in failed],
+                "data_loss_events": events_body["events"],
+            }
+        )
+        return
+    out.show(
+        plan_sheet(plans, "Topics"),
+        procedure_sheet([p for p, _ in active], "Active procedures", empty="no active procedures"),
+        procedure_sheet([p for p, _ in failed], "Recently failed procedures"),
+        events_sheet(events.events, "WAL data-loss events") if events.events else "",
+        lead=f"leader: {leader.leader or '-'}  (asked {client.base_url})",
     )
 
 
@@ -285,8 +181,79 @@ def history(
     client: MetasrvClient,
 ) -> None:
     """Completed purges, newest first."""
-    records = client.history(topic=topic, limit=limit)
-    _emit(as_json, records, history_table(records, "Purge history") if records else "no purges")
+    records, body = read_json(
+        client, wire.PurgeHistory, "/v1/purge/history", topic=topic, limit=limit
+    )
+    Output().emit(as_json, body["purges"], history_sheet(records.purges, "Purge history"))
+
+
+@connected(write=False)
+def events(
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="Only this kind, e.g. wal_data_loss.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """WAL events (data loss and others), newest first."""
+    found, body = read_json(
+        client, wire.WalEventList, "/v1/events", topic=topic, kind=kind, limit=limit
+    )
+    Output().emit(as_json, body["events"], events_sheet(found.events, "WAL events"))
+
+
+@connected(write=False)
+def plan(
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """Where each topic may be purged now, and what blocks it."""
+    plans, body = read_json(client, wire.PlanList, "/v1/purge/plan", topic=topic)
+    Output().emit(as_json, body["topics"], plan_sheet(plans.topics, "Purge plan"))
+
+
+@connected(write=False)
+def leader(
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """Which process leads, as the asked one knows it."""
+    view, body = read_json(client, wire.Leader, "/v1/leader")
+    Output().emit(as_json, body, leader_sheet(view))
+
+
+topics_app = typer.Typer(help="WAL topics: offsets, prune point, durability.", no_args_is_help=True)
+
+
+@topics_app.command("list")
+@connected(write=False)
+def topics_list(
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """Every WAL topic with its regions, offsets, prune point and RF/min ISR."""
+    listed, body = read_json(client, wire.TopicList, "/v1/topics")
+    Output().emit(as_json, body["topics"], plan_sheet(listed.topics, "Topics"))
+
+
+@topics_app.command("show")
+@connected(write=False)
+def topics_show(
+    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """One topic (its offsets read afresh from Kafka)."""
+    view, body = read_json(client, wire.Topic, _topic_path(topic))
+    Output().emit(as_json, body, plan_sheet([view], f"Topic {topic}"))
 
 
 procedures_app = typer.Typer(help="Inspect and cancel procedures.", no_args_is_help=True)
@@ -296,13 +263,18 @@ procedures_app = typer.Typer(help="Inspect and cancel procedures.", no_args_is_h
 @connected(write=False)
 def procedures_list(
     state: Annotated[str | None, typer.Option("--state", help="Only this state.")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 100,
     as_json: JsonOpt = False,
     *,
     client: MetasrvClient,
 ) -> None:
-    """Known procedures (running ones and recently finished ones)."""
-    procs = client.procedures(state=state)
-    _emit(as_json, procs, procedure_table(procs, "Procedures"))
+    """Known procedures (unfinished ones and recently finished ones), newest first."""
+    procs, body = read_json(
+        client, wire.ProcedureList, "/v1/procedures", state=state, topic=topic, limit=limit
+    )
+    sheet = procedure_sheet(procs.procedures, "Procedures", empty="no procedures")
+    Output().emit(as_json, body["procedures"], sheet)
 
 
 @procedures_app.command("show")
@@ -314,14 +286,14 @@ def procedures_show(
     client: MetasrvClient,
 ) -> None:
     """One procedure with its per-step timings."""
-    proc = client.procedure(procedure_id)
-    steps = Table(title="Step timings", title_justify="left")
-    steps.add_column("step")
-    steps.add_column("seconds", justify="right")
-    for name, seconds in proc.timings.items():
-        steps.add_row(name, f"{seconds:.3f}")
-    outcome = f"outcome: {proc.outcome}" if proc.outcome else ""
-    _emit(as_json, proc, procedure_table([proc], f"Procedure {proc.id}"), outcome, steps)
+    proc, body = read_json(client, wire.Procedure, f"/v1/procedures/{quote(procedure_id, safe='')}")
+    Output().emit(
+        as_json,
+        body,
+        procedure_sheet([proc], f"Procedure {proc.id}"),
+        f"outcome: {proc.outcome}" if proc.outcome else "",
+        steps_sheet(proc),
+    )
 
 
 @procedures_app.command("cancel")
@@ -333,35 +305,43 @@ def procedures_cancel(
     client: MetasrvClient,
 ) -> None:
     """Ask a procedure to stop at its next step boundary."""
-    proc = client.cancel(procedure_id)
-    _emit(as_json, proc, f"{proc.id}: {proc.state}")
+    path = f"/v1/procedures/{quote(procedure_id, safe='')}/cancel"
+    proc, body = read(client, wire.Procedure, "POST", path)
+    out = Output()
+    if as_json:
+        out.json(body)
+    else:
+        out.line(f"{proc.id}: {proc.state}")
 
 
-regions_app = typer.Typer(help="List, register and drop regions.", no_args_is_help=True)
+regions_app = typer.Typer(help="List, show, register and drop regions.", no_args_is_help=True)
 
 
 @regions_app.command("list")
 @connected(write=False)
 def regions_list(
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=100_000)] = 10_000,
     as_json: JsonOpt = False,
     *,
     client: MetasrvClient,
 ) -> None:
-    """Registered regions with their topic and node."""
-    regions = client.regions(topic=topic)
-    table = Table(title="Regions", title_justify="left")
-    for col in ("region_id", "table", "number", "topic", "node"):
-        table.add_column(col)
-    for r in regions:
-        table.add_row(
-            str(r.region_id),
-            str(r.region_id >> 32),
-            str(r.region_id & 0xFFFFFFFF),
-            r.topic,
-            fmt(r.node_id),
-        )
-    _emit(as_json, regions, table)
+    """Registered regions with their topic, node, flushed id and replay start."""
+    regions, body = read_json(client, wire.RegionList, "/v1/regions", topic=topic, limit=limit)
+    Output().emit(as_json, body["regions"], region_sheet(regions.regions, "Regions"))
+
+
+@regions_app.command("show")
+@connected(write=False)
+def regions_show(
+    region_id: Annotated[int, typer.Argument(min=0, help="64-bit region id.")],
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """One region: route, latest stat, prunable id and replay start."""
+    region, body = read_json(client, wire.Region, f"/v1/regions/{region_id}")
+    Output().emit(as_json, body, region_sheet([region], f"Region {region_id}"))
 
 
 @regions_app.command("add")
@@ -377,8 +357,13 @@ def regions_add(
     client: MetasrvClient,
 ) -> None:
     """Register a region."""
-    region = client.add_region(region_id, node, topic)
-    _emit(as_json, region, f"region {region.region_id} registered on topic {region.topic}")
+    request = wire.RegisterRegion(region_id=region_id, node_id=node, topic=topic)
+    region, body = read(client, wire.RegisteredRegion, "POST", "/v1/regions", payload=request)
+    out = Output()
+    if as_json:
+        out.json(body)
+    else:
+        out.line(f"region {region.region_id} registered on topic {region.topic}")
 
 
 @regions_app.command("drop")
@@ -390,13 +375,16 @@ def regions_drop(
 ) -> None:
     """Deregister a region (it no longer pins its topic)."""
     client.drop_region(region_id)
-    _out.print(f"region {region_id} dropped")
+    Output().line(f"region {region_id} dropped")
 
 
 _COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("purge", purge),
     ("status", status),
+    ("plan", plan),
     ("history", history),
+    ("events", events),
+    ("leader", leader),
 )
 
 
@@ -404,5 +392,6 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     for name, func in _COMMANDS:
         app.command(name)(func)
+    app.add_typer(topics_app, name="topics")
     app.add_typer(procedures_app, name="procedures")
     app.add_typer(regions_app, name="regions")

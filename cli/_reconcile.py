@@ -22,10 +22,13 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
-from metasrv import errors
+from cli._connect import JsonOpt, connected, read_json
+from cli._sheet import Output
+from cli._tables import counts_sheet, findings_sheet
+from metasrv import errors, wire
 from metasrv.settings import is_url, parse_duration
+from metasrv.wire import MetasrvClient
 
 _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -72,18 +75,6 @@ def _duration(value: str | None, flag: str) -> float | None:
         raise typer.BadParameter(str(exc), param_hint=flag) from exc
 
 
-def _counts_table(counts: dict[str, dict[str, int]]) -> Table:
-    table = Table(title="Findings", title_justify="left")
-    table.add_column("kind")
-    table.add_column("critical", justify="right")
-    table.add_column("warning", justify="right")
-    table.add_column("info", justify="right")
-    for kind in sorted(counts):
-        by = counts[kind]
-        table.add_row(kind, *(str(by.get(s, "")) for s in ("critical", "warning", "info")))
-    return table
-
-
 def _exit_code(exc: BaseException) -> int:
     if isinstance(exc, errors.ConfigError | errors.InvalidArgument):
         return 2
@@ -92,7 +83,18 @@ def _exit_code(exc: BaseException) -> int:
     return 1
 
 
+reconcile_app = typer.Typer(
+    help="Find regions mapped to the wrong topic, dropped regions still mapped, missing or "
+    "orphaned topics, WAL data loss and skew, on Spark; with --apply, repair the safe ones. "
+    "`metasrv reconcile latest` reads the newest run's findings from a running metasrv.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@reconcile_app.callback()
 def reconcile(
+    ctx: typer.Context,
     config: Annotated[
         Path | None, typer.Option("-c", "--config", help="TOML config file (DESIGN §6).")
     ] = None,
@@ -128,8 +130,12 @@ def reconcile(
         ),
     ] = None,
 ) -> None:
-    """Find regions mapped to the wrong topic, dropped regions still mapped, missing or
-    orphaned topics, WAL data loss and skew, on Spark; with --apply, repair the safe ones."""
+    """Run the reconcile job (the options below), or read the newest run (`latest`)."""
+    if ctx.invoked_subcommand is not None:
+        run_options = [master, out, drop_stale_after, stale_after, history, config]
+        if apply or any(v is not None for v in run_options):
+            raise typer.BadParameter(f"the run's options do not apply to {ctx.invoked_subcommand}")
+        return
     from metasrv.reconcile import RunOptions, run_reconcile
     from metasrv.settings import load_settings
 
@@ -174,7 +180,8 @@ def reconcile(
         _err.print(f"error: the Spark job failed: {first}", markup=False)
         raise typer.Exit(1) from None
     summary = report.summary
-    _out.print(_counts_table(report.counts) if report.counts else "No findings.")
+    # The job's report for a person; scripts read the run directory's summary.
+    Output(terminal=True).show(counts_sheet(report.counts))
     for note in summary.get("notes", []):
         _out.print(f"note: {note}", markup=False)
     if apply:
@@ -191,6 +198,34 @@ def reconcile(
         raise typer.Exit(1)
 
 
+@reconcile_app.command("latest")
+@connected(write=False)
+def latest(
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="Only this finding kind (e.g. wrong_topic).")
+    ] = None,
+    severity: Annotated[
+        str | None, typer.Option("--severity", help="Only critical, warning or info.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 100,
+    offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
+    as_json: JsonOpt = False,
+    *,
+    client: MetasrvClient,
+) -> None:
+    """The newest reconcile run (read from metasrv) and its findings, most urgent first."""
+    run, body = read_json(
+        client,
+        wire.ReconcileLatest,
+        "/v1/reconcile/latest",
+        kind=kind,
+        severity=severity,
+        limit=limit,
+        offset=offset,
+    )
+    Output().emit(as_json, body, findings_sheet(run))
+
+
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
-    app.command("reconcile")(reconcile)
+    """Add `metasrv reconcile` (and `metasrv reconcile latest`) to the root app."""
+    app.add_typer(reconcile_app, name="reconcile")

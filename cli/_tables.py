@@ -1,4 +1,5 @@
-"""How the operator commands show what the API answers: tables and one-line verdicts."""
+"""What the operator commands show of the API's answers: one `Sheet` per kind of answer, and
+the one-line verdicts (why a topic is not purged, how a procedure ended)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from rich.table import Table
-
+from cli._sheet import Column, Row, Sheet
 from metasrv import wire
 
 
@@ -15,16 +15,16 @@ def fmt(value: int | float | None, missing: str = "-") -> str:
     return missing if value is None else str(value)
 
 
-def when(value: datetime | None) -> str:
+def when(value: datetime | None) -> str | None:
     if value is None:
-        return "-"
+        return None
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def elapsed(proc: wire.Procedure) -> str:
+def elapsed(proc: wire.Procedure) -> str | None:
     start = proc.started_at or proc.submitted_at
     if start is None:
-        return "-"
+        return None
     end = proc.finished_at or datetime.now(tz=start.tzinfo)
     return f"{(end - start).total_seconds():.2f}s"
 
@@ -46,43 +46,6 @@ def why_not_purged(plan: wire.TopicPlan) -> str:
     return f"purgeable: {plan.reclaimable_entries} entries below {plan.prune_point}"
 
 
-# --- tables -----------------------------------------------------------------------------------
-
-
-def durability(topic: wire.Topic) -> str:
-    """`RF/min ISR` as Kafka reports them, `?` where unknown (e.g. `3/2`)."""
-    return f"{fmt(topic.replication_factor, '?')}/{fmt(topic.min_insync_replicas, '?')}"
-
-
-def plan_table(plans: Sequence[wire.TopicPlan], title: str) -> Table:
-    """The plans; topic views (`wire.Topic`) also get their `RF/ISR` column."""
-    table = Table(title=title, title_justify="left")
-    for col in ("topic", "regions", "prune point", "pruned id", "log start", "high wm"):
-        table.add_column(col, justify="left" if col == "topic" else "right")
-    table.add_column("reclaimable", justify="right")
-    with_durability = bool(plans) and all(isinstance(p, wire.Topic) for p in plans)
-    if with_durability:
-        table.add_column("RF/ISR", justify="right")
-    table.add_column("why / blocked regions")
-    for p in plans:
-        why = why_not_purged(p)
-        unavailable = p.blocked_by or p.kafka_unavailable
-        style = "bold red" if p.data_loss else ("yellow" if unavailable else "")
-        extra = [durability(p)] if isinstance(p, wire.Topic) and with_durability else []
-        table.add_row(
-            p.topic,
-            str(p.region_count),
-            fmt(p.prune_point),
-            fmt(p.pruned_entry_id),
-            fmt(p.log_start_offset),
-            fmt(p.high_watermark),
-            str(p.reclaimable_entries),
-            *extra,
-            f"[{style}]{why}[/]" if style else why,
-        )
-    return table
-
-
 def result(proc: wire.Procedure) -> str:
     """The error (with its code) of a failed or retrying procedure, else its outcome."""
     if proc.failed or not proc.terminal:
@@ -92,54 +55,200 @@ def result(proc: wire.Procedure) -> str:
     return proc.outcome or ""
 
 
-def procedure_table(procs: Sequence[wire.Procedure], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("id", "kind", "topic", "state", "step", "attempts", "elapsed", "error / outcome"):
-        table.add_column(col, overflow="fold")
-    for p in procs:
-        state = f"[red]{p.state}[/]" if p.failed else p.state
-        table.add_row(
-            p.id,
-            p.kind,
-            p.topic or "-",
-            state,
-            p.step or "-",
-            str(p.attempts),
-            elapsed(p),
+def durability(topic: wire.Topic) -> str:
+    """`RF/min ISR` as Kafka reports them, `?` where unknown (e.g. `3/2`)."""
+    return f"{fmt(topic.replication_factor, '?')}/{fmt(topic.min_insync_replicas, '?')}"
+
+
+# --- sheets -----------------------------------------------------------------------------------
+
+_PLAN_COLUMNS = (
+    Column("topic", "topic", topic=True),
+    Column("regions", "regions", numeric=True),
+    Column("prune point", "prune_point", numeric=True),
+    Column("pruned id", "pruned_entry_id", numeric=True),
+    Column("log start", "log_start_offset", numeric=True),
+    Column("high wm", "high_watermark", numeric=True),
+    Column("reclaimable", "reclaimable_entries", numeric=True),
+)
+_DURABILITY = Column("RF/ISR", "rf_min_isr", numeric=True)
+_WHY = Column("why", "why")
+
+
+def plan_sheet(plans: Sequence[wire.TopicPlan], title: str) -> Sheet:
+    """The plans; topic views (`wire.Topic`) also get their `RF/ISR` column."""
+    with_durability = bool(plans) and all(isinstance(p, wire.Topic) for p in plans)
+    rows = []
+    for p in plans:
+        unavailable = p.blocked_by or p.kafka_unavailable
+        cells: tuple[str | int | None, ...] = (
+            p.topic,
+            p.region_count,
+            p.prune_point,
+            p.pruned_entry_id,
+            p.log_start_offset,
+            p.high_watermark,
+            p.reclaimable_entries,
+        )
+        if with_durability and isinstance(p, wire.Topic):
+            cells += (durability(p),)
+        style = "bold red" if p.data_loss else ("yellow" if unavailable else "")
+        rows.append(Row(cells, why_not_purged(p), style))
+    columns = _PLAN_COLUMNS + ((_DURABILITY,) if with_durability else ())
+    return Sheet(title, columns, tuple(rows), _WHY, empty="no topics")
+
+
+_PROCEDURE_COLUMNS = (
+    Column("id", "id"),
+    Column("kind", "kind", optional=True),
+    Column("topic", "topic", topic=True),
+    Column("state", "state"),
+    Column("step", "step"),
+    Column("attempts", "attempts", numeric=True),
+    Column("elapsed", "elapsed", numeric=True),
+)
+
+
+def procedure_sheet(procs: Sequence[wire.Procedure], title: str, empty: str = "") -> Sheet:
+    rows = tuple(
+        Row(
+            (p.id, p.kind, p.topic, p.state, p.step, p.attempts, elapsed(p)),
             result(p),
+            "red" if p.failed else "",
         )
-    return table
+        for p in procs
+    )
+    note = Column("error / outcome", "error_or_outcome")
+    return Sheet(title, _PROCEDURE_COLUMNS, rows, note, empty=empty)
 
 
-def history_table(records: Sequence[wire.PurgeRecord], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    cols = ("finished", "topic", "prune point", "previous", "deleted", "bytes", "took", "procedure")
-    for col in cols:
-        table.add_column(col, overflow="fold")
-    for r in records:
-        table.add_row(
-            when(r.finished_at),
-            r.topic,
-            str(r.prune_point),
-            fmt(r.previous_pruned_entry_id),
-            f"{r.entries_deleted}{' (logical)' if r.logical_delete else ''}",
-            str(r.bytes_estimated),
-            f"{r.duration_s:.2f}s",
-            r.procedure_id,
+def steps_sheet(proc: wire.Procedure) -> Sheet:
+    rows = tuple(Row((name, f"{seconds:.3f}")) for name, seconds in proc.timings.items())
+    columns = (Column("step", "step"), Column("seconds", "seconds", numeric=True))
+    return Sheet("Step timings", columns, rows)
+
+
+_HISTORY_COLUMNS = (
+    Column("finished", "finished_at"),
+    Column("topic", "topic", topic=True),
+    Column("prune point", "prune_point", numeric=True),
+    Column("previous", "previous_pruned_entry_id", numeric=True),
+    Column("deleted", "entries_deleted", numeric=True),
+    Column("bytes", "bytes_estimated", numeric=True, optional=True),
+    Column("took", "duration_s", numeric=True),
+    Column("procedure", "procedure_id", optional=True),
+)
+
+
+def history_sheet(records: Sequence[wire.PurgeRecord], title: str) -> Sheet:
+    rows = tuple(
+        Row(
+            (
+                when(r.finished_at),
+                r.topic,
+                r.prune_point,
+                r.previous_pruned_entry_id,
+                f"{r.entries_deleted}{' (logical)' if r.logical_delete else ''}",
+                r.bytes_estimated,
+                f"{r.duration_s:.2f}s",
+                r.procedure_id,
+            )
         )
-    return table
+        for r in records
+    )
+    return Sheet(title, _HISTORY_COLUMNS, rows, empty="no purges")
 
 
-def events_table(events: Sequence[wire.WalEvent], title: str) -> Table:
-    table = Table(title=title, title_justify="left", style="red")
-    for col in ("at", "topic", "kind", "region", "details"):
-        table.add_column(col, overflow="fold")
-    for e in events:
-        table.add_row(
-            when(e.at),
-            e.topic,
-            e.kind,
-            fmt(e.region_id),
+_EVENT_COLUMNS = (
+    Column("at", "at"),
+    Column("topic", "topic", topic=True),
+    Column("kind", "kind"),
+    Column("region", "region_id", numeric=True),
+)
+
+
+def events_sheet(events: Sequence[wire.WalEvent], title: str) -> Sheet:
+    rows = tuple(
+        Row(
+            (when(e.at), e.topic, e.kind, e.region_id),
             json.dumps(e.details, sort_keys=True),
+            "red" if e.kind == "wal_data_loss" else "",
         )
-    return table
+        for e in events
+    )
+    return Sheet(title, _EVENT_COLUMNS, rows, Column("details", "details"), empty="no events")
+
+
+_REGION_COLUMNS = (
+    Column("region_id", "region_id", numeric=True),
+    Column("table", "table_id", numeric=True),
+    Column("number", "region_number", numeric=True),
+    Column("topic", "topic", topic=True),
+    Column("node", "node_id", numeric=True),
+    Column("flushed", "flushed_entry_id", numeric=True),
+    Column("prunable", "prunable_entry_id", numeric=True),
+    Column("replay start", "replay_start_entry_id", numeric=True),
+)
+
+
+def region_sheet(regions: Sequence[wire.Region], title: str) -> Sheet:
+    rows = tuple(
+        Row(
+            (
+                r.region_id,
+                r.region_id >> 32,
+                r.region_id & 0xFFFFFFFF,
+                r.topic,
+                r.node_id,
+                None if r.stat is None else r.stat.flushed_entry_id,
+                r.prunable_entry_id,
+                r.replay_start_entry_id,
+            )
+        )
+        for r in regions
+    )
+    return Sheet(title, _REGION_COLUMNS, rows, empty="no regions")
+
+
+def leader_sheet(leader: wire.Leader) -> Sheet:
+    columns = (
+        Column("leader", "leader"),
+        Column("is leader", "is_leader"),
+        Column("serving", "serving"),
+        Column("term", "term", numeric=True),
+        Column("node", "node"),
+    )
+    cells = (leader.leader, str(leader.is_leader).lower(), str(leader.serving).lower())
+    return Sheet("Leader", columns, (Row((*cells, leader.term, leader.node)),))
+
+
+def findings_sheet(latest: wire.ReconcileLatest) -> Sheet:
+    columns = (
+        Column("severity", "severity"),
+        Column("kind", "kind"),
+        Column("topic", "topic", topic=True),
+        Column("region", "region_id", numeric=True),
+        Column("action", "action", optional=True),
+    )
+    rows = tuple(
+        Row(
+            (f.severity, f.kind, f.topic, f.region_id, f.action),
+            f.message,
+            "bold red" if f.severity == "critical" else "",
+        )
+        for f in latest.findings
+    )
+    run = latest.run
+    title = (
+        f"Reconcile run {run.run_id} ({run.status}, finished {when(run.finished_at)}): "
+        f"{latest.matched} finding(s), from {latest.offset + 1 if rows else 0}"
+    )
+    return Sheet(title, columns, rows, Column("message", "message"), empty="no findings")
+
+
+def counts_sheet(counts: dict[str, dict[str, int]]) -> Sheet:
+    """Findings of a reconcile run: kind x severity."""
+    severities = ("critical", "warning", "info")
+    columns = (Column("kind", "kind"), *(Column(s, s, numeric=True) for s in severities))
+    rows = tuple(Row((kind, *(counts[kind].get(s) for s in severities))) for kind in sorted(counts))
+    return Sheet("Findings", columns, rows, empty="No findings.")

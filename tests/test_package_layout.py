@@ -267,7 +267,6 @@ KNOWN_OVERSIZED: frozenset[str] = frozenset(
         "benchmarks/load.py",
         "benchmarks/replicated_wal.py",
         "benchmarks/wal_retention.py",
-        "cli/_ops.py",
         "metasrv/kafka/_admin.py",
         "metasrv/kv/_sql.py",
         "metasrv/leader/_stat_table.py",

@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 POLL_SECS = 0.25
 """Longest wait for changes between two checks for a take-over request."""
 SYNC_SECS = 5.0
-"""How long `take_over` waits for the store to confirm the map is current."""
+"""How long one catch-up waits for the store to confirm the map is current (then the
+follower loads in full, still for the same take-over)."""
 RETRY_MAX_SECS = 30.0
 """Longest pause between two attempts at loading after a failure."""
 
@@ -69,9 +70,10 @@ class MapFollower:
                 await task
 
     async def take_over(self, still_leading: Callable[[], bool]) -> bool:
-        """Stop following and bring the map up to the store's current revision. True when
-        the map is current; False when following had stopped or failed (the caller loads
-        in full). A first load still running is waited for, not started again."""
+        """Stop following and bring the map up to the store's current revision (a catch-up,
+        or a full load when the watch was lost). True when the map is current; False when
+        following had stopped, or leadership went first (the caller loads in full). A
+        first load still running is waited for, not started again."""
         while not self.warm and self._task is not None and not self._task.done():
             if not still_leading():
                 return False
@@ -82,13 +84,11 @@ class MapFollower:
             return False
         handover = asyncio.get_running_loop().create_future()
         self._handover = handover
-        try:
-            current = bool(
-                await asyncio.wait_for(asyncio.shield(handover), SYNC_SECS + 2 * POLL_SECS)
-            )
-        except TimeoutError:
-            current = False
+        while not handover.done() and still_leading():
+            await asyncio.wait({handover}, timeout=0.1)
+        current = handover.done() and handover.result()
         await self.stop()
+        self._handover = None
         return current
 
     async def _run(self) -> None:
@@ -115,9 +115,8 @@ class MapFollower:
                     "following the topic-region map stopped; loading it again",
                     extra={"error": str(exc)},
                 )
-                if self._handover is not None and not self._handover.done():
-                    self._handover.set_result(False)
-                    return
+                if self._handover is not None:
+                    continue  # a take-over waits: load again at once
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECS)
             finally:

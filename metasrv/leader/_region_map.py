@@ -15,7 +15,6 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
 import msgspec
 
@@ -24,16 +23,11 @@ from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
 from metasrv.kafka import KafkaAdmin, topic_name_problem
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, KvChange, Put
 from metasrv.leader._locks import TopicLocks
+from metasrv.leader._map_load import SCAN_PAGE, read_map
 from metasrv.model import ID_MAX, RegionRoute
 from metasrv.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-
-_SCAN_PAGE = 20_000
-"""Routes per range read (about 2 MB). etcd counts the rest of the range on every paged
-read, so the whole scan costs pages x keys: 5,000 per page made a 1M-route map load take
-67 s, 20,000 a fraction of that (`benchmarks/leader_map_load.py`)."""
 
 
 def _no_fence() -> list[Compare]:
@@ -47,14 +41,6 @@ def _pruned(kv: KeyValue) -> int | None:
     except ValueError:
         logger.error("damaged pruned_entry_id marker; read as none", extra={"key": kv.key})
         return None
-
-
-class _Loaded(NamedTuple):
-    by_id: dict[int, RegionRoute]
-    by_topic: dict[str, dict[int, RegionRoute]]
-    malformed: set[str]
-    """Keys under the prefix that are not `{topic}/{region_id}` (counted, never mapped)."""
-    revision: int
 
 
 class _Written(msgspec.Struct, frozen=True, gc=False):
@@ -118,37 +104,8 @@ class TopicRegionMap:
         routes that is seconds of work the event loop must not wait behind.
         """
 
-        def read() -> _Loaded:
-            by_id: dict[int, RegionRoute] = {}
-            by_topic: dict[str, dict[int, RegionRoute]] = {}
-            malformed: set[str] = set()
-            with self._kv.snapshot() as snap:
-                revision = snap.revision
-                pages = snap.pages(keys.TOPIC_REGION_PREFIX, page_size=_SCAN_PAGE)
-                for key, value in (
-                    kv for page in pages for kv in zip(page.keys, page.values, strict=True)
-                ):
-                    route = keys.decode_route(key, value)
-                    if route is None:
-                        malformed.add(key)
-                        continue
-                    previous = by_id.get(route.region_id)
-                    if previous is not None and previous.topic != route.topic:
-                        # Should never happen (registration checks); keep both keys visible
-                        # in the plan by mapping it under each topic, and say so loudly.
-                        logger.error(
-                            "region mapped to two topics",
-                            extra={
-                                "region_id": route.region_id,
-                                "topics": [previous.topic, route.topic],
-                            },
-                        )
-                    by_id[route.region_id] = route
-                    by_topic.setdefault(route.topic, {})[route.region_id] = route
-            return _Loaded(by_id, by_topic, malformed, revision)
-
         async with self._mutate:
-            loaded = await asyncio.to_thread(read)
+            loaded = await asyncio.to_thread(read_map, self._kv)
             self._routes = loaded.by_id
             self._by_topic = loaded.by_topic
             self._malformed = loaded.malformed
@@ -290,7 +247,7 @@ class TopicRegionMap:
 
         def read() -> dict[str, int | None]:
             found: dict[str, int | None] = {}
-            for kv in self._kv.scan(keys.TOPIC_NAME_PREFIX, page_size=_SCAN_PAGE):
+            for kv in self._kv.scan(keys.TOPIC_NAME_PREFIX, page_size=SCAN_PAGE):
                 found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = _pruned(kv)
             return found
 

@@ -185,6 +185,18 @@ class MetasrvClient:
         except msgspec.DecodeError as exc:
             raise errors.MetasrvError(f"unexpected answer to {method} {path}: {exc}") from exc
 
+    def raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+    ) -> bytes:
+        """The answer's body as the server sent it, for callers that pass it on unchanged
+        (the CLI's `--json`); errors are raised as for every other call."""
+        return self._request(method, path, params=params, json=json).content
+
     # --- read side ---
 
     def health(self) -> bool:

@@ -54,9 +54,12 @@ class LiveMetasrv:
 
 
 @contextmanager
-def live_metasrv(kafka_bootstrap: str, etcd_endpoint: str, workdir: Path) -> Iterator[LiveMetasrv]:
-    """Serve and seed a metasrv of its own; remove its keys and topics at the end."""
-    prefix = f"t{uuid.uuid4().hex[:8]}"
+def live_metasrv(
+    kafka_bootstrap: str, etcd_endpoint: str, workdir: Path, *, topic_prefix: str = "t"
+) -> Iterator[LiveMetasrv]:
+    """Serve and seed a metasrv of its own; remove its keys and topics at the end.
+    Its topics are `{topic_prefix}{8 hex}_{n}`."""
+    prefix = f"{topic_prefix}{uuid.uuid4().hex[:8]}"
     settings = live_settings(prefix, kafka_bootstrap, etcd_endpoint, workdir)
     try:
         with serve(settings) as url:

@@ -207,3 +207,44 @@ def test_a_paused_leader_is_deposed_and_commits_nothing_after_sigcont(
     commits = {"procedure submitted", "procedure finished", "deleted WAL records", "elected leader"}
     assert commits.isdisjoint(messages), messages
     print(f"SIGSTOP: {survivor} serving {took:.2f}s after the leader was paused")
+
+
+@pytest.mark.faults
+def test_regions_registered_just_before_the_leader_dies_are_in_the_survivors_map(
+    two_daemons: dict[str, subprocess.Popen[bytes]],
+) -> None:
+    # The survivor serves from the map it followed while it was a follower, brought up to
+    # its election's revision: a region the old leader registered a moment before it died
+    # must be in it before the new leader plans a purge (DESIGN §2 invariant 4).
+    addrs = list(two_daemons)
+    leader = leader_of(addrs, timeout=60)
+    survivor = next(a for a in addrs if a != leader)
+    time.sleep(1)  # the survivor's first load is done: it follows from here on
+    topics = {}
+    for region_id in range(100, 130):
+        created = httpx.post(
+            f"http://{leader}/v1/regions", json={"region_id": region_id, "node_id": 1}, timeout=30
+        )
+        assert created.status_code == 201, created.text
+        topics[region_id] = created.json()["topic"]
+    os.kill(two_daemons[leader].pid, signal.SIGKILL)
+    two_daemons[leader].wait(10)
+
+    last = max(topics)
+    body = heartbeat(1, [region(last, topics[last], 7)])
+    deadline = time.monotonic() + LEASE_SECS + 10
+    resp = httpx.Response(599)
+    while time.monotonic() < deadline:
+        try:
+            resp = httpx.post(f"http://{survivor}/v1/heartbeat", json=body, timeout=2)
+        except httpx.TransportError:
+            resp = httpx.Response(599)
+        if resp.status_code == 200:
+            break
+        time.sleep(0.1)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["rejected"] == []  # the last region registered is mapped
+    # Every other region is mapped and, not having reported, blocks its topic's purge.
+    plans = httpx.get(f"http://{survivor}/v1/purge/plan", timeout=10).json()["topics"]
+    blocking = {b["region_id"] for p in plans for b in p["blocked_by"]}
+    assert blocking == set(topics) - {last}
