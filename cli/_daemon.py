@@ -54,7 +54,8 @@ class JsonLineFormatter(logging.Formatter):
 
 
 def configure_logging(level: str) -> None:
-    """JSON lines on stderr for every logger (uvicorn's included)."""
+    """JSON lines on stderr for every logger (uvicorn's included); Alembic's at WARNING
+    unless `level` is debug."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLineFormatter())
     root = logging.getLogger()
@@ -64,6 +65,11 @@ def configure_logging(level: str) -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+    # Alembic logs its set-up ("setup plugin ...", "Context impl ...", "Will assume ... DDL")
+    # at INFO each time a migration or the schema check runs: every start and every /readyz.
+    # Its warnings and errors still show; --log-level debug shows all of it.
+    if root.level > logging.DEBUG:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def split_addr(addr: str) -> tuple[str, int]:
