@@ -76,7 +76,7 @@ class Runtime:
     """The heartbeat hot path."""
     purge: PurgeServices
     """What purges, the ticker and the plan readers use (procedures/wal_purge)."""
-    procedures: ProcedureManager
+    procedures: ProcedureManager[PurgeServices]
     """Runs purge procedures on the leader; resumes unfinished ones on election."""
     ticker: PurgeTicker
     """The auto-prune ticker (idle when the interval and the size trigger are both off)."""

@@ -25,7 +25,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from metasrv.errors import (
     Conflict,
@@ -52,8 +52,11 @@ CANCEL_WAIT = 5.0
 _RESTARTS_AFTER_CONFLICT = 3
 _POLL_INTERVAL = 0.2
 
+S = TypeVar("S")
+"""The services the kinds' steps use."""
 
-class ProcedureManager:
+
+class ProcedureManager(Generic[S]):
     """Runs procedures on the leader. Build one per process; its leadership calls `lead`
     and `follow`."""
 
@@ -65,8 +68,8 @@ class ProcedureManager:
         metrics: Metrics,
         settings: ProcedureSettings,
         *,
-        services: Any,
-        kinds: Iterable[type[Procedure[Any]]],
+        services: S,
+        kinds: Iterable[type[Procedure[Any, S]]],
     ) -> None:
         self.store = store
         self.history = history
@@ -74,7 +77,7 @@ class ProcedureManager:
         self.metrics = metrics
         self.services = services
         """What steps use (`StepContext.services`); the kinds define its shape."""
-        self._kinds: dict[str, type[Procedure[Any]]] = {kind.kind: kind for kind in kinds}
+        self._kinds: dict[str, type[Procedure[Any, S]]] = {kind.kind: kind for kind in kinds}
         self._settings = settings
         self._leading = False
         self._started = False
@@ -118,7 +121,7 @@ class ProcedureManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
 
-    async def __aenter__(self) -> ProcedureManager:
+    async def __aenter__(self) -> ProcedureManager[S]:
         await self.start()
         return self
 
@@ -175,7 +178,7 @@ class ProcedureManager:
 
     # -- submission ---------------------------------------------------------------------
 
-    async def submit(self, procedure: Procedure[Any], *, reason: str) -> str:
+    async def submit(self, procedure: Procedure[Any, S], *, reason: str) -> str:
         """Persist and start a procedure; return its id (or the holder of its kv lock)."""
         self.require_leader()
         if procedure.kind not in self._kinds:
@@ -483,6 +486,6 @@ class ProcedureManager:
         """Registered procedure kinds."""
         return self._kinds.keys()
 
-    def register_kind(self, kind: type[Procedure[Any]]) -> None:
+    def register_kind(self, kind: type[Procedure[Any, S]]) -> None:
         """Make another procedure kind submittable and resumable (before `start`)."""
         self._kinds[kind.kind] = kind

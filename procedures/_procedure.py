@@ -7,6 +7,10 @@ After every step, and whenever a step calls `ctx.checkpoint()`, the manager pers
 whole record with a compare-and-swap on its kv revision, so a runner that dies resumes
 exactly at the last persisted point. Steps must therefore be idempotent from any
 checkpoint: they read what the typed data says was already done and continue from there.
+
+The framework is generic over what steps use, their services: a `Procedure[D, S]` keeps
+data `D` and runs with a `StepContext[S]`, and a `ProcedureManager[S]` runs kinds whose
+steps need no more than `S` (a kind that needs less, `object`, runs anywhere).
 """
 
 from __future__ import annotations
@@ -234,7 +238,11 @@ StepResult = Next | Finish
 # --- the context a step runs in ---------------------------------------------------------
 
 
-class StepContext:
+ServicesT_co = TypeVar("ServicesT_co", covariant=True)
+"""What steps use, as a context hands it out (read-only)."""
+
+
+class StepContext(Generic[ServicesT_co]):
     """Handed to every step: persistence, cancellation and logging for one procedure run.
 
     The manager builds one per run; `services` carries what the procedure uses.
@@ -245,17 +253,22 @@ class StepContext:
         *,
         procedure_id: str,
         submitted_at: float,
-        services: Any,
+        services: ServicesT_co,
         checkpoint: Callable[[], Awaitable[None]],
         wait_cancel: Callable[[float], Awaitable[bool]],
         cancellable: Callable[[], bool],
     ) -> None:
         self.procedure_id = procedure_id
         self.submitted_at = submitted_at
-        self.services = services
+        self._services = services
         self._checkpoint = checkpoint
         self._wait_cancel = wait_cancel
         self._cancellable = cancellable
+
+    @property
+    def services(self) -> ServicesT_co:
+        """What the procedure's steps use (the manager's `services`)."""
+        return self._services
 
     async def checkpoint(self) -> None:
         """Persist the procedure's current data now, without moving to another step."""
@@ -277,10 +290,12 @@ class StepContext:
 # --- the base class ---------------------------------------------------------------------
 
 DataT = TypeVar("DataT")
+ServicesT_contra = TypeVar("ServicesT_contra", contravariant=True)
+"""What a procedure kind's steps need: it runs with these services or any richer ones."""
 
 
-class Procedure(ABC, Generic[DataT]):
-    """Base of every procedure kind.
+class Procedure(ABC, Generic[DataT, ServicesT_contra]):
+    """Base of every procedure kind: data `DataT`, run with services `ServicesT_contra`.
 
     Subclasses set `kind`, `Step` (an Enum whose values are step names) and `first_step`,
     define `step_<value>(ctx) -> StepResult` for each member, and encode/decode their data.
@@ -334,25 +349,26 @@ class Procedure(ABC, Generic[DataT]):
         return True
 
     @asynccontextmanager
-    async def hold(self, ctx: StepContext) -> AsyncIterator[None]:
+    async def hold(self, ctx: StepContext[ServicesT_contra]) -> AsyncIterator[None]:
         """In-memory resources held while the procedure runs (default: none)."""
         yield
 
     # -- hooks (the manager calls these; the defaults do nothing) -----------------------
 
-    def on_retry(self, ctx: StepContext, error: MetasrvError) -> None:
+    def on_retry(self, ctx: StepContext[ServicesT_contra], error: MetasrvError) -> None:
         """A step failed with a retryable error and will run again after a backoff."""
 
     @classmethod
-    def on_terminal(cls, record: ProcedureRecord, services: Any) -> None:
+    def on_terminal(cls, record: ProcedureRecord, services: ServicesT_contra) -> None:
         """A procedure of this kind ended (any terminal state), before its waiters wake."""
 
     # -- dispatch -----------------------------------------------------------------------
 
-    async def run_step(self, step: str, ctx: StepContext) -> StepResult:
+    async def run_step(self, step: str, ctx: StepContext[ServicesT_contra]) -> StepResult:
         """Run the handler of `step`."""
         name = self._dispatch.get(step)
         if name is None:
             raise ValueError(f"{self.kind} has no step {step!r}")
-        handler: Callable[[StepContext], Awaitable[StepResult]] = getattr(self, name)
+        handler: Callable[[StepContext[ServicesT_contra]], Awaitable[StepResult]]
+        handler = getattr(self, name)
         return await handler(ctx)

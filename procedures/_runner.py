@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from metasrv.errors import Cancelled, LeadershipLost, MetasrvError
 from metasrv.metrics import Metrics
@@ -33,6 +33,9 @@ from procedures._store import ProcedureStore, RecordConflict, Stored
 
 logger = logging.getLogger(__name__)
 
+S = TypeVar("S")
+"""The services steps use."""
+
 MAX_RETRY_DELAY = 30.0
 """Upper bound of one backoff sleep, seconds."""
 
@@ -44,18 +47,18 @@ def backoff_delay(attempt: int, base: float, *, rng: random.Random | None = None
     return float(min(MAX_RETRY_DELAY, exp * jitter))
 
 
-class ProcedureRun:
+class ProcedureRun(Generic[S]):
     """Runs `procedure` from its stored record until it is terminal or stopped."""
 
     def __init__(
         self,
-        procedure: Procedure[Any],
+        procedure: Procedure[Any, S],
         stored: Stored,
         *,
         cancel: asyncio.Event,
         slots: asyncio.Semaphore,
         store: ProcedureStore,
-        services: Any,
+        services: S,
         metrics: Metrics,
         settings: ProcedureSettings,
         on_saved: Callable[[ProcedureRecord], None],
@@ -71,7 +74,7 @@ class ProcedureRun:
         self._settings = settings
         self._on_saved = on_saved
         self._on_terminal = on_terminal
-        self.ctx = StepContext(
+        self.ctx: StepContext[S] = StepContext(
             procedure_id=self.record.id,
             submitted_at=self.record.submitted_at,
             services=services,

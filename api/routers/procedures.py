@@ -18,6 +18,7 @@ from api.wire_http import ERROR_RESPONSES, TopicQuery, answer, gives
 from metasrv import wire
 from metasrv.errors import Unavailable
 from procedures import ProcedureManager
+from procedures.wal_purge import PurgeServices
 
 router = APIRouter(tags=["procedures"], responses=ERROR_RESPONSES)
 
@@ -27,7 +28,7 @@ ProcedureId = Annotated[
 ]
 
 
-def manager_of(runtime: Runtime) -> ProcedureManager:
+def manager_of(runtime: Runtime) -> ProcedureManager[PurgeServices]:
     """The runtime's procedure manager; 503 while it is not wired."""
     manager = runtime.procedures
     if not isinstance(manager, ProcedureManager):
@@ -35,17 +36,17 @@ def manager_of(runtime: Runtime) -> ProcedureManager:
     return manager
 
 
-def _manager(runtime: RuntimeDep) -> ProcedureManager:
+def _manager(runtime: RuntimeDep) -> ProcedureManager[PurgeServices]:
     return manager_of(runtime)
 
 
-def _leader_manager(runtime: LeaderDep) -> ProcedureManager:
+def _leader_manager(runtime: LeaderDep) -> ProcedureManager[PurgeServices]:
     return manager_of(runtime)
 
 
-ManagerDep = Annotated[ProcedureManager, Depends(_manager)]
+ManagerDep = Annotated[ProcedureManager[PurgeServices], Depends(_manager)]
 """The procedure manager (reads work on any replica)."""
-LeaderManagerDep = Annotated[ProcedureManager, Depends(_leader_manager)]
+LeaderManagerDep = Annotated[ProcedureManager[PurgeServices], Depends(_leader_manager)]
 """The procedure manager of the serving leader (421 on a follower, 503 while loading)."""
 
 

@@ -190,7 +190,7 @@ def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | No
     return None
 
 
-class WalPurge(Procedure[PurgeData]):
+class WalPurge(Procedure[PurgeData, PurgeServices]):
     """Purge one topic's WAL up to its prune point."""
 
     kind = KIND
@@ -218,20 +218,20 @@ class WalPurge(Procedure[PurgeData]):
     def cancellable(self) -> bool:
         return self.data.target is None
 
-    def on_retry(self, ctx: StepContext, error: MetasrvError) -> None:
-        services: PurgeServices = ctx.services
+    def on_retry(self, ctx: StepContext[PurgeServices], error: MetasrvError) -> None:
+        services = ctx.services
         services.metrics.purge_errors.labels(topic=self.data.topic, kind=error.code).inc()
 
     @classmethod
-    def on_terminal(cls, record: ProcedureRecord, services: Any) -> None:
+    def on_terminal(cls, record: ProcedureRecord, services: PurgeServices) -> None:
         if record.state is ProcedureState.FAILED:
             services.metrics.purge_errors.labels(
                 topic=record.topic or "", kind=record.error_code or "internal"
             ).inc()
 
     @asynccontextmanager
-    async def hold(self, ctx: StepContext) -> AsyncIterator[None]:
-        services: PurgeServices = ctx.services
+    async def hold(self, ctx: StepContext[PurgeServices]) -> AsyncIterator[None]:
+        services = ctx.services
         # A new leader resumes procedures while its election listeners still load the
         # topic-region map; planning from a half-loaded map would be planning blind.
         deadline = time.monotonic() + MAP_LOAD_WAIT
@@ -246,11 +246,11 @@ class WalPurge(Procedure[PurgeData]):
 
     # -- shared checks ------------------------------------------------------------------
 
-    def _log_extra(self, ctx: StepContext, step: str) -> dict[str, Any]:
+    def _log_extra(self, ctx: StepContext[PurgeServices], step: str) -> dict[str, Any]:
         return {"procedure_id": ctx.procedure_id, "topic": self.data.topic, "step": step}
 
-    async def _report_data_loss(self, ctx: StepContext, inputs: PlanInputs) -> None:
-        services: PurgeServices = ctx.services
+    async def _report_data_loss(self, ctx: StepContext[PurgeServices], inputs: PlanInputs) -> None:
+        services = ctx.services
         plan = inputs.plan
         now = time.time()
         for region_id in plan.data_loss:
@@ -276,7 +276,7 @@ class WalPurge(Procedure[PurgeData]):
             extra={**self._log_extra(ctx, "plan"), "regions": list(plan.data_loss)},
         )
 
-    async def _plan(self, ctx: StepContext) -> PlanInputs:
+    async def _plan(self, ctx: StepContext[PurgeServices]) -> PlanInputs:
         """Plan now; WAL data loss is reported and fails the procedure (invariant 7)."""
         inputs = await gather_one(ctx.services, self.data.topic)
         plan = inputs.plan
@@ -307,8 +307,8 @@ class WalPurge(Procedure[PurgeData]):
 
     # -- steps --------------------------------------------------------------------------
 
-    async def step_prepare(self, ctx: StepContext) -> StepResult:
-        services: PurgeServices = ctx.services
+    async def step_prepare(self, ctx: StepContext[PurgeServices]) -> StepResult:
+        services = ctx.services
         inputs = await self._plan(ctx)
         if inputs.plan.prune_point is None:
             return Finish(ProcedureState.SKIPPED, _describe_blocked(inputs.plan))
@@ -321,8 +321,8 @@ class WalPurge(Procedure[PurgeData]):
         self.data = replace(self.data, flush=candidates)
         return Next(PurgeStep.FLUSH if candidates else PurgeStep.PURGE)
 
-    async def step_flush(self, ctx: StepContext) -> StepResult:
-        services: PurgeServices = ctx.services
+    async def step_flush(self, ctx: StepContext[PurgeServices]) -> StepResult:
+        services = ctx.services
         wal = services.settings.wal
         if self.data.flush_sent_at is None:
             by_node: dict[int, list[int]] = {}
@@ -356,8 +356,8 @@ class WalPurge(Procedure[PurgeData]):
             return Finish(ProcedureState.SKIPPED, reason)
         return Next(PurgeStep.PURGE)
 
-    async def step_purge(self, ctx: StepContext) -> StepResult:
-        services: PurgeServices = ctx.services
+    async def step_purge(self, ctx: StepContext[PurgeServices]) -> StepResult:
+        services = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
         if self.data.target is None:
@@ -390,7 +390,9 @@ class WalPurge(Procedure[PurgeData]):
             self.data = replace(self.data, low_watermark=low)
         return await self._finish(ctx, target)
 
-    async def _delete_below(self, ctx: StepContext, target: int, log_start: int) -> int:
+    async def _delete_below(
+        self, ctx: StepContext[PurgeServices], target: int, log_start: int
+    ) -> int:
         """DeleteRecords below `target` unless Kafka's log start is already there; returns
         the partition leader's log start, which is at or past `target`.
 
@@ -400,7 +402,7 @@ class WalPurge(Procedure[PurgeData]):
         back. The partition leader's log start (ListOffsets) is what a replaying region
         meets, so that is what decides.
         """
-        services: PurgeServices = ctx.services
+        services = ctx.services
         topic = self.data.topic
         if log_start >= target:
             return log_start
@@ -426,7 +428,9 @@ class WalPurge(Procedure[PurgeData]):
         )
         return low
 
-    async def _revalidate(self, ctx: StepContext, target: int, marker: int | None) -> int | None:
+    async def _revalidate(
+        self, ctx: StepContext[PurgeServices], target: int, marker: int | None
+    ) -> int | None:
         """Check `target` against a fresh plan; return the (possibly lowered) target."""
         inputs = await gather_one(ctx.services, self.data.topic, marker=(marker,))
         plan = inputs.plan
@@ -459,8 +463,8 @@ class WalPurge(Procedure[PurgeData]):
         await ctx.checkpoint()
         return lowered
 
-    async def _finish(self, ctx: StepContext, target: int) -> StepResult:
-        services: PurgeServices = ctx.services
+    async def _finish(self, ctx: StepContext[PurgeServices], target: int) -> StepResult:
+        services = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
         previous = self.data.previous_pruned_entry_id

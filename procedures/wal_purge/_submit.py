@@ -14,7 +14,9 @@ from procedures.wal_purge._services import PurgeServices
 _SUBMIT_CONCURRENCY = 64
 
 
-def purge_manager(services: PurgeServices, *other_kinds: type[Procedure[Any]]) -> ProcedureManager:
+def purge_manager(
+    services: PurgeServices, *other_kinds: type[Procedure[Any, PurgeServices]]
+) -> ProcedureManager[PurgeServices]:
     """A procedure manager that runs `WalPurge` (and `other_kinds`) with `services`."""
     return ProcedureManager(
         services.procedure_store(),
@@ -28,7 +30,7 @@ def purge_manager(services: PurgeServices, *other_kinds: type[Procedure[Any]]) -
 
 
 async def submit_purges(
-    manager: ProcedureManager, topics: list[str] | None, *, reason: str
+    manager: ProcedureManager[PurgeServices], topics: list[str] | None, *, reason: str
 ) -> list[str]:
     """Submit a WAL purge per topic (every topic with regions when None); return the
     procedure ids, in the order of `topics`.

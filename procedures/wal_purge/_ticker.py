@@ -54,7 +54,7 @@ class PurgeTicker:
 
     def __init__(
         self,
-        manager: ProcedureManager,
+        manager: ProcedureManager[PurgeServices],
         *,
         interval: float,
         parallelism: int,
@@ -65,7 +65,7 @@ class PurgeTicker:
         if parallelism < 1:
             raise ValueError("parallelism must be >= 1")
         self.manager = manager
-        self.services: PurgeServices = manager.services
+        self.services = manager.services
         self.interval = interval
         self.parallelism = parallelism
         self.size_trigger = size_trigger
@@ -77,7 +77,11 @@ class PurgeTicker:
 
     @classmethod
     def from_settings(
-        cls, manager: ProcedureManager, wal: WalSettings, *, on_error: ErrorSink | None = None
+        cls,
+        manager: ProcedureManager[PurgeServices],
+        wal: WalSettings,
+        *,
+        on_error: ErrorSink | None = None,
     ) -> PurgeTicker:
         return cls(
             manager,

@@ -48,7 +48,7 @@ class ToyData:
     ran: tuple[str, ...] = ()
 
 
-class Toy(Procedure[ToyData]):
+class Toy(Procedure[ToyData, object]):
     kind = "toy"
     Step = ToyStep
     first_step = ToyStep.ONE
@@ -70,7 +70,7 @@ class Toy(Procedure[ToyData]):
             "ran": list(d.ran),
         }
 
-    async def step_one(self, ctx: StepContext) -> StepResult:
+    async def step_one(self, ctx: StepContext[object]) -> StepResult:
         Toy.calls.setdefault(self.id, []).append("one")
         if self.data.block:
             gate = Toy.gates.setdefault(self.id, asyncio.Event())
@@ -86,7 +86,7 @@ class Toy(Procedure[ToyData]):
         self.data = replace(self.data, ran=(*self.data.ran, "one"))
         return Next(ToyStep.TWO)
 
-    async def step_two(self, ctx: StepContext) -> StepResult:
+    async def step_two(self, ctx: StepContext[object]) -> StepResult:
         Toy.calls.setdefault(self.id, []).append("two")
         self.data = replace(self.data, ran=(*self.data.ran, "two"))
         return Finish(ProcedureState.SUCCEEDED, "done")
