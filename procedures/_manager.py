@@ -340,7 +340,7 @@ class ProcedureManager(Generic[S]):
                 return
             except RecordConflict as exc:
                 # Usually an ambiguous commit (the write landed but its answer was lost):
-                # reload and continue from what is stored; steps resume from checkpoints.
+                # reload and continue from what is stored; steps resume from saved state.
                 conflicts += 1
                 logger.warning(str(exc), extra={"procedure_id": procedure_id})
                 if conflicts >= _RESTARTS_AFTER_CONFLICT:
@@ -354,7 +354,7 @@ class ProcedureManager(Generic[S]):
                 return
             except MetasrvError as exc:
                 # The kv backend failed while persisting: the stored record is still a
-                # consistent checkpoint, so start over from it after a pause.
+                # consistent saved state, so start over from it after a pause.
                 failures += 1
                 if not exc.retryable or failures > self._settings.max_retry_times:
                     logger.error(

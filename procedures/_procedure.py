@@ -3,10 +3,11 @@
 A procedure is a small state machine. Its steps are the members of an `Enum` (the
 subclass's `Step`), each handled by a method named `step_<value>`; the base class checks
 at class-creation time that the table is complete (Temporal's `_apply_<job>` dispatch).
-After every step, and whenever a step calls `ctx.checkpoint()`, the manager persists the
+After every step, and whenever a step calls `ctx.save()`, the manager persists the
 whole record with a compare-and-swap on its kv revision, so a runner that dies resumes
-exactly at the last persisted point. Steps must therefore be idempotent from any
-checkpoint: they read what the typed data says was already done and continue from there.
+exactly at the last persisted point. Steps must therefore be idempotent from any saved
+state: they read what the typed data says was already done and continue from there.
+("Checkpoint" is reserved for a region's persisted prunable entry id, `metasrv.leader`.)
 
 The framework is generic over what steps use, their services: a `Procedure[D, S]` keeps
 data `D` and runs with a `StepContext[S]`, and a `ProcedureManager[S]` runs kinds whose
@@ -254,14 +255,14 @@ class StepContext(Generic[ServicesT_co]):
         procedure_id: str,
         submitted_at: float,
         services: ServicesT_co,
-        checkpoint: Callable[[], Awaitable[None]],
+        save: Callable[[], Awaitable[None]],
         wait_cancel: Callable[[float], Awaitable[bool]],
         cancellable: Callable[[], bool],
     ) -> None:
         self.procedure_id = procedure_id
         self.submitted_at = submitted_at
         self._services = services
-        self._checkpoint = checkpoint
+        self._save = save
         self._wait_cancel = wait_cancel
         self._cancellable = cancellable
 
@@ -270,9 +271,9 @@ class StepContext(Generic[ServicesT_co]):
         """What the procedure's steps use (the manager's `services`)."""
         return self._services
 
-    async def checkpoint(self) -> None:
+    async def save(self) -> None:
         """Persist the procedure's current data now, without moving to another step."""
-        await self._checkpoint()
+        await self._save()
 
     async def sleep(self, seconds: float) -> None:
         """Sleep; raise `Cancelled` at once if an operator cancels meanwhile (when allowed)."""

@@ -78,7 +78,7 @@ class ProcedureRun(Generic[S]):
             procedure_id=self.record.id,
             submitted_at=self.record.submitted_at,
             services=services,
-            checkpoint=self.checkpoint,
+            save=self.save_data,
             wait_cancel=self.wait_cancel,
             cancellable=procedure.cancellable,
         )
@@ -89,7 +89,8 @@ class ProcedureRun(Generic[S]):
         self.record = record
         self._on_saved(record)
 
-    async def checkpoint(self) -> None:
+    async def save_data(self) -> None:
+        """Persist the procedure's current data in its record (`StepContext.save`)."""
         await self.save(replace(self.record, data=self.proc.encode()))
 
     async def wait_cancel(self, seconds: float) -> bool:

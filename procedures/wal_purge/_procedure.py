@@ -335,7 +335,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
                     services.mailbox.send_flush(node_id, region_ids, ttl=wal.flush_wait_timeout)
                 )
             self.data = replace(self.data, flush_sent_at=time.time(), flush_instructions=tuple(ids))
-            await ctx.checkpoint()
+            await ctx.save()
         sent_at = self.data.flush_sent_at
         assert sent_at is not None
         deadline = sent_at + wal.flush_wait_timeout
@@ -364,7 +364,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             assert self.data.prune_point is not None
             # Intent first: a resumed run must know which offset the marker may have taken.
             self.data = replace(self.data, target=self.data.prune_point)
-            await ctx.checkpoint()
+            await ctx.save()
         target = self.data.target
         assert target is not None
 
@@ -460,7 +460,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             self.data = replace(self.data, target=None, prune_point=lowered)
             return None
         self.data = replace(self.data, target=lowered, prune_point=lowered)
-        await ctx.checkpoint()
+        await ctx.save()
         return lowered
 
     async def _finish(self, ctx: StepContext[PurgeServices], target: int) -> StepResult:
