@@ -1,6 +1,11 @@
 """A simulated datanode: hosts regions, heartbeats to the metasrv, obeys flush instructions.
 
-Threads: the WAL writer's poll thread (delivery reports), one heartbeat thread, one
+Its metasrv side is `metasrv.datanode`, as a database's would be: `DatanodeClient` finds
+the leader (421s followed, 503s and unreachable addresses retried) and asks replay
+starts, and `HeartbeatLoop` heartbeats, retries after jittered backoff and hands new flush
+instructions to the flusher.
+
+Threads: the WAL writer's poll thread (delivery reports), the heartbeat loop's thread, one
 flusher thread (auto-flushes and `flush_regions` instructions). `kill()` is a crash:
 memtables are dropped, queued records are discarded, nothing is flushed. `restart()`
 reopens every region found in the data dir, asks the metasrv where to replay from, and
@@ -14,17 +19,16 @@ import logging
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import httpx
-
-from metasrv.errors import InvalidArgument, KafkaUnavailable, MetasrvError
+from metasrv import wire
+from metasrv.datanode import DatanodeClient, HeartbeatLoop
+from metasrv.errors import InvalidArgument, KafkaUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
-from metasrv.wire import MetasrvClient
 from toolbox.simulator._region import RecoveryReport, SimRegion, VerifyReport
 from toolbox.simulator._wal import Tee, WalWriter
 
@@ -41,6 +45,16 @@ class _Default(enum.Enum):
 
 DEFAULT = _Default.TOKEN
 """Marker for "use the datanode's default flush threshold"."""
+
+
+class MetasrvLink(Protocol):
+    """What a datanode asks of its metasrv client: `DatanodeClient`, or a test's own."""
+
+    def heartbeat(self, body: Any, /) -> wire.HeartbeatResponse: ...
+
+    def replay_start(self, region_id: int, /) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +84,7 @@ class SimDatanode:
     def __init__(
         self,
         node_id: int,
-        metasrv_url: str | None,
+        metasrv_url: str | Sequence[str] | None,
         token: str | None,
         kafka_bootstrap: str,
         data_dir: str | Path,
@@ -81,7 +95,8 @@ class SimDatanode:
         tee: Tee | None = None,
         advance_flushed_when_idle: bool = True,
     ) -> None:
-        """`metasrv_url` None: no heartbeats (Kafka-only use); `restart` then needs `replay_start`.
+        """`metasrv_url`: one metasrv address or several; None: no heartbeats (Kafka-only
+        use), and `restart` then needs `replay_start`.
 
         `tee` sees every record this datanode writes (benchmarks copy them to twin topics).
         `advance_flushed_when_idle`: see `SimRegion` (False: DESIGN-literal regions that just
@@ -96,13 +111,20 @@ class SimDatanode:
         self.replay_timeout = replay_timeout
         self.tee = tee
         self.advance_flushed_when_idle = advance_flushed_when_idle
-        self.client = MetasrvClient(metasrv_url, token=token, timeout=5.0) if metasrv_url else None
+        self.client: MetasrvLink | None = (
+            DatanodeClient(metasrv_url, token=token, timeout=5.0) if metasrv_url else None
+        )
         self.regions: dict[int, SimRegion] = {}
         self.rejections: list[Rejection] = []
         self.flushes_instructed = 0
         self.heartbeats_sent = 0
-        self.heartbeat_errors = 0
-        self.last_error: BaseException | None = None
+        self._heartbeats = HeartbeatLoop(
+            self._send,
+            self.heartbeat_payload,
+            interval=heartbeat_interval,
+            on_flush=self._flush_instructed,
+            name=f"dn{node_id}-heartbeat",
+        )
         self._admin = KafkaAdmin(kafka_bootstrap)
         self._writer: WalWriter | None = None
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
@@ -110,7 +132,6 @@ class SimDatanode:
         self._threads: list[threading.Thread] = []
         self._fatal: BaseException | None = None
         self._alive = False
-        self._instructions_seen: dict[object, None] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -167,16 +188,10 @@ class SimDatanode:
                 target=self._guard(self._flush_loop), name=f"dn{self.node_id}-flush", daemon=True
             )
         ]
-        if self.client is not None:
-            self._threads.append(
-                threading.Thread(
-                    target=self._guard(self._heartbeat_loop),
-                    name=f"dn{self.node_id}-heartbeat",
-                    daemon=True,
-                )
-            )
         for thread in self._threads:
             thread.start()
+        if self.client is not None:
+            self._heartbeats.start()
 
     def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -192,6 +207,7 @@ class SimDatanode:
         """Raise the error that killed a background loop, if any."""
         if self._fatal is not None:
             raise self._fatal
+        self._heartbeats.check()
 
     @property
     def alive(self) -> bool:
@@ -200,6 +216,7 @@ class SimDatanode:
 
     def _stop_threads(self) -> None:
         self._stop.set()
+        self._heartbeats.stop()
         self._flush_queue.put(None)
         for thread in self._threads:
             if thread is not threading.current_thread():
@@ -279,7 +296,8 @@ class SimDatanode:
         return reports
 
     def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
-        """Replay one region from the replay start it is given, once. A start below Kafka's
+        """Replay one region from the replay start it is given (`DatanodeClient.replay_start`
+        retries while no metasrv serves), once. A start below Kafka's
         log start is WAL data loss (`auto.offset.reset=error`): metasrv moves a topic's
         marker before it deletes, so a region that needs nothing below the log start is
         never sent below it, and the datanode does not ask twice."""
@@ -311,15 +329,15 @@ class SimDatanode:
 
     # --- heartbeats ---------------------------------------------------------------------
 
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self.heartbeat_interval):
-            try:
-                self.heartbeat_once()
-            except (MetasrvError, httpx.HTTPError) as exc:
-                # The metasrv or Kafka being away is normal weather for a datanode: keep going.
-                self.heartbeat_errors += 1
-                self.last_error = exc
-                logger.warning("datanode %s heartbeat failed: %s", self.node_id, exc)
+    @property
+    def heartbeat_errors(self) -> int:
+        """Heartbeats of the loop that no metasrv answered."""
+        return self._heartbeats.errors
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """Why the loop's last failed heartbeat failed."""
+        return self._heartbeats.last_error
 
     def observe_idle(self, regions: list[SimRegion] | None = None) -> dict[str, PartitionOffsets]:
         """Give every idle region the topic's latest entry id; return the offsets read.
@@ -369,13 +387,13 @@ class SimDatanode:
             "topics": topic_entries,
         }
 
-    def heartbeat_once(self) -> HeartbeatOutcome:
-        """Send one heartbeat and act on the response (flush instructions, rejections)."""
+    def _send(self, body: Any) -> wire.HeartbeatResponse:
+        """Send one heartbeat; log and keep the regions the metasrv refused."""
         if self.client is None:
             raise InvalidArgument("this datanode has no metasrv")
-        response = self.client.heartbeat(self.heartbeat_payload())
+        response = self.client.heartbeat(body)
         self.heartbeats_sent += 1
-        rejected = tuple(Rejection(r.region_id, r.reason) for r in response.rejected)
+        rejected = [Rejection(r.region_id, r.reason) for r in response.rejected]
         for rejection in rejected:
             logger.warning(
                 "metasrv rejected region %s: %s",
@@ -384,25 +402,32 @@ class SimDatanode:
                 extra={"node_id": self.node_id},
             )
         self.rejections.extend(rejected)
-        flush_ids: list[int] = []
-        for instruction in response.instructions:
-            # The metasrv repeats an instruction on every response until it sees it applied.
-            if instruction.id in self._instructions_seen:
-                continue
-            self._instructions_seen[instruction.id] = None
-            while len(self._instructions_seen) > 4096:
-                del self._instructions_seen[next(iter(self._instructions_seen))]
-            for region_id in instruction.region_ids:
-                if region_id in self.regions:
-                    flush_ids.append(region_id)
-                else:
-                    logger.warning("asked to flush region %s, not hosted here", region_id)
-        for region_id in flush_ids:
+        return response
+
+    def _flush_instructed(self, region_ids: tuple[int, ...]) -> list[int]:
+        """Queue a new flush instruction's hosted regions for the flusher."""
+        hosted = []
+        for region_id in region_ids:
+            if region_id in self.regions:
+                hosted.append(region_id)
+            else:
+                logger.warning("asked to flush region %s, not hosted here", region_id)
+        for region_id in hosted:
             self._flush_queue.put(region_id)
-        self.flushes_instructed += len(flush_ids)
-        leader = response.leader
+        self.flushes_instructed += len(hosted)
+        return hosted
+
+    def heartbeat_once(self) -> HeartbeatOutcome:
+        """Send one heartbeat now (one attempt across the metasrv addresses) and act on the
+        answer: new flush instructions queued, rejections logged."""
+        response = self._send(self.heartbeat_payload())
+        flush_ids = [
+            region_id
+            for region_ids in self._heartbeats.dispatch(response, None)
+            for region_id in self._flush_instructed(region_ids)
+        ]
         return HeartbeatOutcome(
-            leader=str(leader) if leader is not None else None,
+            leader=response.leader,
             flush_instructions=tuple(flush_ids),
-            rejected=rejected,
+            rejected=tuple(Rejection(r.region_id, r.reason) for r in response.rejected),
         )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from metasrv.datanode import DatanodeClient
 from metasrv.wire import MetasrvClient
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, VIEWER, settings, start_metasrv
 from toolbox.simulator import MetasrvProcess, SimDatanode, free_port
@@ -105,8 +106,8 @@ def test_heartbeat_sent_to_a_follower_follows_the_421_to_the_leader(
         datanode.add_region(A, topic)
         outcome = datanode.heartbeat_once()
         assert outcome.rejected == ()
-        assert datanode.client is not None
-        assert datanode.client.base_url == leader.url
+        assert isinstance(datanode.client, DatanodeClient)
+        assert datanode.client.current == leader.url
         with MetasrvClient(leader.url, token=VIEWER) as viewer:
             (plan,) = viewer.plan(topic)
         assert plan.blocked_by == []
