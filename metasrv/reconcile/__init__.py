@@ -26,6 +26,7 @@ from metasrv.reconcile._findings import (
     Finding,
     findings_table,
 )
+from metasrv.reconcile._progress import NullProgress, Progress
 from metasrv.reconcile._rules import (
     Coverage,
     ReconcileParams,
@@ -34,7 +35,7 @@ from metasrv.reconcile._rules import (
     skew_finding,
     topic_findings,
 )
-from metasrv.reconcile._run import NullProgress, Progress, RunOptions, RunReport, run_reconcile
+from metasrv.reconcile._run import RunOptions, RunReport, run_reconcile
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, latest_run, save_run
 from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table

@@ -1,5 +1,8 @@
 """One reconcile run end to end: snapshot, Kafka, Spark, outputs, optional apply.
 
+The stages are reported through `_progress.py`; what the run saves in the history database
+is `_outputs.py`'s.
+
 Output layout under `out_dir` (a local or shared path the driver can read):
 
     {run_id}/input/map.parquet     the kv snapshot's topic-region map (Spark's input)
@@ -14,21 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import sqlalchemy.exc as sa_exc
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
 
 from metasrv.errors import ConfigError, KafkaUnavailable, Unavailable
 from metasrv.model import PartitionOffsets
@@ -41,11 +38,11 @@ from metasrv.reconcile._apply import (
     plan_actions,
 )
 from metasrv.reconcile._findings import Finding
+from metasrv.reconcile._outputs import apply_summary, save_to_history
+from metasrv.reconcile._progress import NullProgress, Progress, StageTimer, watch_spark
 from metasrv.reconcile._rules import ReconcileParams, pool_topics
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
-from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
-from metasrv.sql import engine_url
 from metasrv.stat_history import cluster_root
 from metasrv.wire import FindingKind
 
@@ -56,65 +53,6 @@ if TYPE_CHECKING:
     from metasrv.kv import KvBackend
 
 logger = logging.getLogger(__name__)
-
-
-class Progress(Protocol):
-    """Where a run reports what it is doing (the CLI shows it with rich)."""
-
-    def stage(self, name: str, total: int | None = None) -> None:
-        """A new stage begins; `total` units of work when known."""
-        ...
-
-    def advance(self, n: int) -> None:
-        """`n` more units of the current stage are done."""
-        ...
-
-    def detail(self, text: str) -> None:
-        """What the current stage is doing right now ("" clears it)."""
-        ...
-
-
-class NullProgress:
-    """Reports nothing."""
-
-    def stage(self, name: str, total: int | None = None) -> None:
-        """Ignore."""
-
-    def advance(self, n: int) -> None:
-        """Ignore."""
-
-    def detail(self, text: str) -> None:
-        """Ignore."""
-
-
-@contextmanager
-def _watch_spark(spark: SparkSession, progress: Progress) -> Iterator[None]:
-    """Report the running Spark stages' task counts every half second."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        tracker = spark.sparkContext.statusTracker()
-        while not stop.wait(0.5):
-            try:
-                ids = tracker.getActiveStageIds()
-                done = total = 0
-                for sid in ids:
-                    info = tracker.getStageInfo(sid)
-                    if info is not None:
-                        done += info.numCompletedTasks
-                        total += info.numTasks
-            except Exception:  # the JVM is going away; progress is best effort
-                return
-            progress.detail(f"{len(ids)} stage(s) running, {done}/{total} tasks" if ids else "")
-
-    watcher = threading.Thread(target=loop, name="spark-progress", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        watcher.join(timeout=2.0)
-        progress.detail("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,17 +106,6 @@ def _new_run_id(now: float) -> str:
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def _history_engine(url: str) -> Engine:
-    rendered = engine_url(url)
-    parsed = make_url(rendered)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        import migrations
-
-        # An embedded history file is migrated on first use, as the daemon does.
-        migrations.upgrade(rendered)
-    return create_engine(rendered)
-
-
 def _operator_token(settings: Settings) -> str | None:
     cfg = settings.reconcile
     if cfg.operator_token:
@@ -190,21 +117,6 @@ def _metasrv_url(settings: Settings) -> str:
     from metasrv.wire import base_url_from_addr
 
     return settings.reconcile.metasrv_url or base_url_from_addr(settings.http.addr)
-
-
-class _Timer:
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.timings: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, key: str, label: str, total: int | None = None) -> Iterator[None]:
-        self.progress.stage(label, total)
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[key] = round(time.perf_counter() - t0, 3)
 
 
 def _kafka_facts(
@@ -232,34 +144,6 @@ def _fixable(findings_path: str, with_stale: bool) -> list[Finding]:
     return [Finding.from_row(r) for r in table.to_pylist()]
 
 
-def _iter_findings(findings_path: str) -> Iterator[Finding]:
-    # The Spark job wrote one sorted file; batches keep driver memory flat.
-    for batch in ds.dataset(findings_path, format="parquet").to_batches(batch_size=10_000):
-        for row in batch.to_pylist():
-            yield Finding.from_row(row)
-
-
-def _plan_summary(plan: ApplyPlan, results: list[ActionResult]) -> dict[str, Any]:
-    return {
-        "planned": len(plan.actions),
-        "outcomes": {
-            o.value: sum(1 for r in results if r.outcome is o) for o in Outcome if results
-        },
-        "actions": [
-            {
-                "action": r.action.kind.value,
-                "topic": r.action.topic,
-                "region_id": r.action.region_id,
-                "outcome": r.outcome.value,
-                "detail": r.detail,
-            }
-            for r in results[:1000]
-        ],
-        "skipped": dict(plan.skipped),
-        "skipped_examples": {k: [list(x) for x in v] for k, v in plan.skipped_examples.items()},
-    }
-
-
 def run_reconcile(
     settings: Settings,
     options: RunOptions,
@@ -276,7 +160,7 @@ def run_reconcile(
     metasrv when one cannot be reached, `ConfigError` for an unusable configuration.
     """
     progress = progress or NullProgress()
-    timer = _Timer(progress)
+    timer = StageTimer(progress)
     cfg = settings.reconcile
     now = options.now if options.now is not None else time.time()
     started = datetime.now(UTC)
@@ -334,7 +218,7 @@ def run_reconcile(
                 pool=tuple(pool),
                 prefix=settings.wal.topic_name_prefix,
             )
-            with _watch_spark(spark, progress):
+            with watch_spark(spark, progress):
                 result = run_job(spark, inputs, params, str(run_dir / "findings"))
         total = sum(n for by_sev in result.counts.values() for n in by_sev.values())
         plan: ApplyPlan | None = None
@@ -399,13 +283,12 @@ def run_reconcile(
             "spark_phases_s": result.timings,
         }
         if plan is not None:
-            summary["apply"] = _plan_summary(plan, results)
+            summary["apply"] = apply_summary(plan, results)
             if apply_error:
                 summary["apply"]["error"] = apply_error
         with timer.stage("save", "Writing the summary and the SQL tables"):
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-            actions = {r.action.finding_key: _action_label(r) for r in results}
-            _save(settings, run_id, started, summary, result.findings_path, actions)
+            save_to_history(settings, run_id, started, summary, result.findings_path, results)
         summary["timings_s"] = timer.timings
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
         if apply_error:
@@ -414,57 +297,3 @@ def run_reconcile(
     finally:
         for closer in reversed(closers):
             closer.close()
-
-
-def _action_label(result: ActionResult) -> str:
-    label = {
-        "create_topic": "topic_created",
-        "register_region": "registered",
-        "drop_region": "dropped",
-    }[result.action.kind.value]
-    return label if result.outcome is Outcome.DONE else f"{label}:{result.outcome.value}"
-
-
-def _save(
-    settings: Settings,
-    run_id: str,
-    started: datetime,
-    summary: dict[str, Any],
-    findings_path: str,
-    actions: dict[tuple[str, str | None, int | None], str],
-) -> None:
-    cfg = settings.reconcile
-    url = settings.history.url
-    try:
-        engine = _history_engine(url)
-    except sa_exc.SQLAlchemyError as exc:
-        raise Unavailable(f"history database {make_url(url)!r} unreachable: {exc}") from exc
-    try:
-        save_run(
-            engine,
-            RunRecord(
-                run_id=run_id,
-                started_at=started,
-                finished_at=datetime.now(UTC),
-                status="succeeded",
-                master=summary["master"],
-                applied=summary["applied"],
-                kv_revision=summary["inputs"]["kv_revision"],
-                counts=summary["counts"],
-                findings_total=summary["findings_total"],
-                out_dir=str(Path(findings_path).parent),
-                summary=summary,
-            ),
-            _iter_findings(findings_path),
-            actions=actions,
-            limit=cfg.sql_findings_limit,
-            keep_runs=cfg.keep_runs,
-        )
-    except sa_exc.SQLAlchemyError as exc:
-        raise Unavailable(
-            f"could not save the run to the history database {make_url(url)!r}: "
-            f"{sql_error_detail(exc)} "
-            "(has `metasrv db upgrade` been run?)"
-        ) from exc
-    finally:
-        engine.dispose()
