@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,18 @@ import orjson
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import Compare, EtcdKv, KeyValue, KvBackend, Put, TxnOp, TxnResult
+from metasrv.kv import (
+    Compare,
+    EtcdKv,
+    KeyValue,
+    KvBackend,
+    KvChange,
+    KvWatch,
+    Put,
+    Snapshot,
+    TxnOp,
+    TxnResult,
+)
 from procedures import ProcedureRecord
 from procedures.wal_purge import submit_purges
 from tests.procedures._harness import Harness, make_settings
@@ -92,6 +104,14 @@ class FreezingKv:
 
     def scan(self, prefix: str, *, page_size: int = 1000) -> Iterator[KeyValue]:
         return self._inner.scan(prefix, page_size=page_size)
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        return self._inner.snapshot()
+
+    def watch(
+        self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
+    ) -> KvWatch:
+        return self._inner.watch(prefix, after_revision, holds_after=holds_after)
 
     def put(self, key: str, value: bytes) -> int:
         return self._inner.put(key, value)
