@@ -267,13 +267,11 @@ KNOWN_OVERSIZED: frozenset[str] = frozenset(
         "benchmarks/load.py",
         "benchmarks/replicated_wal.py",
         "benchmarks/wal_retention.py",
-        "metasrv/kafka/_admin.py",
         "metasrv/leader/_stat_table.py",
         "procedures/_manager.py",
         "procedures/wal_purge/_procedure.py",
         "tests/metasrv/test_heartbeat.py",
         "tests/procedures/test_wal_purge.py",
-        "toolbox/demo/_run.py",
     }
 )
 """Modules over the limit, being split: the list only shrinks, and an entry that fits fails."""

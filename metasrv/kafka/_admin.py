@@ -1,10 +1,10 @@
 """The Kafka admin adapter: topic creation, offsets, DeleteRecords, batched.
 
 Calls block (they wait on the client's futures); async callers use `asyncio.to_thread`.
-Every call takes explicit timeouts. Library errors are translated once, through
-`_REJECTED_CODES` / `_NOT_FOUND_CODES` / `_INVALID_INPUT_CODES`, into `KafkaUnavailable`
-(retryable), `KafkaRejected` (not retryable) and the rest; a topic name Kafka refuses is the
-caller's error (`InvalidArgument`), never a temporary one.
+Every call takes explicit timeouts. Library errors are translated once, through the table in
+`_errors.py`, into `KafkaUnavailable` (retryable), `KafkaRejected` (not retryable) and the
+rest; a topic name Kafka refuses is the caller's error (`InvalidArgument`), never a temporary
+one.
 
 An answer Kafka cannot mean is an error too: a negative offset from ListOffsets (librdkafka
 answers -1001, "invalid offset", with no error while a partition's leader is dead), a
@@ -16,7 +16,6 @@ limited); a read is asked once more on the fresh client before the error reaches
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -30,15 +29,15 @@ from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from metasrv.errors import (
-    Conflict,
-    InvalidArgument,
-    KafkaRejected,
-    KafkaUnavailable,
-    MetasrvError,
-    NotFound,
-)
+from metasrv.errors import Conflict, InvalidArgument, KafkaUnavailable, MetasrvError
 from metasrv.kafka._client_config import ClientConfig, client_config
+from metasrv.kafka._errors import (
+    NOT_FOUND_CODES,
+    STALE_METADATA_CODES,
+    CredentialErrors,
+    translate_kafka_error,
+)
+from metasrv.kafka._topics import collision_key, leader_problem
 from metasrv.model import PartitionOffsets, TopicDurability
 from metasrv.settings import WalSettings
 
@@ -46,131 +45,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_REJECTED_CODES = {
-    KafkaError.POLICY_VIOLATION,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    KafkaError.INVALID_CONFIG,
-    KafkaError.INVALID_REPLICATION_FACTOR,
-    KafkaError.INVALID_PARTITIONS,
-    KafkaError.INVALID_REQUEST,
-    KafkaError.UNSUPPORTED_VERSION,
-    KafkaError._INVALID_ARG,
-}
-_INVALID_INPUT_CODES = {
-    # InvalidTopicException: an illegal name, or one colliding with an existing topic.
-    KafkaError.TOPIC_EXCEPTION,
-}
-_NOT_FOUND_CODES = {
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError._UNKNOWN_PARTITION,
-}
-# After a broker restart the leader epoch moves on, but librdkafka's admin ListOffsets keeps
-# sending the cached epoch and fails with FENCED_LEADER_EPOCH until its metadata refreshes
-# (minutes; librdkafka issue #4620). On these errors the client is rebuilt, so the caller's
-# retry starts with fresh metadata. A client that asked while the restarted broker had not
-# yet loaded its topics can likewise keep answering UNKNOWN_TOPIC_OR_PART for a topic that
-# exists (seen for over a minute in the fault suite), so "unknown topic" rebuilds it too;
-# rebuilds are rate-limited, since a topic that is really gone gives the same error.
-_STALE_METADATA_CODES = {
-    KafkaError.FENCED_LEADER_EPOCH,
-    KafkaError.UNKNOWN_LEADER_EPOCH,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._NOENT,
-    # A request that timed out locally was most likely sent to a dead partition leader the
-    # cached metadata still names: librdkafka refreshes topic metadata every 5 minutes only
-    # (topic.metadata.refresh.interval.ms), and an admin request waiting for a down broker
-    # spins (below, `_conf`), so a local timeout rebuilds too. REQUEST_TIMED_OUT does not:
-    # it is a live broker's answer (DeleteRecords waited `delete_records_wait` for the
-    # followers), and a fresh client could pick a hung broker for its first metadata.
-    KafkaError._TIMED_OUT,
-}
 _MIN_REBUILD_INTERVAL = 5.0
 _READ_TIMEOUT = 5.0
 """Default seconds an offsets read waits: ListOffsets is answered in milliseconds by a live
 leader, and one sent to a dead leader spins librdkafka until it expires (`_conf`)."""
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# Errors that a retry cannot fix: the client's own credentials or certificates are wrong.
-# Each names the settings to check; librdkafka reports them through `error_cb` (requests
-# then only time out), or as the request's error.
-_CREDENTIAL_HINTS = {
-    KafkaError._AUTHENTICATION: "check wal.sasl (type, username, password)",
-    KafkaError.SASL_AUTHENTICATION_FAILED: "check wal.sasl (type, username, password)",
-    KafkaError.UNSUPPORTED_SASL_MECHANISM: "check wal.sasl.type",
-    KafkaError.ILLEGAL_SASL_STATE: "check wal.sasl and whether the listener expects SASL",
-    KafkaError._SSL: "check wal.tls (server_ca_cert_path, client_cert_path, client_key_path)",
-}
-# A broker that rejects our certificate (or sees no TLS at all) closes the connection with
-# an alert, which librdkafka reports as a transport failure naming OpenSSL.
-_TLS_TRANSPORT_MARKERS = ("SSL routines", "certificate", "SSL handshake")
-
-
-def credential_hint(err: KafkaError) -> str | None:
-    """Which settings to check when `err` says our credentials or certificates are wrong."""
-    hint = _CREDENTIAL_HINTS.get(err.code())
-    tls_alert = any(marker in err.str() for marker in _TLS_TRANSPORT_MARKERS)
-    if hint is None and err.code() == KafkaError._TRANSPORT and tls_alert:
-        hint = _CREDENTIAL_HINTS[KafkaError._SSL]
-    return hint
-
-
-def translate_kafka_error(exc: BaseException, what: str) -> MetasrvError:
-    """Map a confluent-kafka error onto the metasrv hierarchy (the one translation table)."""
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    if isinstance(err, KafkaError):
-        code = err.code()
-        text = f"{what}: {err.name()}: {err.str()}"
-        hint = credential_hint(err)
-        if hint is not None:
-            return KafkaRejected(f"{text} ({hint})", details={"kafka_error": err.name()})
-        if code in _NOT_FOUND_CODES:
-            return NotFound(text, details={"kafka_error": err.name()})
-        if code in _INVALID_INPUT_CODES:
-            return InvalidArgument(text, details={"kafka_error": err.name()})
-        if code in _REJECTED_CODES:
-            return KafkaRejected(text, details={"kafka_error": err.name()})
-        return KafkaUnavailable(text, details={"kafka_error": err.name()})
-    return KafkaUnavailable(f"{what}: {exc}")
-
-
-def collision_key(topic: str) -> str:
-    """Kafka refuses a topic whose name equals an existing one's with '.' read as '_'."""
-    return topic.replace(".", "_")
-
-
-def topic_name_problem(topic: str) -> str | None:
-    """Why Kafka would refuse `topic` as a name, or None when it is legal."""
-    if not _TOPIC_NAME.match(topic):
-        return "a Kafka topic name is 1 to 249 characters of [A-Za-z0-9._-]"
-    if topic in (".", ".."):
-        return "Kafka does not allow '.' or '..' as a topic name"
-    return None
-
-
-class _CredentialErrors:
-    """librdkafka's `error_cb`: authentication and TLS failures surface only there (the
-    request itself fails with a transport error). Not a bound method of the admin, so the
-    client does not keep its owner alive."""
-
-    def __init__(self) -> None:
-        self._last: tuple[float, KafkaError] | None = None
-
-    def __call__(self, err: KafkaError) -> None:
-        if credential_hint(err) is not None:
-            self._last = (time.monotonic(), err)
-
-    def take(self, within: float) -> KafkaError | None:
-        """The latest one seen in the last `within` seconds, once (a transient TLS error
-        must not turn later, unrelated failures into non-retryable ones)."""
-        last, self._last = self._last, None
-        if last is None or time.monotonic() - last[0] > within:
-            return None
-        return last[1]
 
 
 class KafkaAdmin:
@@ -192,7 +70,7 @@ class KafkaAdmin:
         self.bootstrap = servers
         self.request_timeout = request_timeout
         self.delete_records_wait = min(delete_records_wait, request_timeout)
-        self._credential_errors = _CredentialErrors()
+        self._credential_errors = CredentialErrors()
         # CPU while a broker is down: an admin request whose target broker is down waits in
         # librdkafka's admin worker (rdkafka_admin.c, rd_kafka_admin_common_get_broker), which
         # re-registers for "any broker state change" and asks for a connection again each
@@ -238,7 +116,7 @@ class KafkaAdmin:
 
     def _refresh_if_stale(self, exc: KafkaException) -> None:
         err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in _STALE_METADATA_CODES:
+        if isinstance(err, KafkaError) and err.code() in STALE_METADATA_CODES:
             self._rebuild(err.name())
 
     def _rebuild(self, why: str) -> None:
@@ -541,29 +419,10 @@ class KafkaAdmin:
                 future.result(timeout=self.request_timeout + 5)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() in _NOT_FOUND_CODES:
+                if isinstance(err, KafkaError) and err.code() in NOT_FOUND_CODES:
                     continue
                 raise translate_kafka_error(exc, f"delete topic {topic}") from exc
 
     def close(self) -> None:
         """AdminClient has no close; drop the reference so librdkafka can tear down."""
         self._client = None  # type: ignore[assignment]
-
-
-def leader_problem(md: ClusterMetadata, topic: str) -> str | None:
-    """Why `topic`'s partitions cannot be read per `md` (a topic error, a partition without
-    a leader or led by a broker the cluster no longer lists), or None."""
-    meta = md.topics[topic]
-    if meta.error is not None:
-        return f"topic error {meta.error.name()}"
-    if not meta.partitions:
-        return "no partitions in metadata"
-    for pid, part in sorted(meta.partitions.items()):
-        # REPLICA_NOT_AVAILABLE (a follower down) leaves the partition readable.
-        if part.error is not None and part.error.code() == KafkaError.LEADER_NOT_AVAILABLE:
-            return f"partition {pid}: {part.error.name()}"
-        if part.leader < 0:
-            return f"partition {pid} has no leader"
-        if part.leader not in md.brokers:
-            return f"partition {pid}'s leader {part.leader} is not a live broker"
-    return None
