@@ -11,6 +11,7 @@ import random
 import signal
 import statistics
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ import msgspec
 import pytest
 
 from metasrv.datanode import (
+    CONTENT_TYPES,
+    HEARTBEAT_PATH,
     AsyncDatanodeClient,
     DatanodeClient,
     HeartbeatLoop,
@@ -32,6 +35,8 @@ from metasrv.errors import NotFound, NotLeader
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.wire import HeartbeatResponse, MetasrvClient
+from tests.metasrv.datanode._vectors import DIR as VECTORS_DIR
+from tests.metasrv.datanode._vectors import VECTORS, read_hex
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, VIEWER, settings, start_metasrv
 from toolbox.simulator import MetasrvProcess, free_port
 
@@ -43,13 +48,14 @@ VIEWING = {"Authorization": f"Bearer {VIEWER}"}
 class Cluster:
     leader: MetasrvProcess
     follower: MetasrvProcess
+    prefix: str
 
     @property
     def addrs(self) -> list[str]:
         return [self.leader.url, self.follower.url]
 
 
-def settled(procs: list[MetasrvProcess], timeout: float = 30.0) -> Cluster:
+def settled(procs: list[MetasrvProcess], prefix: str, timeout: float = 30.0) -> Cluster:
     """The two processes once one serves as leader and the other names it."""
     deadline = time.monotonic() + timeout
     while True:
@@ -64,25 +70,23 @@ def settled(procs: list[MetasrvProcess], timeout: float = 30.0) -> Cluster:
             (follower,) = [p for p in procs if p is not leader]
             named = views[follower.url].get("leader") or ""
             if named and leader.url.endswith(named):
-                return Cluster(leader, follower)
+                return Cluster(leader, follower, prefix)
         assert time.monotonic() < deadline, f"no settled leader: {views}"
         time.sleep(0.1)
 
 
-@pytest.fixture
-def cluster(
-    kafka_bootstrap: str, etcd_endpoint: str, unique_prefix: str, tmp_path: Path
-) -> Iterator[Cluster]:
-    """Two metasrv processes on one etcd: the first started leads."""
-    kv = {"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": f"/{unique_prefix}/"}
-    history = f"sqlite:///{tmp_path / 'h.db'}"
+@contextlib.contextmanager
+def two_metasrvs(kafka: str, etcd: str, prefix: str, tmp: Path) -> Iterator[Cluster]:
+    """Two metasrv processes on one etcd (ticker off, a 4 KB flush trigger): one leads."""
+    kv = {"backend": "etcd", "etcd_endpoints": [etcd], "key_prefix": f"/{prefix}/"}
+    history = f"sqlite:///{tmp / 'h.db'}"
     procs = [
         start_metasrv(
-            tmp_path,
+            tmp,
             name,
             settings(
-                unique_prefix,
-                kafka_bootstrap,
+                prefix,
+                kafka,
                 free_port(),
                 kv,
                 history,
@@ -96,21 +100,41 @@ def cluster(
     try:
         procs[0].start()
         procs[1].start(expect_leader=False)
-        yield settled(procs)
+        yield settled(procs, prefix)
     finally:
         for proc in procs:
             proc.stop()
-        etcd = EtcdKv(etcd_endpoint, f"/{unique_prefix}/")
-        etcd.delete_prefix("")
-        etcd.close()
-        admin = KafkaAdmin(kafka_bootstrap)
-        admin.delete_topics(t for t in admin.list_topics() if t.startswith(unique_prefix))
+        store = EtcdKv(etcd, f"/{prefix}/")
+        store.delete_prefix("")
+        store.close()
+        admin = KafkaAdmin(kafka)
+        admin.delete_topics(t for t in admin.list_topics() if t.startswith(prefix))
         admin.close()
 
 
-def register(cluster: Cluster, *region_ids: int) -> str:
+@pytest.fixture(scope="module")
+def shared(
+    kafka_bootstrap: str, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A cluster the tests that kill nothing share (each uses its own regions)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    tmp = tmp_path_factory.mktemp("shared")
+    with two_metasrvs(kafka_bootstrap, etcd_endpoint, prefix, tmp) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(
+    kafka_bootstrap: str, etcd_endpoint: str, unique_prefix: str, tmp_path: Path
+) -> Iterator[Cluster]:
+    """A cluster of the test's own (it kills its leader)."""
+    with two_metasrvs(kafka_bootstrap, etcd_endpoint, unique_prefix, tmp_path) as cluster:
+        yield cluster
+
+
+def register(cluster: Cluster, *region_ids: int, topic: str | None = None) -> str:
     with MetasrvClient(cluster.leader.url, token=OPERATOR, timeout=30) as operator:
-        topics = {operator.add_region(r, 1).topic for r in region_ids}
+        topics = {operator.add_region(r, 1, topic).topic for r in region_ids}
     (topic,) = topics
     return topic
 
@@ -122,44 +146,67 @@ def body(node_id: int, region_id: int, topic: str, flushed: int = 5) -> Heartbea
 
 @pytest.mark.parametrize("encoding", ["json", "columns"])
 def test_a_heartbeat_sent_to_a_follower_follows_its_421_to_the_leader(
-    cluster: Cluster, encoding: Any
+    shared: Cluster, encoding: Any
 ) -> None:
     region = (5 << 32) | 1
-    topic = register(cluster, region)
+    topic = register(shared, region)
     # Only the follower is configured: the leader is learned from the 421.
-    with DatanodeClient(cluster.follower.url, token=DATANODE, encoding=encoding) as client:
+    with DatanodeClient(shared.follower.url, token=DATANODE, encoding=encoding) as client:
         answer = client.heartbeat(body(1, region, topic))
         assert answer.rejected == []
-        assert client.current == cluster.leader.url
-        assert client.addresses == [cluster.follower.url, cluster.leader.url]
+        assert client.current == shared.leader.url
+        assert client.addresses == [shared.follower.url, shared.leader.url]
         assert client.replay_start(region) == 6  # flushed 5, no purge yet
         with pytest.raises(NotFound):
             client.replay_start(region + 1)
-    with MetasrvClient(cluster.leader.url, token=OPERATOR) as operator:
+    with MetasrvClient(shared.leader.url, token=OPERATOR) as operator:
         assert operator.region(region).stat is not None
 
 
-def test_without_following_the_follower_only_refers(cluster: Cluster) -> None:
+def test_without_following_the_follower_only_refers(shared: Cluster) -> None:
     """The same heartbeat without the leader's address followed fails: the 421 is what
     the client acted on above."""
     region = (5 << 32) | 2
-    topic = register(cluster, region)
+    topic = register(shared, region)
     with (
-        MetasrvClient(cluster.follower.url, token=DATANODE, follow_leader=False) as plain,
+        MetasrvClient(shared.follower.url, token=DATANODE, follow_leader=False) as plain,
         pytest.raises(NotLeader) as refused,
     ):
         plain.heartbeat(msgspec.to_builtins(body(1, region, topic)))
     assert refused.value.leader is not None
-    assert cluster.leader.url.endswith(refused.value.leader)
+    assert shared.leader.url.endswith(refused.value.leader)
 
 
-async def test_the_async_client_follows_the_421_too(cluster: Cluster) -> None:
+@pytest.mark.parametrize("name", sorted(VECTORS))
+def test_every_vector_is_accepted_over_http_in_both_encodings(shared: Cluster, name: str) -> None:
+    """The vectors' bytes as a datanode sends them: 200, every region judged (none of them
+    is registered, so each is rejected by name, nothing else)."""
+    meaning = VECTORS[name]
+    json_body = (VECTORS_DIR / f"{name}.json").read_bytes()
+    columns = read_hex(VECTORS_DIR / f"{name}.msgpack.hex")
+    expected = {(r["region_id"], "unknown_region") for r in meaning["regions"]}
+    headers = {"Authorization": f"Bearer {DATANODE}"}
+    for content, content_type in (
+        (json_body, "application/json"),
+        (columns, CONTENT_TYPES["columns"]),
+    ):
+        answer = httpx.post(
+            f"{shared.leader.url}{HEARTBEAT_PATH}",
+            content=content,
+            headers={**headers, "content-type": content_type},
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+        assert {(r["region_id"], r["reason"]) for r in answer.json()["rejected"]} == expected
+
+
+async def test_the_async_client_follows_the_421_too(shared: Cluster) -> None:
     region = (5 << 32) | 3
-    topic = register(cluster, region)
-    async with AsyncDatanodeClient([cluster.follower.url], token=DATANODE) as client:
+    topic = register(shared, region)
+    async with AsyncDatanodeClient([shared.follower.url], token=DATANODE) as client:
         answer = await client.heartbeat(body(2, region, topic))
         assert answer.rejected == []
-        assert client.current == cluster.leader.url
+        assert client.current == shared.leader.url
         assert await client.replay_start(region) == 6
 
 
@@ -290,15 +337,16 @@ class Database:
 
 
 def test_a_flush_instruction_reaches_the_callback_and_the_flush_is_reported(
-    cluster: Cluster,
+    shared: Cluster,
 ) -> None:
     region = (7 << 32) | 1
-    topic = register(cluster, region)
+    # A topic of its own: the purge must not wait on the other tests' regions.
+    topic = register(shared, region, topic=f"{shared.prefix}_flush")
     db = Database(region, topic)
     interval = 3.0
     with (
-        DatanodeClient(cluster.addrs[::-1], token=DATANODE) as client,
-        MetasrvClient(cluster.leader.url, token=OPERATOR) as operator,
+        DatanodeClient(shared.addrs[::-1], token=DATANODE) as client,
+        MetasrvClient(shared.leader.url, token=OPERATOR) as operator,
     ):
         db.loop = HeartbeatLoop(
             client.heartbeat, db.report, interval=interval, on_flush=db.on_flush, first_after=0.0
