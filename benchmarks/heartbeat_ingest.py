@@ -424,12 +424,13 @@ def registry_memory(n: int = 1_000_000) -> dict[str, float]:
     stats_bytes = tracemalloc.get_traced_memory()[0]
     routes: dict[int, RegionRoute] = {}
     by_topic: dict[str, dict[int, RegionRoute]] = {}
-    for rid, row in registry.rows.items():
-        route = RegionRoute(
-            region_id=rid, topic=row.topic, node_id=row.node_id, checkpoint_entry_id=None
-        )
-        routes[rid] = route
-        by_topic.setdefault(route.topic, {})[rid] = route
+    for topic in registry.table.topics():
+        for rid, row in registry.table.topic_rows(topic).items():
+            route = RegionRoute(
+                region_id=rid, topic=row.topic, node_id=row.node_id, checkpoint_entry_id=None
+            )
+            routes[rid] = route
+            by_topic.setdefault(route.topic, {})[rid] = route
     total = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return {

@@ -45,6 +45,7 @@ from metasrv.leader import (
     RegionRegistry,
     TopicLocks,
     TopicRegionMap,
+    row_of,
 )
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
@@ -102,18 +103,25 @@ def batched_deletes(kafka: KafkaAdmin, topics: list[str], offset: int) -> float:
 
 def report_stats(registry: RegionRegistry, topics: list[str], flushed: int) -> None:
     now = time.monotonic()
-    registry.update(
-        RegionStat(
-            region_id=n,
-            node_id=n % 8,
-            topic=topic,
-            flushed_entry_id=flushed,
-            topic_latest_entry_id=None,
-            memtable_bytes=1,
-            manifest_version=1,
-            received_at=now,
-        )
-        for n, topic in enumerate(topics)
+    # What the heartbeats of every region store (region n on topics[n]).
+    registry.put_topic_rows(
+        {
+            topic: {
+                n: row_of(
+                    RegionStat(
+                        region_id=n,
+                        node_id=n % 8,
+                        topic=topic,
+                        flushed_entry_id=flushed,
+                        topic_latest_entry_id=None,
+                        memtable_bytes=1,
+                        manifest_version=1,
+                        received_at=now,
+                    )
+                )
+            }
+            for n, topic in enumerate(topics)
+        }
     )
 
 

@@ -474,14 +474,6 @@ class ProcedureManager(Generic[S]):
                 self._history_written.discard(record.id)
         return removed
 
-    def running_count(self) -> int:
-        """Procedures in a running or retrying state right now."""
-        return sum(
-            1
-            for r in self._latest.values()
-            if r.state in (ProcedureState.RUNNING, ProcedureState.RETRYING)
-        )
-
     def kinds(self) -> Iterable[str]:
         """Registered procedure kinds."""
         return self._kinds.keys()

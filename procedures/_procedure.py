@@ -283,10 +283,6 @@ class StepContext(Generic[ServicesT_co]):
         if await self._wait_cancel(seconds):
             raise Cancelled(f"procedure {self.procedure_id} cancelled")
 
-    async def check_cancelled(self) -> None:
-        """Raise `Cancelled` if an operator asked for it and the procedure still allows it."""
-        await self.sleep(0)
-
 
 # --- the base class ---------------------------------------------------------------------
 

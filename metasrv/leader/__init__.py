@@ -12,10 +12,11 @@ from metasrv.leader._lifecycle import Leadership, Role
 from metasrv.leader._locks import TopicLocks
 from metasrv.leader._mailbox import FLUSH_REGIONS, InstructionState, Mailbox
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot, row_of
+from metasrv.leader._registry import RegionRegistry, row_of
 from metasrv.leader._stat_table import (
     RowColumns,
     RowValues,
+    StatRow,
     StatTable,
     TopicRows,
     regresses,
@@ -38,7 +39,6 @@ __all__ = [
     "RowColumns",
     "RowValues",
     "StatRow",
-    "StatSnapshot",
     "StatTable",
     "TopicLocks",
     "TopicRegionMap",

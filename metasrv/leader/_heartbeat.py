@@ -41,8 +41,8 @@ import orjson
 from metasrv.leader._checkpoints import Checkpointer
 from metasrv.leader._mailbox import Mailbox
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._registry import RegionRegistry, StatRow, StatSnapshot
-from metasrv.leader._stat_table import RowValues, regresses
+from metasrv.leader._registry import RegionRegistry
+from metasrv.leader._stat_table import RowValues, StatRow, regresses
 from metasrv.metrics import Metrics
 from metasrv.model import (
     NULL,
@@ -186,7 +186,7 @@ class HeartbeatHandler:
                 self._refuse_duplicates(r.region_id for r in doc.regions)
         else:
             self._judge_columns(doc.node_id, cols, now, outcome, doc.regions)
-        return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
+        return self._apply(doc.node_id, doc.topics, now, outcome)
 
     def handle_columns(self, body: bytes) -> bytes:
         """Apply one heartbeat in the columns encoding (`metasrv.wire`): the
@@ -196,7 +196,7 @@ class HeartbeatHandler:
         now = self._clock()
         outcome = _Outcome()
         self._judge_columns(doc.node_id, cols, now, outcome, None)
-        return self._apply(doc.node_id, doc.addr, doc.topics, now, outcome)
+        return self._apply(doc.node_id, doc.topics, now, outcome)
 
     @staticmethod
     def _refuse_duplicates(ids: Iterable[int]) -> None:
@@ -366,7 +366,7 @@ class HeartbeatHandler:
         out.changed.extend(out.fresh.ids.tolist())  # a first checkpoint for each
         return new
 
-    def _accepted_rows(self, outcome: _Outcome) -> StatSnapshot:
+    def _accepted_rows(self, outcome: _Outcome) -> dict[int, StatRow]:
         """This heartbeat's accepted regions as stored (for the mailbox; built only for
         a datanode with pending instructions)."""
         rows: dict[int, StatRow] = {}
@@ -377,12 +377,11 @@ class HeartbeatHandler:
                 rows.update(zip(ids, table.rows(table.lookup(ids)), strict=True))
         for batch in outcome.accepted.values():
             rows.update(batch)
-        return StatSnapshot({}, rows)
+        return rows
 
     def _apply(
         self,
         node_id: int,
-        addr: str | None,
         topic_reports: list[TopicReport] | None,
         now: float,
         outcome: _Outcome,
@@ -396,7 +395,6 @@ class HeartbeatHandler:
             names, topics = outcome.fresh_topics
             table.insert(outcome.fresh, names, topics, node_id, now)
         registry.put_topic_rows(outcome.accepted)
-        registry.note_node(node_id, addr, now)
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
             # until the next leadership change, however many a client invents.

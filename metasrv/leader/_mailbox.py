@@ -16,11 +16,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from metasrv.leader._registry import RegionRegistry
 from metasrv.metrics import Metrics
-from metasrv.model import RegionStat
 
 FLUSH_REGIONS = "flush_regions"
 """The one instruction kind."""
@@ -57,6 +56,16 @@ class Instruction:
     def to_json(self) -> dict[str, Any]:
         """The wire form of DESIGN §5: `{"id", "kind", "region_ids"}`."""
         return {"id": self.id, "kind": self.kind, "region_ids": list(self.region_ids)}
+
+
+class FlushReport(Protocol):
+    """What `observe` reads of a region's accepted stat (a `StatRow` or a `RegionStat`)."""
+
+    @property
+    def flushed_entry_id(self) -> int: ...
+
+    @property
+    def memtable_bytes(self) -> int: ...
 
 
 class _Pending:
@@ -132,7 +141,7 @@ class Mailbox:
         """True when `node_id` has instructions not yet applied (one dict lookup)."""
         return bool(self._by_node.get(node_id))
 
-    def observe(self, node_id: int, stats: Mapping[int, RegionStat]) -> list[str]:
+    def observe(self, node_id: int, stats: Mapping[int, FlushReport]) -> list[str]:
         """Mark regions of `node_id`'s instructions flushed per `stats`; return applied ids.
 
         `stats` is what this heartbeat reported (region id -> accepted stat); only the

@@ -1,9 +1,8 @@
 """The leader's in-memory region and topic stats (DESIGN §4: never one kv write per heartbeat).
 
-Region rows are columns (`metasrv.stat_table.StatTable`): a heartbeat overwrites its
-regions' values in place, a snapshot is a copy of arrays, and `RegionStat` objects are
-built only when read. Topic
-stats keep the highest reported entry id and an average record size: the growth of the
+Region rows are columns (`StatTable`): a heartbeat overwrites its regions' values in
+place, a snapshot is a copy of arrays, and `RegionStat` objects are built only when read.
+Topic stats keep the highest reported entry id and an average record size: the growth of the
 cumulative `record_size`/`record_num` counters (each datanode counts on its own), summed
 with exponentially decaying weights. State per (topic, datanode) is one pair of counters,
 whatever the heartbeat rate or the run's length.
@@ -13,29 +12,15 @@ Everything here is lost on purpose when leadership changes (`clear()`, invariant
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from metasrv.leader._stat_table import StatRow as StatRow
-from metasrv.leader._stat_table import StatTable, TopicRows
+from metasrv.leader._stat_table import StatRow, StatTable, TopicRows
 from metasrv.model import RegionStat, TopicStat
 
 DEFAULT_WINDOW = 300.0
 """Time constant, in seconds, of the decay behind a topic's average record size: growth
 that old weighs 1/e of growth now."""
-
-
-@dataclass(frozen=True, slots=True)
-class DatanodeInfo:
-    """The last heartbeat of one datanode."""
-
-    node_id: int
-    """Datanode id."""
-    addr: str | None
-    """Address it reported, if any."""
-    last_seen: float
-    """Monotonic-clock time of its last accepted heartbeat."""
 
 
 @dataclass(slots=True)
@@ -91,69 +76,12 @@ def stat_of(region_id: int, row: StatRow) -> RegionStat:
     )
 
 
-class StatSnapshot(Mapping[int, RegionStat]):
-    """A read-only mapping region id -> `RegionStat` over stored rows, grouped by topic.
-
-    `RegionStat` objects are built on access, so taking a snapshot costs dict copies and
-    reading a topic's regions costs only those regions. `topic_rows` gives the planner
-    one topic's raw rows; the by-region index behind `get` is built on first use.
-    """
-
-    __slots__ = ("_by_topic", "_rows")
-
-    def __init__(
-        self,
-        by_topic: Mapping[str, Mapping[int, StatRow]],
-        rows: Mapping[int, StatRow] | None = None,
-    ) -> None:
-        self._by_topic = by_topic
-        self._rows = rows
-
-    @property
-    def rows(self) -> Mapping[int, StatRow]:
-        """Region id -> stored row (see `StatRow`)."""
-        if self._rows is None:
-            merged: dict[int, StatRow] = {}
-            for bucket in self._by_topic.values():
-                merged.update(bucket)
-            self._rows = merged
-        return self._rows
-
-    def topic_rows(self, topic: str) -> Mapping[int, StatRow]:
-        """Region id -> row, for the rows whose stat names `topic` (empty when none)."""
-        return self._by_topic.get(topic, _EMPTY)
-
-    def __getitem__(self, region_id: int) -> RegionStat:
-        return stat_of(region_id, self.rows[region_id])
-
-    def get(self, region_id: int, default: Any = None) -> Any:
-        row = self.rows.get(region_id)
-        return default if row is None else stat_of(region_id, row)
-
-    def __contains__(self, region_id: object) -> bool:
-        return region_id in self.rows
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-_EMPTY: Mapping[int, StatRow] = {}
-
-
-def _snapshot_of(table: StatTable) -> StatSnapshot:
-    return StatSnapshot({topic: table.topic_rows(topic) for topic in table.topics()})
-
-
 class RegionRegistry:
     """Latest stat of every region and topic this leader has heard about.
 
     Region rows live in a `StatTable` (columns, one slot per region, each row under the
-    topic it names): the heartbeat's steady state reads and assigns whole columns
-    (`table`), and `buckets` gives every other reader the rows of a topic as a
-    read-only mapping.
+    topic it names): the heartbeat judges and stores whole columns through the table's
+    operations (`table`), and `topic_snapshot` gives a reader a copy of one topic's rows.
     """
 
     def __init__(self, *, window: float = DEFAULT_WINDOW) -> None:
@@ -161,24 +89,8 @@ class RegionRegistry:
         self.table = StatTable()
         """The rows themselves; replaced by `clear()`, so read it anew after an `await`."""
         self._topic_acc: dict[str, _TopicAccumulator] = {}
-        self._nodes: dict[int, DatanodeInfo] = {}
-        self.generation = 0
-        """Bumped by `clear()`; lets holders of a snapshot see that it predates a leader change."""
 
     # --- regions ---------------------------------------------------------------------
-
-    def update(self, stats: Iterable[RegionStat]) -> None:
-        """Store each stat as its region's latest (callers have validated ordering)."""
-        put = self.table.put
-        for stat in stats:
-            put(stat.region_id, row_of(stat))
-
-    def put_rows(self, batch: Mapping[int, StatRow]) -> None:
-        """Store rows keyed by region id (any topics), moving a region whose row named
-        another topic."""
-        put = self.table.put
-        for region_id, row in batch.items():
-            put(region_id, row)
 
     def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
         """Store rows grouped by topic (each row naming its batch's topic), new regions
@@ -189,12 +101,6 @@ class RegionRegistry:
             region_ids.extend(batch)
             rows.extend(batch.values())
         self.table.put_many(region_ids, rows)
-
-    @property
-    def buckets(self) -> Mapping[str, TopicRows]:
-        """The live rows by topic (no copy): read them before the next `await`."""
-        table = self.table
-        return {topic: table.topic_rows(topic) for topic in table.topics()}
 
     def get(self, region_id: int, topic: str | None = None) -> RegionStat | None:
         """The region's latest stat, or None if it has not reported to this leader.
@@ -216,28 +122,10 @@ class RegionRegistry:
         del topic  # a region has one row, found by its id
         self.table.discard(region_id)
 
-    @property
-    def rows(self) -> Mapping[int, StatRow]:
-        """Every row by region id: a merged copy built per call (tools and tests, not
-        the hot path)."""
-        merged: dict[int, StatRow] = {}
-        for bucket in self.buckets.values():
-            merged.update(bucket.items())
-        return merged
-
-    def snapshot(self) -> StatSnapshot:
-        """Every region's latest stat as of now (a copy; later heartbeats do not show)."""
-        return _snapshot_of(self.table.copy())
-
     def topic_snapshot(self, topic: str) -> TopicRows:
         """The latest stats naming `topic`, as of now: a copy of one topic's rows only
         (later heartbeats do not show)."""
         return self.table.copy([topic]).topic_rows(topic)
-
-    def view(self) -> StatSnapshot:
-        """Every region's latest stat, live for the rows of each topic; do not hold it
-        across an `await` (its by-region index, if used, is built once on first use)."""
-        return StatSnapshot(self.buckets)
 
     def __contains__(self, region_id: object) -> bool:
         return region_id in self.table
@@ -302,16 +190,6 @@ class RegionRegistry:
         """Every reported topic's stat."""
         return {topic: _topic_stat(topic, acc) for topic, acc in self._topic_acc.items()}
 
-    # --- datanodes -------------------------------------------------------------------
-
-    def note_node(self, node_id: int, addr: str | None, now: float) -> None:
-        """Remember a datanode's address and when it last sent a heartbeat."""
-        self._nodes[node_id] = DatanodeInfo(node_id=node_id, addr=addr, last_seen=now)
-
-    def nodes(self) -> dict[int, DatanodeInfo]:
-        """Every datanode heard from since the last `clear()`."""
-        return dict(self._nodes)
-
     # --- leadership ------------------------------------------------------------------
 
     def reserve(self, regions: int) -> None:
@@ -322,5 +200,3 @@ class RegionRegistry:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
         self.table = StatTable()
         self._topic_acc = {}
-        self._nodes = {}
-        self.generation += 1

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from metasrv.leader import NULL, RowColumns, StatSnapshot, StatTable, row_of
+from metasrv.leader import NULL, RowColumns, StatTable, row_of
 from metasrv.model import RegionStat
 from metasrv.process import ErrorSink, log_only
 from metasrv.stat_history._location import open_location, writer_partition
@@ -281,13 +281,7 @@ class StatHistoryWriter:
         """
         mono = time.monotonic() if mono_now is None else mono_now
         changes = _ChangedRows(self._written, now, mono)
-        if isinstance(snapshot, StatSnapshot):
-            table = StatTable()
-            for region_id, row in snapshot.rows.items():
-                table.put(region_id, row)
-            changes.add(table.columns())
-        else:
-            changes.add(stats_columns(snapshot.values()))
+        changes.add(stats_columns(snapshot.values()))
         changes.add_rejected(self._take_rejected())
         return self._write(changes)
 

@@ -13,7 +13,7 @@ from metasrv import keys
 from metasrv.errors import KvUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap
+from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap, row_of
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
@@ -34,7 +34,8 @@ class World:
         )
 
     def report(self, region_id: int, flushed: int, node_id: int = 1) -> None:
-        self.registry.update([RegionStat(region_id, node_id, TOPIC, flushed, None, 0, 1, 0.0)])
+        stat = RegionStat(region_id, node_id, TOPIC, flushed, None, 0, 1, 0.0)
+        self.registry.put_topic_rows({TOPIC: {region_id: row_of(stat)}})
         self.checkpointer.mark([region_id])
 
     def checkpoint(self, region_id: int) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from metasrv.leader import FLUSH_REGIONS, InstructionState, Mailbox, RegionRegistry
+from metasrv.leader import FLUSH_REGIONS, InstructionState, Mailbox, RegionRegistry, row_of
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from tests._metrics import sample
@@ -31,6 +31,11 @@ def stat(region_id: int, flushed: int, memtable: int = 10) -> RegionStat:
     )
 
 
+def report(reg: RegionRegistry, *stats: RegionStat) -> None:
+    """Store the stats as a heartbeat does (every one on topic "t")."""
+    reg.put_topic_rows({"t": {s.region_id: row_of(s) for s in stats}})
+
+
 def setup() -> tuple[RegionRegistry, Mailbox, Clock, Metrics]:
     reg = RegionRegistry()
     clock = Clock()
@@ -40,7 +45,7 @@ def setup() -> tuple[RegionRegistry, Mailbox, Clock, Metrics]:
 
 def test_instruction_rides_every_heartbeat_until_applied() -> None:
     reg, box, _, metrics = setup()
-    reg.update([stat(1, 10), stat(2, 20)])
+    report(reg, stat(1, 10), stat(2, 20))
     iid = box.send_flush(5, [1, 2], ttl=30)
     assert sample(metrics, "metasrv_flush_instructions_sent_total") == 1
     wire = {"id": iid, "kind": FLUSH_REGIONS, "region_ids": [1, 2]}
@@ -62,7 +67,7 @@ def test_instruction_rides_every_heartbeat_until_applied() -> None:
 
 def test_same_flushed_id_is_not_a_flush_but_empty_memtable_is() -> None:
     reg, box, _, _ = setup()
-    reg.update([stat(1, 10), stat(2, 20)])
+    report(reg, stat(1, 10), stat(2, 20))
     iid = box.send_flush(5, [1, 2], ttl=30)
     box.observe(5, {1: stat(1, 10), 2: stat(2, 20)})
     assert box.unflushed(iid) == (1, 2)
@@ -81,7 +86,7 @@ def test_region_without_stat_at_send_time_needs_any_flush() -> None:
 
 def test_stats_from_another_node_do_not_apply() -> None:
     reg, box, _, _ = setup()
-    reg.update([stat(1, 10)])
+    report(reg, stat(1, 10))
     iid = box.send_flush(5, [1], ttl=30)
     box.observe(6, {1: stat(1, 50)})
     assert box.state(iid) is InstructionState.PENDING
@@ -119,7 +124,7 @@ def test_duplicate_region_ids_are_collapsed_and_empty_list_is_applied() -> None:
 
 async def test_wait_returns_when_applied() -> None:
     reg, box, _, _ = setup()
-    reg.update([stat(1, 10)])
+    report(reg, stat(1, 10))
     iid = box.send_flush(5, [1], ttl=30)
 
     async def heartbeat_later() -> None:

@@ -23,58 +23,57 @@ def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -
     )
 
 
-def test_update_keeps_latest_stat_per_region() -> None:
+def put(reg: RegionRegistry, *stats: RegionStat) -> None:
+    """What a heartbeat stores: each stat's row under the topic it names."""
+    by_topic: dict[str, dict[int, StatRow]] = {}
+    for s in stats:
+        by_topic.setdefault(s.topic, {})[s.region_id] = row_of(s)
+    reg.put_topic_rows(by_topic)
+
+
+def test_a_region_keeps_its_latest_stat() -> None:
     reg = RegionRegistry()
-    reg.update([stat(1, 5), stat(2, 6)])
-    reg.update([stat(1, 9)])
+    put(reg, stat(1, 5), stat(2, 6))
+    put(reg, stat(1, 9))
     assert reg.get(1) == stat(1, 9)
     assert reg.get(2) == stat(2, 6)
     assert reg.get(3) is None
-    assert len(reg) == 2
+    assert len(reg) == 2 and 1 in reg and 3 not in reg
 
 
-def test_put_rows_and_snapshot_is_a_copy() -> None:
+def test_a_topic_snapshot_is_a_read_only_copy() -> None:
     reg = RegionRegistry()
-    reg.put_rows({1: row_of(stat(1, 5))})
-    snap = reg.snapshot()
-    reg.put_rows({1: row_of(stat(1, 8)), 2: row_of(stat(2, 1))})
-    assert snap == {1: stat(1, 5)}
-    assert reg.snapshot() == {1: stat(1, 8), 2: stat(2, 1)}
-    view = reg.view()
-    assert view[2] == stat(2, 1)
-    assert view.get(3) is None and 3 not in view and 2 in view
-    assert sorted(view) == [1, 2] and len(view) == 2
-    assert view.rows[2] == StatRow(7, "t_0", 1, None, 10, 1, 1.0, 1)
+    put(reg, stat(1, 5))
+    snap = reg.topic_snapshot("t_0")
+    put(reg, stat(1, 8), stat(2, 1))
+    assert snap == {1: row_of(stat(1, 5))}
+    assert reg.topic_snapshot("t_0") == {1: row_of(stat(1, 8)), 2: row_of(stat(2, 1))}
+    assert snap.get(2) is None and 2 not in snap and 1 in snap
+    assert sorted(snap) == [1] and len(snap) == 1
     with pytest.raises(KeyError):
-        view[3]
+        snap[3]
     with pytest.raises(TypeError):
-        view[3] = stat(3, 0)  # type: ignore[index]
-    reg.put_rows({3: row_of(stat(3, 0))})
-    assert 3 in view.topic_rows("t_0")  # a view's topic rows are live
-    assert reg.view()[3] == stat(3, 0)
+        snap[3] = row_of(stat(3, 0))  # type: ignore[index]
 
 
 def test_discard_forgets_one_region() -> None:
     reg = RegionRegistry()
-    reg.update([stat(1, 5), stat(2, 6)])
+    put(reg, stat(1, 5), stat(2, 6))
     reg.discard(1)
     reg.discard(99)
     assert reg.get(1) is None
     assert reg.get(2) is not None
 
 
-def test_clear_forgets_everything_and_bumps_generation() -> None:
+def test_clear_forgets_everything() -> None:
     reg = RegionRegistry()
-    reg.update([stat(1, 5)])
+    put(reg, stat(1, 5))
     reg.report_topic(7, "t_0", 100, 1000, 10, now=1.0)
-    reg.note_node(7, "dn:1", now=1.0)
-    gen = reg.generation
     reg.clear()
-    assert reg.snapshot() == {}
+    assert len(reg) == 0 and reg.get(1) is None
+    assert reg.topic_snapshot("t_0") == {}
     assert reg.topic_stats() == {}
     assert reg.topic_stat("t_0") is None
-    assert reg.nodes() == {}
-    assert reg.generation == gen + 1
 
 
 def test_topic_latest_entry_id_is_highest_reported() -> None:
@@ -163,59 +162,38 @@ def test_avg_falls_back_to_lifetime_average_without_growth() -> None:
     assert u is not None and u.avg_record_size == 0.0
 
 
-def test_nodes_remember_last_heartbeat() -> None:
-    reg = RegionRegistry()
-    reg.note_node(3, "10.0.0.3:4001", now=1.0)
-    reg.note_node(3, None, now=2.0)
-    info = reg.nodes()[3]
-    assert (info.addr, info.last_seen) == (None, 2.0)
-
-
 def test_rows_are_grouped_by_the_topic_they_name() -> None:
     reg = RegionRegistry()
-    reg.update([stat(1, 5, topic="a"), stat(2, 6, topic="a"), stat(3, 7, topic="b")])
-    snap = reg.snapshot()
-    assert set(snap.topic_rows("a")) == {1, 2}
-    assert set(snap.topic_rows("b")) == {3}
-    assert snap.topic_rows("c") == {}
+    put(reg, stat(1, 5, topic="a"), stat(2, 6, topic="a"), stat(3, 7, topic="b"))
+    assert set(reg.topic_snapshot("a")) == {1, 2}
+    assert set(reg.topic_snapshot("b")) == {3}
+    assert reg.topic_snapshot("c") == {}
     # A region re-reported on another topic leaves its old topic's group.
-    reg.update([stat(2, 8, topic="b")])
-    view = reg.view()
-    assert set(view.topic_rows("a")) == {1}
-    assert set(view.topic_rows("b")) == {2, 3}
+    put(reg, stat(2, 8, topic="b"))
+    assert set(reg.topic_snapshot("a")) == {1}
+    assert set(reg.topic_snapshot("b")) == {2, 3}
     reg.discard(1)
-    assert view.topic_rows("a") == {}
-    assert sorted(reg.view()) == [2, 3]
-    assert set(snap.topic_rows("a")) == {1, 2}  # the snapshot did not change
+    assert reg.topic_snapshot("a") == {}
 
 
 def test_topic_snapshot_copies_one_topic() -> None:
     reg = RegionRegistry()
-    reg.update([stat(1, 5, topic="a"), stat(3, 7, topic="b")])
+    put(reg, stat(1, 5, topic="a"), stat(3, 7, topic="b"))
     one = reg.topic_snapshot("a")
-    reg.update([stat(1, 9, topic="a")])
+    put(reg, stat(1, 9, topic="a"))
     assert list(one) == [1]
     assert one[1] == row_of(stat(1, 5, topic="a"))
     assert reg.topic_snapshot("zzz") == {}
 
 
-def test_put_topic_rows_is_what_put_rows_does_for_one_topic() -> None:
-    fast, slow = RegionRegistry(), RegionRegistry()
-    rows = {1: row_of(stat(1, 5)), 2: row_of(stat(2, 6))}
-    fast.put_topic_rows({"t_0": rows})
-    slow.put_rows(rows)
-    assert fast.snapshot() == slow.snapshot()
-    assert dict(fast.view().topic_rows("t_0")) == dict(slow.view().topic_rows("t_0"))
-
-
 def test_a_region_has_one_row_whichever_topic_it_names() -> None:
     reg = RegionRegistry()
-    reg.update([stat(1, 5, topic="a"), stat(2, 6, topic="b")])
+    put(reg, stat(1, 5, topic="a"), stat(2, 6, topic="b"))
     assert reg.get(1) == stat(1, 5, topic="a")
     assert reg.get(1, "a") == stat(1, 5, topic="a")
     assert reg.get(1, "b") is None  # a stat naming another topic is not that topic's
-    reg.update([stat(1, 7, topic="b")])  # moved: its row leaves topic a
-    assert "a" not in reg.buckets and sorted(reg.buckets["b"]) == [1, 2]
+    put(reg, stat(1, 7, topic="b"))  # moved: its row leaves topic a
+    assert reg.topic_snapshot("a") == {} and sorted(reg.topic_snapshot("b")) == [1, 2]
     assert 2 in reg and 3 not in reg
     reg.discard(2, "b")
     assert reg.get(2) is None and len(reg) == 1

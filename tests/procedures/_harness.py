@@ -19,7 +19,14 @@ from sqlalchemy import Engine, create_engine
 from metasrv.election import EtcdElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, KvBackend
-from metasrv.leader import Leadership, Mailbox, RegionRegistry, TopicLocks, TopicRegionMap
+from metasrv.leader import (
+    Leadership,
+    Mailbox,
+    RegionRegistry,
+    TopicLocks,
+    TopicRegionMap,
+    row_of,
+)
 from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionStat
 from metasrv.settings import Settings, load_settings
@@ -156,20 +163,17 @@ class Harness:
         age: float = 0.0,
     ) -> None:
         """What a heartbeat carrying this region's stat does to the registry."""
-        self.registry.update(
-            [
-                RegionStat(
-                    region_id=region_id,
-                    node_id=node_id,
-                    topic=topic,
-                    flushed_entry_id=flushed,
-                    topic_latest_entry_id=latest,
-                    memtable_bytes=memtable,
-                    manifest_version=1,
-                    received_at=time.monotonic() - age,
-                )
-            ]
+        stat = RegionStat(
+            region_id=region_id,
+            node_id=node_id,
+            topic=topic,
+            flushed_entry_id=flushed,
+            topic_latest_entry_id=latest,
+            memtable_bytes=memtable,
+            manifest_version=1,
+            received_at=time.monotonic() - age,
         )
+        self.registry.put_topic_rows({topic: {region_id: row_of(stat)}})
 
     def report_topic(self, topic: str, latest: int, *, record_size: int, record_num: int) -> None:
         self.registry.report_topic(1, topic, latest, record_size, record_num, time.monotonic())
