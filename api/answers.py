@@ -10,6 +10,7 @@ from api.queries import RegionView, TopicView
 from metasrv import wire
 from metasrv.model import TopicPlan
 from procedures import ProcedureView
+from procedures.wal_purge import TrendSampler
 
 
 def _at(epoch: float | None) -> datetime | None:
@@ -89,4 +90,32 @@ def procedure(view: ProcedureView) -> wire.Procedure:
         finished_at=_at(view.finished_at),
         timings=dict(view.timings),
         data=dict(view.data),
+    )
+
+
+def wal_trend(sampler: TrendSampler, *, topic: str | None, top: int | None) -> wire.WalTrend:
+    view = sampler.ring.view(topics=None if topic is None else (topic,), top=top)
+    return wire.WalTrend(
+        sample_interval_s=sampler.sample_interval,
+        window_s=sampler.window,
+        at=list(view.times),
+        total_entries=list(view.total_entries),
+        total_bytes=list(view.total_bytes),
+        topic_count=view.topics,
+        topics=[
+            wire.TrendSeries(topic=s.topic, entries=list(s.entries), bytes=list(s.bytes))
+            for s in view.series
+        ],
+        purges=[
+            wire.TrendPurge(
+                at=m.at,
+                topic=m.topic,
+                procedure_id=m.procedure_id,
+                prune_point=m.prune_point,
+                entries_deleted=m.entries_deleted,
+                bytes_estimated=m.bytes_estimated,
+                logical_delete=m.logical_delete,
+            )
+            for m in view.purges
+        ],
     )

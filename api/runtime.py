@@ -40,7 +40,7 @@ from metasrv.settings import Settings
 from metasrv.sql import engine_url
 from metasrv.stat_history import StatHistoryWriter, cluster_root
 from procedures import ProcedureManager
-from procedures.wal_purge import PurgeServices, PurgeTicker, purge_manager
+from procedures.wal_purge import PurgeServices, PurgeTicker, TrendSampler, purge_manager
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class Runtime:
     """Runs purge procedures on the leader; resumes unfinished ones on election."""
     ticker: PurgeTicker
     """The auto-prune ticker (idle when the interval and the size trigger are both off)."""
+    wal_trend: TrendSampler
+    """Retained WAL and purges over the last `[dashboard] window`, for the dashboard."""
     stat_history: StatHistoryWriter | None
     """Region stat snapshots for the reconcile job; None when its interval is 0s."""
     loop_lag: LoopLagMonitor
@@ -173,6 +175,13 @@ class Runtime:
                 election,
                 on_role=lambda role: metrics.is_leader.set(0 if role is Role.FOLLOWER else 1),
             )
+            wal_trend = TrendSampler(
+                purge,
+                sample_interval=settings.dashboard.sample_interval,
+                window=settings.dashboard.window,
+                term=lambda: election.term if leadership.serving else None,
+                on_error=background.sink("wal_trend"),
+            )
         except BaseException:
             kv.close()
             raise
@@ -193,6 +202,7 @@ class Runtime:
             purge=purge,
             procedures=procedures,
             ticker=ticker,
+            wal_trend=wal_trend,
             stat_history=stat_history,
             loop_lag=loop_lag,
             background=background,
@@ -219,6 +229,7 @@ class Runtime:
         await self.checkpointer.start()
         await self.procedures.start()
         await self.ticker.start()
+        await self.wal_trend.start()
         if self.stat_history is not None:
             await self.stat_history.start()
         if self.follower is not None:
@@ -231,6 +242,7 @@ class Runtime:
         watch("checkpointer", self.checkpointer.task)
         watch("procedure_sweeper", self.procedures.sweeper)
         watch("ticker", self.ticker.task)
+        watch("wal_trend", self.wal_trend.task)
         if self.stat_history is not None:
             watch("stat_history", self.stat_history.task)
 
@@ -244,6 +256,7 @@ class Runtime:
         if self.stat_history is not None:
             await _quietly(self.stat_history.stop(), "stopping the stat history writer")
         await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
+        await _quietly(self.wal_trend.stop(), "stopping the WAL trend sampler")
         await _quietly(self.procedures.stop(), "stopping the procedure manager")
         self.purge.close()
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")

@@ -1,4 +1,5 @@
-"""`GET /dashboard`: the self-contained operator page (DESIGN §5).
+"""`GET /dashboard`: the self-contained operator page (DESIGN §5), and `GET /v1/purge/trend`,
+the retained-WAL history its plots draw (sampled by the leader: procedures/wal_purge/_trend.py).
 
 The page itself needs no token: it holds no data. Its JavaScript calls the read API with
 the viewer token the user typed, kept in the page's own localStorage and sent only in the
@@ -16,12 +17,16 @@ import hashlib
 import re
 from functools import cache
 from importlib import resources
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from api import answers
+from api.auth import RequireViewer
+from api.deps import LeaderDep
 from api.errors import error_response
-from api.wire_http import gives
+from api.wire_http import ERROR_RESPONSES, TopicQuery, answer, gives
 from metasrv import wire
 
 router = APIRouter(tags=["dashboard"])
@@ -83,3 +88,23 @@ async def dashboard(request: Request) -> Response:
             headers={"Referrer-Policy": "no-referrer"},
         )
     return HTMLResponse(dashboard_html(), headers=security_headers())
+
+
+@router.get(
+    "/v1/purge/trend",
+    dependencies=[RequireViewer],
+    summary="Retained WAL per topic over the last window, and the purges that cut it",
+    response_class=Response,
+    responses={
+        200: gives(wire.WalTrend, "Sampled by the leader every `[dashboard] sample_interval`."),
+        **ERROR_RESPONSES,
+    },
+)
+async def wal_trend(
+    runtime: LeaderDep,
+    topic: TopicQuery = None,
+    top: Annotated[int | None, Query(ge=1, le=10_000, description="Only the N largest.")] = None,
+) -> Response:
+    """Viewer token. From the leader's memory: a new leader starts with no samples (the
+    purges of the window come back from the history). A topic never sampled has no series."""
+    return answer(answers.wal_trend(runtime.wal_trend, topic=topic, top=top))

@@ -312,6 +312,27 @@ class ReconcileSettings(_Section):
     operator_token: str = ""  # "" means the first of auth.operator_tokens
 
 
+MAX_TREND_SAMPLES = 10_000
+"""Most samples `[dashboard]` may keep per topic (`window / sample_interval`)."""
+
+
+class DashboardSettings(_Section):
+    """Not in DESIGN §6: the WAL trend the dashboard plots. Every `sample_interval` the
+    leader records each topic's retained WAL (entries and estimated bytes) in memory and
+    keeps the last `window` of it (procedures/wal_purge/_trend.py)."""
+
+    sample_interval: Duration = parse_duration("15s")  # "0s": no trend is kept
+    window: Duration = Field(default=parse_duration("1h"), gt=0)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> DashboardSettings:
+        if self.sample_interval > 0 and self.window / self.sample_interval > MAX_TREND_SAMPLES:
+            raise ValueError(
+                f"window / sample_interval is over {MAX_TREND_SAMPLES} samples per topic"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with `load_settings`, never at import time."""
 
@@ -330,6 +351,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     election: ElectionSettings = Field(default_factory=ElectionSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -37,8 +37,11 @@ from metasrv.wire._bodies import (
     Topic,
     TopicList,
     TopicPlan,
+    TrendPurge,
+    TrendSeries,
     WalEvent,
     WalEventList,
+    WalTrend,
 )
 from metasrv.wire._codec import decode, encode, invalid, schema_components, schema_ref
 from metasrv.wire._heartbeat import (
@@ -139,8 +142,11 @@ __all__ = [
     "TopicName",
     "TopicPlan",
     "TopicReport",
+    "TrendPurge",
+    "TrendSeries",
     "WalEvent",
     "WalEventList",
+    "WalTrend",
     "base_url_from_addr",
     "columns_of",
     "decode",

@@ -270,6 +270,46 @@ class WalEventList(Answer):
     events: list[WalEvent]
 
 
+# --- WAL trend (the dashboard's plots) ----------------------------------------------------
+
+
+class TrendPurge(Answer):
+    """One completed purge on the trend's time axis."""
+
+    at: Annotated[float, _doc("Finish time, Unix seconds.")]
+    topic: str
+    procedure_id: str
+    prune_point: int
+    entries_deleted: Annotated[int, _doc("Entries freed (released, with logical deletion).")]
+    bytes_estimated: int
+    logical_delete: bool
+
+
+class TrendSeries(Answer):
+    """One topic's retained WAL, aligned with `WalTrend.at`; null where it was not sampled."""
+
+    topic: str
+    entries: Annotated[list[int | None], _doc("Kafka's high watermark - log start.")]
+    bytes: Annotated[
+        list[int | None],
+        _doc("Entries x the average record size datanodes report; null before any report."),
+    ]
+
+
+class WalTrend(Answer):
+    """`GET /v1/purge/trend`: the WAL each topic retained over the last `window_s`, and
+    the purges that cut it, as the leader sampled them (`[dashboard]` settings)."""
+
+    sample_interval_s: Annotated[float, _doc("0: no trend is kept.")]
+    window_s: float
+    at: Annotated[list[float], _doc("Sample times, Unix seconds, oldest first.")]
+    total_entries: Annotated[list[int | None], _doc("Over every topic sampled.")]
+    total_bytes: Annotated[list[int | None], _doc("Over every topic with a known size.")]
+    topic_count: Annotated[int, _doc("Topics sampled; `topics` holds those asked for.")]
+    topics: Annotated[list[TrendSeries], _doc("Largest retained WAL now first.")]
+    purges: Annotated[list[TrendPurge], _doc("Every topic's, oldest first.")]
+
+
 # --- leader, health, reconcile -------------------------------------------------------------
 
 
@@ -344,6 +384,7 @@ ANSWERS: tuple[type[Struct], ...] = (
     ProcedureList,
     PurgeHistory,
     WalEventList,
+    WalTrend,
     Leader,
     Health,
     Ready,

@@ -14,6 +14,8 @@ How one purge decision flows, module by module:
 - `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
 - `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.
 - `_gauges.py`: the per-topic gauges, one formula for the ticker and `/metrics`.
+- `_trend.py`: retained WAL per topic over time and the purges that cut it, in a
+  bounded ring (the dashboard's plots); `_trend_sampler.py` fills it on the leader.
 - `_services.py`: what the purge uses from the rest of metasrv, assembled once.
 """
 
@@ -41,6 +43,8 @@ from procedures.wal_purge._procedure import (
 from procedures.wal_purge._services import FlushMailbox, PurgeServices, StatSource, TopicMap
 from procedures.wal_purge._submit import purge_manager, submit_purges
 from procedures.wal_purge._ticker import PurgeTicker, TickResult
+from procedures.wal_purge._trend import PurgeMark, Retained, TopicSeries, TrendRing, TrendView
+from procedures.wal_purge._trend_sampler import TrendSampler, trend_capacity
 
 __all__ = [
     "DATA_LOSS_EVENT",
@@ -52,12 +56,18 @@ __all__ = [
     "KafkaBatcher",
     "PlanInputs",
     "PurgeData",
+    "PurgeMark",
     "PurgeServices",
     "PurgeStep",
     "PurgeTicker",
+    "Retained",
     "StatSource",
     "TickResult",
     "TopicMap",
+    "TopicSeries",
+    "TrendRing",
+    "TrendSampler",
+    "TrendView",
     "WalPurge",
     "advance_marker",
     "export_gauges",
@@ -71,4 +81,5 @@ __all__ = [
     "purge_manager",
     "read_marker",
     "submit_purges",
+    "trend_capacity",
 ]

@@ -55,12 +55,17 @@ class LiveMetasrv:
 
 @contextmanager
 def live_metasrv(
-    kafka_bootstrap: str, etcd_endpoint: str, workdir: Path, *, topic_prefix: str = "t"
+    kafka_bootstrap: str,
+    etcd_endpoint: str,
+    workdir: Path,
+    *,
+    topic_prefix: str = "t",
+    dashboard: dict[str, str] | None = None,
 ) -> Iterator[LiveMetasrv]:
     """Serve and seed a metasrv of its own; remove its keys and topics at the end.
-    Its topics are `{topic_prefix}{8 hex}_{n}`."""
+    Its topics are `{topic_prefix}{8 hex}_{n}`; `dashboard` overrides that section."""
     prefix = f"{topic_prefix}{uuid.uuid4().hex[:8]}"
-    settings = live_settings(prefix, kafka_bootstrap, etcd_endpoint, workdir)
+    settings = live_settings(prefix, kafka_bootstrap, etcd_endpoint, workdir, dashboard=dashboard)
     try:
         with serve(settings) as url:
             yield LiveMetasrv(url, prefix, seed_world(url, prefix, kafka_bootstrap))
@@ -86,7 +91,13 @@ def free_port() -> int:
 
 
 def live_settings(
-    prefix: str, kafka_bootstrap: str, etcd_endpoint: str, workdir: Path, *, num_topics: int = 3
+    prefix: str,
+    kafka_bootstrap: str,
+    etcd_endpoint: str,
+    workdir: Path,
+    *,
+    num_topics: int = 3,
+    dashboard: dict[str, str] | None = None,
 ) -> Settings:
     """Settings for one isolated metasrv: its own kv prefix, topic prefix and history file."""
     history = f"sqlite:///{workdir / f'{prefix}-history.db'}"
@@ -111,6 +122,7 @@ def live_settings(
             "viewer_tokens": [VIEWER_TOKEN],
         },
         election={"lease_secs": 2, "node_name": ""},
+        dashboard=dashboard or {},
     )
 
 
