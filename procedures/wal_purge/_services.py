@@ -37,6 +37,10 @@ class StatSource(Protocol):
         """What datanodes last said about `topic`."""
         ...
 
+    def __len__(self) -> int:
+        """Regions with a stat in this term."""
+        ...
+
     def topic_stats(self) -> dict[str, TopicStat]:
         """`topic_stat` of every topic reported on."""
         ...
@@ -48,6 +52,10 @@ class TopicMap(Protocol):
     @property
     def loaded(self) -> bool:
         """False until this leader has read the whole map (nothing may be planned before)."""
+        ...
+
+    def __len__(self) -> int:
+        """Mapped regions."""
         ...
 
     def topics(self) -> Sequence[str]:

@@ -1,7 +1,8 @@
 """The purge ticker: submits WAL purges on a timer and when reclaimable WAL grows large.
 
 Every `wal.auto_prune_interval` ("0s" disables) the leader plans every topic and submits
-a purge for each one whose prune point is above its `pruned_entry_id`; between those
+a purge for each one whose prune point is above its `pruned_entry_id`; a new leader's first
+round runs as soon as every mapped region has reported in its term; between those
 rounds, when `wal.size_trigger` is set, it checks every `SIZE_CHECK_INTERVAL` seconds
 for topics whose estimated reclaimable bytes (reclaimable entries x average record size)
 exceed it (the RFC's size-based alternative). At most `wal.auto_prune_parallelism`
@@ -21,6 +22,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from metasrv.process import ErrorSink, log_only
 from metasrv.settings import WalSettings
@@ -35,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 SIZE_CHECK_INTERVAL = 10.0
 """Seconds between size-trigger checks (bounded by the interval when that is shorter)."""
+FIRST_ROUND_CHECK = 1.0
+"""Seconds between checks, in a new term, for every mapped region having reported: the
+first round runs then, not one interval after the election."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +143,24 @@ class PurgeTicker:
             self.size_check_interval if self.size_trigger > 0 else float("inf"),
         )
         next_full = time.monotonic() + self.interval if self.interval > 0 else float("inf")
+        term: Literal["following", "first_round", "steady"] = "following"
         while not self._shutdown.is_set():
+            # A new term's first round waits for its regions' reports, not an interval.
+            wait = period if term == "steady" else min(period, FIRST_ROUND_CHECK)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), period)
+                await asyncio.wait_for(self._shutdown.wait(), wait)
             if self._shutdown.is_set():
                 return
             if not self.manager.leading:
+                term = "following"
                 continue
+            if term == "following" and self.interval > 0:
+                # The round is due when every region has reported, one interval at most.
+                term, next_full = "first_round", time.monotonic() + self.interval
+            if term == "first_round" and time.monotonic() < next_full:
+                if not self._every_region_reported():
+                    continue
+                next_full = time.monotonic()
             full = time.monotonic() >= next_full
             try:
                 await self.tick(size_only=not full)
@@ -152,7 +168,14 @@ class PurgeTicker:
                 # Kafka or kv unavailable, or a bug: counted, and the next round tries again.
                 self._on_error(exc)
             if full:
-                next_full = time.monotonic() + self.interval
+                next_full, term = time.monotonic() + self.interval, "steady"
+
+    def _every_region_reported(self) -> bool:
+        """True once every mapped region has a stat in this term (DESIGN §2 invariant 3:
+        no purge plans from a region it has not heard from)."""
+        services = self.services
+        mapped = services.region_map
+        return mapped.loaded and len(services.registry) >= len(mapped)
 
     # -- one round ----------------------------------------------------------------------
 

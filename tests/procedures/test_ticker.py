@@ -133,3 +133,19 @@ async def test_up_to_date_topic_with_a_lagging_region_gets_a_purge(
     assert second.topics == (topic,)
     [view] = [v for v in await h.manager.list() if v.id == second.submitted[0]]
     assert view.state is ProcedureState.SKIPPED and view.data["flush"], view
+
+
+async def test_a_new_terms_first_round_runs_once_every_region_reported(leader: Harness) -> None:
+    # An hour-long interval: the first round comes from the regions' reports, not the clock.
+    h = leader
+    topics = [h.topic(n) for n in range(2)]
+    for n, topic in enumerate(topics):
+        await h.register(n + 1, topic)
+        h.produce(topic, 20)
+    h.report(1, topics[0], flushed=10)
+    ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+    async with ticker:
+        await asyncio.sleep(2.5)  # region 2 has not reported: no round yet
+        assert h.marker(topics[0]) is None
+        h.report(2, topics[1], flushed=8)
+        await wait_for(lambda: h.marker(topics[0]) == 10 and h.marker(topics[1]) == 8, 10)
