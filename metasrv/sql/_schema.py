@@ -9,7 +9,8 @@ that the migrated schema matches this metadata, so code and migrations cannot dr
 - `metasrv_election`: the SQL backend's leader lease rows, one per kv key prefix
   (metasrv/sql_election.py).
 - `procedure_history`, `purge_history`, `wal_events`: the history store (finished
-  procedures, completed purges, WAL data-loss and similar events) read by the API.
+  procedures, completed purges, every prune attempt's events and WAL data loss) read by
+  the API; `wal_events` rows older than `history.events_retention` are deleted.
 """
 
 from __future__ import annotations
@@ -122,12 +123,25 @@ wal_events_table = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("topic", String(255), nullable=False),
-    # e.g. "wal_data_loss"
+    # `metasrv.wire.EventKind`: "wal_data_loss", "purge_started", "purge_deleted", ...
     Column("kind", String(64), nullable=False),
     Column("region_id", BigInteger, nullable=True),
     Column("details", JSON, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
+    # Migration 0004: what a prune attempt event names (null where it does not apply).
+    Column("procedure_id", String(64), nullable=True),
+    # P, the offset the purge deletes below and the marker it writes.
+    Column("target", BigInteger, nullable=True),
+    # Kafka's log start when the purge planned, and after its DeleteRecords.
+    Column("log_start_before", BigInteger, nullable=True),
+    Column("log_start_after", BigInteger, nullable=True),
+    Column("high_watermark", BigInteger, nullable=True),
+    # The skip reason, the error of a retry or failure, the outcome of a deletion.
+    Column("message", Text, nullable=True),
     Index(None, "topic", "at"),
+    Index(None, "kind", "at"),
+    # Retention deletes by age, and unfiltered reads are newest first.
+    Index(None, "at"),
 )
 
 # --- the reconcile job's results (migration 0002), read by GET /v1/reconcile/latest ----
