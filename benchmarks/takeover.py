@@ -1,0 +1,234 @@
+"""Leader takeover at a million routes: SIGKILL the leader, time the survivor's first 200.
+
+Writes N routes in DESIGN §4's layout under a fresh key prefix (etcd, or a fresh
+PostgreSQL schema), starts two `metasrv start` processes on it, waits until the first
+leads and serves and the follower has answered for `--settle` seconds (a warm follower has
+loaded and follows the map by then), then SIGKILLs the leader. A probe posts an empty
+heartbeat to both processes every 20 ms from the kill on: the figure is the time from the
+SIGKILL to the survivor's first 200 (a follower answers 421, a leader loading its map 503).
+Also reported: the time from the first leader's `/healthz` to its first 200 (a fresh
+leader's load), and both processes' RSS before the kill (the follower's includes its
+warm map).
+
+`--code DIR` runs the daemons from another checkout of this repository (a
+`git worktree` of an older commit) with this virtualenv: the baseline in the same run.
+
+    python benchmarks/takeover.py [--kv etcd|postgresql] [--routes 1000000] [--lease 5]
+        [--settle 60] [--code DIR] [--json]
+
+Uses the stack (`metasrv stack up`): its etcd, PostgreSQL and Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from metasrv import keys
+from metasrv.kv import EtcdKv, KvBackend, SqlKv
+from toolbox.simulator import free_port, render_config
+from toolbox.stack import StackConfig, endpoints_of
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE_EVERY = 0.02
+HEARTBEAT = {"node_id": 1, "addr": "probe:4001", "regions": [], "topics": []}
+
+
+def upgrade(code: Path, url: str) -> None:
+    """Migrate `url` with the migrations of the code under test (a baseline has its own)."""
+    subprocess.run(
+        [sys.executable, "-c", f"import migrations; migrations.upgrade({url!r})"],
+        cwd=code,
+        env=dict(os.environ, PYTHONPATH=str(code)),
+        check=True,
+    )
+
+
+def write_routes(kv: KvBackend, prefix: str, routes: int, topics: int) -> float:
+    started = time.monotonic()
+    chunk = 50_000
+    for first in range(0, routes, chunk):
+        kv.batch_put(
+            [
+                (keys.topic_region(f"{prefix}_wal_{r % topics}", r), keys.encode_route(1, r))
+                for r in range(first, min(routes, first + chunk))
+            ]
+        )
+    return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def kv_store(kind: str, prefix: str, code: Path) -> Iterator[tuple[KvBackend, dict[str, Any]]]:
+    endpoints = endpoints_of(StackConfig.from_env())
+    if kind == "etcd":
+        etcd = EtcdKv([endpoints.etcd_endpoint], f"{prefix}/", timeout=60)
+        try:
+            yield etcd, {
+                "backend": "etcd",
+                "etcd_endpoints": [endpoints.etcd_endpoint],
+                "key_prefix": f"{prefix}/",
+            }
+        finally:
+            with contextlib.suppress(Exception):
+                etcd.delete_prefix("")
+            etcd.close()
+        return
+    from sqlalchemy import create_engine, text
+
+    base = endpoints.postgres_url
+    engine = create_engine(base)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {prefix}"))
+    url = f"{base}?options=-csearch_path%3D{prefix}"
+    upgrade(code, url)
+    sql = SqlKv(url, "")
+    try:
+        yield sql, {"backend": "sql", "sql_url": url}
+    finally:
+        sql.close()
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {prefix} CASCADE"))
+        engine.dispose()
+
+
+def start_daemon(
+    code: Path, workdir: Path, name: str, kv: dict[str, Any], prefix: str, lease: int
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    endpoints = endpoints_of(StackConfig.from_env())
+    config = workdir / f"{name}.toml"
+    config.write_text(
+        render_config(
+            {
+                "wal": {
+                    "broker_endpoints": [endpoints.kafka_bootstrap],
+                    "num_topics": 64,
+                    "topic_name_prefix": f"{prefix}_wal",
+                    "auto_prune_interval": "0s",
+                },
+                "http": {"addr": f"127.0.0.1:{port}"},
+                "kv": kv,
+                "history": {"url": f"sqlite:///{workdir / (name + '-history.db')}"},
+                "election": {"node_name": name, "lease_secs": lease},
+            }
+        )
+    )
+    upgrade(code, f"sqlite:///{workdir / (name + '-history.db')}")
+    env = dict(os.environ, PYTHONPATH=str(code))
+    argv = [sys.executable, "-c", "import sys; from cli import main; sys.exit(main())"]
+    log = (workdir / f"{name}.log").open("wb")
+    proc = subprocess.Popen(
+        [*argv, "start", "-c", str(config)], cwd=code, env=env, stdout=log, stderr=log
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def status(client: httpx.Client, url: str) -> int:
+    try:
+        return client.post(f"{url}/v1/heartbeat", json=HEARTBEAT, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    prefix = f"tk{uuid.uuid4().hex[:6]}"
+    code = Path(args.code).resolve() if args.code else ROOT
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True
+    ).stdout.strip()
+    result: dict[str, Any] = {"kv": args.kv, "routes": args.routes, "lease_s": args.lease}
+    result["code"] = commit
+    workdir = Path(tempfile.mkdtemp(prefix="metasrv-takeover-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    with kv_store(args.kv, prefix, code) as (kv, kv_section), httpx.Client() as client:
+        result["write_routes_s"] = round(write_routes(kv, prefix, args.routes, 64), 1)
+        try:
+            a, a_url = start_daemon(code, workdir, "a", kv_section, prefix, args.lease)
+            procs.append(a)
+            healthy_at = None
+            while True:
+                if a.poll() is not None:
+                    raise SystemExit(f"first daemon exited; see {workdir}/a.log")
+                if healthy_at is None:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if client.get(f"{a_url}/healthz", timeout=2).status_code == 200:
+                            healthy_at = time.monotonic()
+                elif status(client, a_url) == 200:
+                    result["fresh_leader_serves_s"] = round(time.monotonic() - healthy_at, 2)
+                    break
+                time.sleep(PROBE_EVERY)
+            b, b_url = start_daemon(code, workdir, "b", kv_section, prefix, args.lease)
+            procs.append(b)
+            up_by = time.monotonic() + 300
+            while status(client, b_url) != 421:
+                if b.poll() is not None or time.monotonic() > up_by:
+                    raise SystemExit(f"second daemon is not a follower; see {workdir}/b.log")
+                time.sleep(0.2)
+            time.sleep(args.settle)
+            result["leader_rss_mib"] = round(rss_mib(a.pid), 1)
+            result["follower_rss_mib"] = round(rss_mib(b.pid), 1)
+            os.kill(a.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            a.wait()
+            seen: dict[int, float] = {}
+            while time.monotonic() - killed < 120:
+                code_ = status(client, b_url)
+                seen.setdefault(code_, round(time.monotonic() - killed, 2))
+                if code_ == 200:
+                    break
+                time.sleep(PROBE_EVERY)
+            result["survivor_serves_after_kill_s"] = seen.get(200)
+            result["survivor_first_seen_s"] = {str(k): v for k, v in sorted(seen.items())}
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    result["logs"] = str(workdir)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--kv", choices=("etcd", "postgresql"), default="etcd")
+    parser.add_argument("--routes", type=int, default=1_000_000)
+    parser.add_argument("--lease", type=int, default=5, help="election lease seconds")
+    parser.add_argument("--settle", type=float, default=60.0, help="follower up before the kill")
+    parser.add_argument("--code", default=None, help="checkout to run the daemons from")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = run(args)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:30} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
