@@ -3,7 +3,7 @@
 Builds a registry holding every region of `--nodes` datanodes x `--regions` regions (the
 steady state: every region already reported), encodes one msgpack columns heartbeat per
 datanode with a third of the flushed ids advanced, and times `decode_columns` +
-`columns_of` + `HeartbeatHandler._judge_columns` over all of them (no HTTP, no storing, no
+`columns_of` + `HeartbeatJudge.columns` over all of them (no HTTP, no storing, no
 checkpoints, no other thread). It answers one question: is the per-heartbeat Python work
 what limits the leader at the design load, or is it what runs beside it?
 
@@ -20,7 +20,6 @@ from typing import Any, cast
 
 from metasrv import wire
 from metasrv.leader import HeartbeatHandler, RegionRegistry, StatRow
-from metasrv.leader._heartbeat import _Outcome
 from metasrv.metrics import Metrics
 
 TOPICS = 64
@@ -75,9 +74,8 @@ def main() -> None:
         started = time.perf_counter()
         for node, body in bodies:
             cols = wire.columns_of(wire.decode_columns(body))
-            outcome = _Outcome()
-            handler._judge_columns(node, cols, 1.0, outcome, None)
-            if outcome.count() != len(cols.region_id) or outcome.accepted:
+            judged = handler.judge.columns(node, cols, 1.0)
+            if judged.count() != len(cols.region_id) or judged.accepted:
                 raise SystemExit("a heartbeat left the steady-state path")
         return time.perf_counter() - started
 

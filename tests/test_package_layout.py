@@ -183,9 +183,6 @@ PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("benchmarks/heartbeat_ingest.py", "metasrv.heartbeat._decode"): (
         "the fallback for a baseline checkout older than metasrv.wire, run side by side"
     ),
-    ("benchmarks/judge_columns.py", "metasrv.leader._heartbeat._Outcome"): (
-        "measures the heartbeat judge alone, which has no public entry point"
-    ),
     ("tests/metasrv/test_checkpoints.py", "metasrv.leader._checkpoints.FLUSH_SLICE"): (
         "the slice size is a module constant until Checkpointer takes it as a parameter"
     ),
@@ -267,7 +264,6 @@ KNOWN_OVERSIZED: frozenset[str] = frozenset(
         "benchmarks/load.py",
         "benchmarks/replicated_wal.py",
         "benchmarks/wal_retention.py",
-        "metasrv/leader/_stat_table.py",
         "procedures/_manager.py",
         "procedures/wal_purge/_procedure.py",
         "tests/metasrv/test_heartbeat.py",

@@ -1,50 +1,31 @@
 """The registry's region rows, stored as columns (numpy arrays indexed by slot).
 
 A heartbeat of a thousand regions is a handful of whole-column operations: look the
-slots up (one C-level dict pass), judge the reported values against the stored ones
-(`StatTable.judge`), and assign them in place (`StatTable.assign`). No object is built
-per region on that path, and nothing here is tracked by the garbage collector (dicts of
-ints and arrays of numbers). The columns are the table's own: readers and writers go
-through its operations, which say what they do to rows.
-
-`StatRow` objects are built only when read (`get`, `TopicRows`), for the readers that
-take a region at a time. A null `topic_latest_entry_id` or `manifest_version` is stored
-as `NULL` (-2**63, outside every id's range).
-
-Membership: every row belongs to one topic, and `TopicRows` is the live read-only view
-of one topic's rows as `region id -> StatRow`, which is what the planner, the stat
-history and the heartbeat's per-region path read.
+slots up (one C-level dict pass, or none: `SlotMemo`), judge the reported values against
+the stored ones (`StatTable.judge`) and assign them in place (`StatTable.assign`). No
+object is built per region on that path, and nothing here is tracked by the garbage
+collector. The columns are the table's own: readers and writers go through operations
+that say what they do to rows, `StatRow`s are built only when read (`_stat_rows.py`),
+every row names one topic (`_topic_index.py`), and `TopicRows` is one topic's rows as a
+read-only mapping (`_topic_rows.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from itertools import pairwise, repeat
 from operator import attrgetter
-from typing import Any, Final, overload
+from typing import Final
 
-import msgspec
 import numpy as np
 
+from metasrv.leader._slot_memo import SlotMemo
+from metasrv.leader._stat_rows import RowColumns, RowValues, StatRow, nullable, or_null
+from metasrv.leader._topic_index import TopicIndex
+from metasrv.leader._topic_rows import TopicRows
 from metasrv.model import NULL
 
 _INITIAL_CAPACITY: Final = 1024
-
-
-class StatRow(msgspec.Struct, frozen=True, gc=False):
-    """One region's stat as read from the table (a `RegionStat` without its region id,
-    which is the key it is stored under). The prunable entry id is stored precomputed
-    (`metasrv.model.prunable_entry_id`)."""
-
-    node_id: int
-    topic: str
-    flushed_entry_id: int
-    topic_latest_entry_id: int | None
-    memtable_bytes: int
-    manifest_version: int | None
-    received_at: float
-    prunable_entry_id: int
 
 
 def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
@@ -57,22 +38,6 @@ def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
         return False
     old_manifest = old.manifest_version
     return manifest is None or old_manifest is None or manifest >= old_manifest
-
-
-@dataclass(slots=True)
-class RowValues:
-    """New values of some regions' rows, a column each, in the same order (what a
-    heartbeat accepted a column at a time). `NULL` stands for a null."""
-
-    ids: np.ndarray
-    flushed: np.ndarray
-    latest: np.ndarray
-    memtable: np.ndarray
-    manifest: np.ndarray
-    prunable: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 _VALUE_COLUMNS: Final = (
@@ -97,53 +62,6 @@ _RECEIVED_OF: Final = attrgetter("received_at")
 _PRUNABLE_OF: Final = attrgetter("prunable_entry_id")
 
 
-def _or_null(values: list[int | None]) -> list[int]:
-    if None in values:
-        return [NULL if v is None else v for v in values]
-    return values  # type: ignore[return-value]  # no None: checked above
-
-
-def _nullable(values: np.ndarray) -> list[int | None]:
-    out: list[int | None] = values.tolist()
-    if len(values) and (values == NULL).any():
-        out = [None if v == NULL else v for v in out]
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class RowColumns:
-    """Copies of some rows' columns (`StatTable.columns`); `topic` indexes `names`."""
-
-    names: list[str]
-    ids: np.ndarray
-    topic: np.ndarray
-    node: np.ndarray
-    flushed: np.ndarray
-    latest: np.ndarray
-    memtable: np.ndarray
-    manifest: np.ndarray
-    received: np.ndarray
-    prunable: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def where(self, mask: np.ndarray) -> RowColumns:
-        """The rows where `mask` is true."""
-        return RowColumns(
-            self.names,
-            self.ids[mask],
-            self.topic[mask],
-            self.node[mask],
-            self.flushed[mask],
-            self.latest[mask],
-            self.memtable[mask],
-            self.manifest[mask],
-            self.received[mask],
-            self.prunable[mask],
-        )
-
-
 class StatTable:
     """Region rows as columns; see the module docstring.
 
@@ -154,22 +72,16 @@ class StatTable:
     def __init__(self, capacity: int = _INITIAL_CAPACITY) -> None:
         self._slot: dict[int, int] = {}
         """Region id -> slot."""
-        self._members: dict[str, dict[int, int]] = {}
-        """Topic -> {region id -> slot} of the rows naming it."""
-        self._codes: dict[str, int] = {}
-        self._names: list[str] = []
+        self._topics = TopicIndex()
         self._free: list[int] = []
         self._discards = 0
         """Rows discarded so far: a slot `remember`ed before a discard may be reused."""
-        self._recent: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
-        """Key (a datanode) -> (discards then, its region ids, their slots): `recall`."""
-        self._remembered = 0
-        """Region ids held in `_recent` (16 bytes each with their slots)."""
+        self._memo = SlotMemo()
         self._end = 0
         """Slots below this have been used; the free ones are in `_free`."""
         self._ids = np.zeros(capacity, np.int64)
         self._topic = np.full(capacity, -1, np.int32)
-        """Topic code (`_code_of`), -1 for a free slot."""
+        """Topic code (`TopicIndex.code_of`), -1 for a free slot."""
         self._node = np.zeros(capacity, np.int64)
         self._flushed = np.zeros(capacity, np.int64)
         self._latest = np.full(capacity, NULL, np.int64)
@@ -178,25 +90,11 @@ class StatTable:
         self._prunable = np.zeros(capacity, np.int64)
         self._received = np.zeros(capacity, np.float64)
 
-    # --- topics ----------------------------------------------------------------------
-
-    def _code_of(self, topic: str) -> int:
-        """The topic's code in the `_topic` column (assigned on first use)."""
-        code = self._codes.get(topic)
-        if code is None:
-            code = self._codes[topic] = len(self._names)
-            self._names.append(topic)
-        return code
-
-    def _codes_of(self, topics: Iterable[str]) -> np.ndarray:
-        """Each topic's code, -1 for a topic no row has ever named."""
-        return np.fromiter(map(self._codes.get, topics, repeat(-1)), np.int32)
+    # --- reading ---------------------------------------------------------------------
 
     def topics(self) -> list[str]:
         """Topics with at least one row."""
-        return list(self._members)
-
-    # --- reading ---------------------------------------------------------------------
+        return self._topics.topics()
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -220,30 +118,12 @@ class StatTable:
 
     def recall(self, key: int, region_ids: np.ndarray) -> np.ndarray | None:
         """The slots `remember`ed under `key` if `region_ids` are the same ids in the same
-        order and no row was discarded since; else None.
-
-        A datanode reports the same regions in the same order heartbeat after
-        heartbeat, so comparing two arrays replaces a dict lookup per region (a cache
-        miss each, at a million regions)."""
-        kept = self._recent.get(key)
-        if kept is None or kept[0] != self._discards or not np.array_equal(kept[1], region_ids):
-            return None
-        return kept[2]
+        order and no row was discarded since; else None (`SlotMemo`)."""
+        return self._memo.recall(key, region_ids, self._discards)
 
     def remember(self, key: int, region_ids: np.ndarray, slots: np.ndarray) -> None:
         """Keep `slots` (every one holding a row) of distinct `region_ids` for `recall`."""
-        recent = self._recent
-        old = recent.pop(key, None)
-        if old is not None:
-            self._remembered -= len(old[1])
-        # At most twice as many regions as there are rows (a datanode's list, and one
-        # more for each region that moved between datanodes), oldest dropped first: a
-        # flood of invented datanode ids cannot grow it further.
-        bound = 2 * len(self._slot)
-        while recent and self._remembered + len(region_ids) > bound:
-            self._remembered -= len(recent.pop(next(iter(recent)))[1])
-        recent[key] = (self._discards, region_ids.copy(), slots)
-        self._remembered += len(region_ids)
+        self._memo.remember(key, region_ids, slots, self._discards, len(self._slot))
 
     def judge(
         self,
@@ -259,7 +139,7 @@ class StatTable:
         `manifest` None: every reported manifest version is null."""
         found = slots >= 0
         held = np.where(found, slots, 0)  # slot 0 stands in for the others; masked out
-        named = found & (self._topic[held] == self._codes_of(topic_names)[topics])
+        named = found & (self._topic[held] == self._topics.codes_of(topic_names)[topics])
         regressed = named & (flushed < self._flushed[held])
         if regressed.any() and manifest is not None:
             old_manifest = self._manifest[held]
@@ -293,7 +173,7 @@ class StatTable:
         manifest = int(self._manifest[slot])
         return StatRow(
             int(self._node[slot]),
-            self._names[self._topic[slot]],
+            self._topics.names[self._topic[slot]],
             int(self._flushed[slot]),
             None if latest == NULL else latest,
             int(self._memtable[slot]),
@@ -306,16 +186,16 @@ class StatTable:
         """The rows in `slots`, in order, a column at a time."""
         if not len(slots):
             return []
-        names = self._names
+        names = self._topics.names
         return list(
             map(
                 StatRow,
                 self._node[slots].tolist(),
                 [names[c] for c in self._topic[slots].tolist()],
                 self._flushed[slots].tolist(),
-                _nullable(self._latest[slots]),
+                nullable(self._latest[slots]),
                 self._memtable[slots].tolist(),
-                _nullable(self._manifest[slots]),
+                nullable(self._manifest[slots]),
                 self._received[slots].tolist(),
                 self._prunable[slots].tolist(),
             )
@@ -341,7 +221,7 @@ class StatTable:
         stop = self._end if stop is None else min(stop, self._end)
         used = np.flatnonzero(self._topic[start:stop] >= 0) + start
         return RowColumns(
-            list(self._names),
+            list(self._topics.names),
             self._ids[used],
             self._topic[used],
             self._node[used],
@@ -359,7 +239,7 @@ class StatTable:
 
     def members(self, topic: str) -> dict[int, int]:
         """Region id -> slot of the rows naming `topic` (live: do not modify)."""
-        return self._members.get(topic, _NO_MEMBERS)
+        return self._topics.members(topic)
 
     # --- writing ---------------------------------------------------------------------
 
@@ -384,13 +264,13 @@ class StatTable:
         slot = self._slot.get(region_id)
         if slot is None:
             slot = self._allocate(region_id)
-            self._members.setdefault(topic, {})[region_id] = slot
+            self._topics.join(topic, (region_id,), (slot,))
         else:
-            old = self._names[self._topic[slot]]
+            old = self._topics.names[self._topic[slot]]
             if old != topic:
-                self._leave(old, region_id)
-                self._members.setdefault(topic, {})[region_id] = slot
-        self._topic[slot] = self._code_of(topic)
+                self._topics.leave(old, region_id)
+                self._topics.join(topic, (region_id,), (slot,))
+        self._topic[slot] = self._topics.code_of(topic)
         self._node[slot] = row.node_id
         self._flushed[slot] = row.flushed_entry_id
         latest = row.topic_latest_entry_id
@@ -414,16 +294,15 @@ class StatTable:
         if not region_ids:
             return
         topics = list(map(_TOPIC_OF, rows))
-        for topic in dict.fromkeys(topics):
-            self._code_of(topic)
+        codes = {topic: self._topics.code_of(topic) for topic in dict.fromkeys(topics)}
         self._insert(
             region_ids,
-            np.fromiter(map(self._codes.__getitem__, topics), np.int32, len(topics)),
+            np.fromiter(map(codes.__getitem__, topics), np.int32, len(topics)),
             np.array(list(map(_NODE_OF, rows)), np.int64),
             np.array(list(map(_FLUSHED_OF, rows)), np.int64),
-            np.array(_or_null(list(map(_LATEST_OF, rows))), np.int64),
+            np.array(or_null(list(map(_LATEST_OF, rows))), np.int64),
             np.array(list(map(_MEMTABLE_OF, rows)), np.int64),
-            np.array(_or_null(list(map(_MANIFEST_OF, rows))), np.int64),
+            np.array(or_null(list(map(_MANIFEST_OF, rows))), np.int64),
             np.array(list(map(_RECEIVED_OF, rows)), np.float64),
             np.array(list(map(_PRUNABLE_OF, rows)), np.int64),
         )
@@ -443,7 +322,7 @@ class StatTable:
             return
         lut = np.full(len(topic_names), -1, np.int32)
         for i in np.unique(topics).tolist():
-            lut[i] = self._code_of(topic_names[i])
+            lut[i] = self._topics.code_of(topic_names[i])
         self._insert(
             values.ids.tolist(),
             lut[topics],
@@ -462,7 +341,7 @@ class StatTable:
         topics: np.ndarray,
         *values: int | float | np.ndarray,
     ) -> None:
-        """Rows for distinct regions without one; `topics` are codes (`_code_of`),
+        """Rows for distinct regions without one; `topics` are codes (`TopicIndex`),
         `values` the value columns (`_VALUE_COLUMNS`, in that order)."""
         n = len(region_ids)
         if n == 0:
@@ -483,9 +362,10 @@ class StatTable:
         ids_by_topic = np.asarray(region_ids, np.int64)[order].tolist()
         slots_by_topic = at[order].tolist()
         cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), n]
+        names = self._topics.names
         for start, stop in pairwise(cuts):
-            members = self._members.setdefault(self._names[int(codes[start])], {})
-            members.update(zip(ids_by_topic[start:stop], slots_by_topic[start:stop], strict=True))
+            topic = names[int(codes[start])]
+            self._topics.join(topic, ids_by_topic[start:stop], slots_by_topic[start:stop])
         self._ids[at] = region_ids
         self._topic[at] = topics
         self._write(at, *values)
@@ -500,17 +380,10 @@ class StatTable:
         slot = self._slot.pop(region_id, None)
         if slot is None:
             return
-        self._leave(self._names[self._topic[slot]], region_id)
+        self._topics.leave(self._topics.names[self._topic[slot]], region_id)
         self._topic[slot] = -1
         self._free.append(slot)
         self._discards += 1
-
-    def _leave(self, topic: str, region_id: int) -> None:
-        members = self._members.get(topic)
-        if members is not None:
-            members.pop(region_id, None)
-            if not members:
-                del self._members[topic]
 
     def _allocate(self, region_id: int) -> int:
         if self._free:
@@ -551,8 +424,9 @@ class StatTable:
 
     def copy(self, topics: Iterable[str] | None = None) -> StatTable:
         """A table of its own holding the rows of `topics` (all rows when None), as of now."""
-        names = list(self._members) if topics is None else [t for t in topics if t in self._members]
-        slots = [np.fromiter(self._members[t].values(), np.intp) for t in names]
+        index = self._topics
+        names = index.topics() if topics is None else [t for t in topics if t in index]
+        slots = [np.fromiter(index.members(t).values(), np.intp) for t in names]
         taken = np.concatenate(slots) if slots else np.zeros(0, np.intp)
         out = StatTable(max(len(taken), 1))
         n = len(taken)
@@ -561,112 +435,10 @@ class StatTable:
         start = 0
         for topic, topic_slots in zip(names, slots, strict=True):
             end = start + len(topic_slots)
-            out._topic[start:end] = out._code_of(topic)
+            out._topic[start:end] = out._topics.code_of(topic)
             ids = out._ids[start:end].tolist()
-            out._members[topic] = dict(zip(ids, range(start, end), strict=True))
+            out._topics.join(topic, ids, range(start, end))
+            out._slot.update(zip(ids, range(start, end), strict=True))
             start = end
-        for members in out._members.values():
-            out._slot.update(members)
         out._end = n
         return out
-
-
-_NO_MEMBERS: Final[dict[int, int]] = {}
-
-
-class TopicRows(Mapping[int, StatRow]):
-    """Live, read-only `region id -> StatRow` over one topic's rows in a `StatTable`.
-
-    Rows are built on access; `keys()` is the table's own key view (so comparing it
-    with another dict's keys is one C-level pass), and `lowest_prunable` answers the
-    planner's question for the whole topic a column at a time.
-    """
-
-    __slots__ = ("_table", "topic")
-
-    def __init__(self, table: StatTable, topic: str) -> None:
-        self._table = table
-        self.topic = topic
-
-    @property
-    def _members(self) -> dict[int, int]:
-        return self._table.members(self.topic)
-
-    def __getitem__(self, region_id: int) -> StatRow:
-        return self._table.row(self._members[region_id])
-
-    @overload
-    def get(self, region_id: int, /) -> StatRow | None: ...
-    @overload
-    def get(self, region_id: int, /, default: Any) -> Any: ...
-    def get(self, region_id: int, /, default: Any = None) -> Any:
-        slot = self._members.get(region_id)
-        return default if slot is None else self._table.row(slot)
-
-    def __contains__(self, region_id: object) -> bool:
-        return region_id in self._members
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(list(self._members))
-
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def keys(self) -> KeysView[int]:
-        return self._members.keys()
-
-    def items(self) -> list[tuple[int, StatRow]]:  # type: ignore[override]
-        members = self._members
-        ids = list(members)
-        rows = self._table.rows(np.fromiter(members.values(), np.intp, len(ids)))
-        return list(zip(ids, rows, strict=True))
-
-    def values(self) -> list[StatRow]:  # type: ignore[override]
-        members = self._members
-        return self._table.rows(np.fromiter(members.values(), np.intp, len(members)))
-
-    def _slots_of(self, region_ids: list[int]) -> np.ndarray:
-        """Each region's slot among the topic's rows, -1 where it has none."""
-        return np.fromiter(map(self._members.get, region_ids, repeat(-1)), np.intp, len(region_ids))
-
-    def rows_of(self, region_ids: list[int]) -> list[StatRow | None]:
-        """Each region's row, None where the topic has none, built a column at a time
-        (the planner's per-region pass over a topic with missing or stale stats)."""
-        slots = self._slots_of(region_ids)
-        found = slots >= 0
-        if found.all():
-            return list(self._table.rows(slots))
-        out: list[StatRow | None] = [None] * len(region_ids)
-        at = np.flatnonzero(found).tolist()
-        for i, row in zip(at, self._table.rows(slots[found]), strict=True):
-            out[i] = row
-        return out
-
-    def columns_of(self, region_ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per region of `region_ids`: whether the topic has its row, and the row's
-        received time and prunable id (meaningless where it has none)."""
-        slots = self._slots_of(region_ids)
-        found = slots >= 0
-        held = np.where(found, slots, 0)  # a table always has slot 0; masked out
-        return found, self._table.received_at(held), self._table.prunable_at(held)
-
-    def lowest_prunable(self, fresh_after: float) -> int | None:
-        """The lowest prunable entry id of the topic's rows, or None when there are no
-        rows or one was received before `fresh_after` (stale)."""
-        members = self._members
-        if not members:
-            return None
-        slots = np.fromiter(members.values(), np.intp, len(members))
-        if self._table.received_at(slots).min() < fresh_after:
-            return None
-        return int(self._table.prunable_at(slots).min())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return dict(self.items()) == dict(other.items())
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"TopicRows({self.topic!r}, {len(self)} rows)"

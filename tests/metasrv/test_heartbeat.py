@@ -6,7 +6,6 @@ The topic-region map comes from a real SQL kv backend (SQLite in memory), loaded
 
 from __future__ import annotations
 
-import gc
 import random
 from typing import Any
 
@@ -31,6 +30,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import load_settings
 from metasrv.wire import encode_columns
+from tests._gc import tracked_reachable
 from tests._metrics import sample
 
 
@@ -582,14 +582,15 @@ async def test_stored_rows_are_untracked_by_the_gc(hb: Setup) -> None:
     # A full collection must not walk the registry (a million rows at the design load,
     # #11): the table holds numbers in arrays and dicts of ints, none of them tracked,
     # whether a row was made by a first heartbeat or assigned by the steady state.
-    hb.beat([region(1, 10), region(2, 5)])
-    hb.clock.now += 1
-    hb.beat([region(1, 11), region(2, 6)])
-    assert hb.registry.topic_snapshot("t_0")[1].flushed_entry_id == 11
-    table = hb.registry.table
-    containers = [vars(table)[name] for name in ("_slot", "_members", "_codes")]
-    containers += list(vars(table)["_members"].values())
-    assert not any(gc.is_tracked(c) for c in containers[:1] + containers[3:])
+    for flushed in (10, 11):  # a first report, then the steady state
+        hb.clock.now += 1
+        hb.beat([region(1, flushed)])
+    one_row = tracked_reachable(hb.registry.table)
+    for flushed in (12, 13):  # 2's row made by its first report, then both assigned
+        hb.clock.now += 1
+        hb.beat([region(1, flushed), region(2, flushed)])
+    assert hb.registry.topic_snapshot("t_0")[2].flushed_entry_id == 13
+    assert tracked_reachable(hb.registry.table) == one_row
 
 
 async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Setup) -> None:
@@ -713,10 +714,11 @@ class count_paths:
 
     def __init__(self, handler: HeartbeatHandler) -> None:
         self.taken = self.declined = 0
-        columns, one_by_one = handler._judge_columns, handler._judge
+        judge = handler.judge
+        in_columns, one_by_one = judge.in_columns, judge.one_by_one
 
         def counted_columns(*args: Any) -> None:
-            columns(*args)
+            in_columns(*args)
             if args[3].steady is not None:
                 self.taken += 1
 
@@ -724,8 +726,8 @@ class count_paths:
             self.declined += 1
             one_by_one(*args)
 
-        handler._judge_columns = counted_columns  # type: ignore[method-assign,assignment]
-        handler._judge = counted_one_by_one  # type: ignore[method-assign,assignment]
+        judge.in_columns = counted_columns  # type: ignore[method-assign,assignment]
+        judge.one_by_one = counted_one_by_one  # type: ignore[method-assign,assignment]
 
 
 async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootstrap: str) -> None:
