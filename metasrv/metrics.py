@@ -105,6 +105,12 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.wal_events_dropped = Counter(
+            "metasrv_wal_events_dropped",
+            "WAL events not written to the history database (write_failed, overflow)",
+            ["reason"],
+            registry=r,
+        )
         self.background_task_errors = Counter(
             "metasrv_background_task_errors",
             "Failed rounds (and deaths) of background tasks; each keeps running",

@@ -5,6 +5,7 @@ It knows no procedure kind; the runtime registers them (today the one in
 """
 
 from metasrv.wire import TERMINAL_STATES, ProcedureState
+from procedures._events import EventLog, EventRetention
 from procedures._group_commit import GroupCommitter
 from procedures._history import History
 from procedures._leader import LeaderFence
@@ -24,6 +25,8 @@ from procedures._store import ProcedureStore, RecordConflict, state_key
 
 __all__ = [
     "TERMINAL_STATES",
+    "EventLog",
+    "EventRetention",
     "Finish",
     "GroupCommitter",
     "History",

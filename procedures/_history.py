@@ -1,9 +1,10 @@
 """The SQL history: finished procedures, completed purges and WAL events.
 
 The kv backend holds procedures only while they run (and for `procedure.finished_ttl`
-after); SQL keeps them for good, with every completed purge and every WAL data-loss
-event, for the API, the dashboard and the Spark reconcile job. Tables are defined in
-`metasrv/sql_schema.py` and created by the Alembic migrations.
+after); SQL keeps them for good, with every completed purge, for the API, the dashboard
+and the Spark reconcile job. WAL events (data loss, every prune attempt's moments) are
+kept for `history.events_retention` (`trim_events`). Tables are defined in
+`metasrv/sql/_schema.py` and created by the Alembic migrations.
 
 The engine is blocking; every method here runs it in a worker thread. Writes are
 idempotent per procedure id, because a resumed procedure may write its history twice.
@@ -14,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy.exc as sa_exc
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 
 from metasrv.errors import Unavailable
 from metasrv.sql import procedure_history_table, purge_history_table, wal_events_table
@@ -42,6 +43,12 @@ def to_datetime(epoch: float) -> datetime:
 def _aware(value: datetime) -> datetime:
     """UTC when naive (SQLite keeps no zone)."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _utc(value: datetime) -> datetime:
+    """In UTC (naive: taken as UTC). SQLite compares stored times as text, without their
+    zone, so every time written or compared is UTC."""
+    return _aware(value).astimezone(UTC)
 
 
 def to_epoch(value: datetime | None) -> float | None:
@@ -316,44 +323,95 @@ class History:
 
     async def record_event(self, event: WalEvent) -> None:
         """Append one WAL event."""
+        await self.record_events([event])
+
+    async def record_events(self, events: list[WalEvent]) -> None:
+        """Append WAL events in one transaction (their `id`s are ignored: the table's)."""
+        if not events:
+            return
         t = wal_events_table
+        rows = [
+            {
+                "topic": e.topic,
+                "kind": e.kind,
+                "region_id": e.region_id,
+                "details": dict(e.details),
+                "at": _utc(e.at),
+                "procedure_id": e.procedure_id,
+                "target": e.target,
+                "log_start_before": e.log_start_before,
+                "log_start_after": e.log_start_after,
+                "high_watermark": e.high_watermark,
+                "message": e.message,
+            }
+            for e in events
+        ]
 
         def _write() -> None:
             with self.engine.begin() as conn:
-                conn.execute(
-                    insert(t).values(
-                        topic=event.topic,
-                        kind=event.kind,
-                        region_id=event.region_id,
-                        details=dict(event.details),
-                        at=_aware(event.at),
-                    )
-                )
+                conn.execute(insert(t), rows)
 
         await self._call(_write)
 
     async def events(
-        self, *, topic: str | None = None, kind: str | None = None, limit: int = 100
+        self,
+        *,
+        topic: str | None = None,
+        kind: str | None = None,
+        kinds: Collection[str] = (),
+        since: datetime | None = None,
+        limit: int = 100,
     ) -> list[WalEvent]:
-        """WAL events, newest first."""
+        """WAL events, newest first: of `topic`, of `kind` or any of `kinds`, at or after
+        `since`."""
         t = wal_events_table
         q = select(t).order_by(t.c.at.desc(), t.c.id.desc()).limit(min(limit, MAX_LIMIT))
         if topic is not None:
             q = q.where(t.c.topic == topic)
-        if kind is not None:
-            q = q.where(t.c.kind == kind)
+        wanted = {*kinds, *(() if kind is None else (kind,))}
+        if wanted:
+            q = q.where(t.c.kind.in_(sorted(wanted)))
+        if since is not None:
+            q = q.where(t.c.at >= _utc(since))
 
         def _read() -> list[WalEvent]:
             with self.engine.connect() as conn:
                 return [
                     WalEvent(
+                        id=row.id,
                         topic=row.topic,
                         kind=row.kind,
                         region_id=row.region_id,
                         details=dict(row.details or {}),
                         at=_aware(row.at),
+                        procedure_id=row.procedure_id,
+                        target=row.target,
+                        log_start_before=row.log_start_before,
+                        log_start_after=row.log_start_after,
+                        high_watermark=row.high_watermark,
+                        message=row.message,
                     )
                     for row in conn.execute(q)
                 ]
 
         return await self._call(_read)
+
+    async def trim_events(self, before: datetime, *, batch: int = 5_000) -> int:
+        """Delete the events older than `before`, `batch` rows per transaction (so no
+        long lock holds the writers back); returns how many were deleted."""
+        t = wal_events_table
+        cutoff = _utc(before)
+
+        def _trim() -> int:
+            deleted = 0
+            while True:
+                with self.engine.begin() as conn:
+                    ids = select(t.c.id).where(t.c.at < cutoff).order_by(t.c.id).limit(batch)
+                    chunk = list(conn.execute(ids).scalars())
+                    if chunk:
+                        conn.execute(delete(t).where(t.c.id.in_(chunk)))
+                deleted += len(chunk)
+                if len(chunk) < batch:
+                    return deleted
+
+        return await self._call(_trim)

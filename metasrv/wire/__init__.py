@@ -3,7 +3,7 @@
 The server decodes requests with them (`decode`, and the heartbeat's own decoders), the
 OpenAPI document is built from them (`schema_components`), and the REST client
 (`MetasrvClient`) decodes answers into them. The closed vocabularies (procedure states,
-reject and block reasons, finding kinds) are defined here and used by the code that
+reject and block reasons, event and finding kinds) are defined here and used by the code that
 produces them.
 """
 
@@ -70,6 +70,7 @@ from metasrv.wire._types import (
     TOPIC_PATTERN,
     BlockReason,
     EntryId,
+    EventKind,
     FindingKind,
     Id,
     Int64,
@@ -105,6 +106,7 @@ __all__ = [
     "EntryId",
     "ErrorBody",
     "ErrorDetail",
+    "EventKind",
     "FindingKind",
     "Health",
     "Heartbeat",

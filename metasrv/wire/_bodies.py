@@ -255,13 +255,30 @@ class PurgeHistory(Answer):
 
 
 class WalEvent(Answer):
-    """One WAL event, e.g. `wal_data_loss`."""
+    """One WAL event: WAL data loss, or a moment of a prune attempt (`EventKind`)."""
 
     topic: str
-    kind: str
-    region_id: int | None
-    details: dict[str, Any]
+    kind: Annotated[str, _doc("An `EventKind` value, e.g. `purge_deleted`, `wal_data_loss`.")]
+    region_id: Annotated[int | None, _doc("The region that lost entries (`wal_data_loss`).")]
+    details: Annotated[dict[str, Any], _doc("Kind-specific extras (`error_code`, ...).")]
     at: datetime
+    id: Annotated[int | None, _doc("Row id; a process's later events have higher ids.")] = None
+    procedure_id: Annotated[str | None, _doc("The purge procedure it belongs to.")] = None
+    target: Annotated[
+        int | None, _doc("P: the offset the purge deletes below and the marker it writes.")
+    ] = None
+    log_start_before: Annotated[
+        int | None, _doc("Kafka's log start offset when the purge planned.")
+    ] = None
+    log_start_after: Annotated[
+        int | None, _doc("Kafka's log start offset after the deletion (`purge_deleted`).")
+    ] = None
+    high_watermark: Annotated[
+        int | None, _doc("Kafka's high watermark (latest offset + 1) when the purge planned.")
+    ] = None
+    message: Annotated[
+        str | None, _doc("Why it was skipped, the error of a retry or failure, what it cut.")
+    ] = None
 
 
 class WalEventList(Answer):

@@ -54,6 +54,27 @@ FAILED_STATES: Final = frozenset({ProcedureState.FAILED, ProcedureState.CANCELLE
 """Terminal states that mean the procedure did not do its work."""
 
 
+class EventKind(enum.StrEnum):
+    """What a WAL event (`GET /v1/events`) records: WAL data loss, or one moment of a prune
+    attempt (a WAL purge procedure)."""
+
+    WAL_DATA_LOSS = "wal_data_loss"
+    """Kafka's log start is above entries a region still needs (invariant 7); one per region."""
+    PURGE_STARTED = "purge_started"
+    """A purge began running (again, when a new leader resumed it)."""
+    PURGE_DELETED = "purge_deleted"
+    """A purge moved the marker to its target and Kafka's log start is at or past it
+    (`details.logical_delete`: the marker only)."""
+    PURGE_SKIPPED = "purge_skipped"
+    """A purge ended without cutting; `message` says why (blocked, up to date, ...)."""
+    PURGE_RETRYING = "purge_retrying"
+    """A step failed with a retryable error (`message`, `details.error_code`); it runs again."""
+    PURGE_FAILED = "purge_failed"
+    """A purge ended on an error (`message`, `details.error_code`)."""
+    PURGE_CANCELLED = "purge_cancelled"
+    """An operator cancelled a purge before it persisted its target."""
+
+
 class RejectReason(enum.StrEnum):
     """Why a heartbeat's region stat was not stored (the rest of the heartbeat was)."""
 

@@ -10,6 +10,8 @@ How one purge decision flows, module by module:
   for every reader: the procedure, the ticker and the API's plan and metrics.
 - `_procedure.py`: `WalPurge`, prepare -> flush -> purge under the topic's write lock;
   `_submit.py` starts one per topic (`submit_purges`) on a manager that runs them.
+- `_events.py`: what each attempt records as WAL events (started, retrying, deleted,
+  skipped, failed, cancelled, data loss), written in the background.
 - `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
 - `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
 - `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.

@@ -39,6 +39,9 @@ empty, so the plan is blocked until every mapped region has reported again (inva
 3), and the step waits through retries instead of moving anything. Once the marker is at
 the target only Kafka's deletion, the history and the metrics remain, and all are safe
 without stats. Once the intent is persisted, cancellation no longer stops the procedure.
+
+Each run, retried error and end is recorded as a WAL event (`_events.py`), queued and
+written in the background: no step waits for the history database because of them.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -59,7 +63,7 @@ import orjson
 from metasrv import keys
 from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
 from metasrv.model import TopicPlan
-from metasrv.wire import ProcedureState, PurgeRecord, WalEvent
+from metasrv.wire import EventKind, ProcedureState, PurgeRecord
 from procedures import (
     Finish,
     Next,
@@ -68,6 +72,7 @@ from procedures import (
     StepContext,
     StepResult,
 )
+from procedures.wal_purge._events import attempt_event, emit, terminal_event
 from procedures.wal_purge._inputs import PlanInputs, gather_one
 from procedures.wal_purge._marker import advance_marker, read_marker
 from procedures.wal_purge._plan import flush_candidates
@@ -76,7 +81,7 @@ from procedures.wal_purge._services import PurgeServices
 logger = logging.getLogger(__name__)
 
 KIND = "wal_purge"
-DATA_LOSS_EVENT = "wal_data_loss"
+DATA_LOSS_EVENT = EventKind.WAL_DATA_LOSS.value
 MAP_LOAD_WAIT = 30.0
 """Seconds a resumed purge waits for the topic-region map to be loaded."""
 FLUSH_POLL_INTERVAL = 0.2
@@ -221,6 +226,17 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
     def on_retry(self, ctx: StepContext[PurgeServices], error: MetasrvError) -> None:
         services = ctx.services
         services.metrics.purge_errors.labels(topic=self.data.topic, kind=error.code).inc()
+        emit(
+            services.events,
+            lambda: attempt_event(
+                EventKind.PURGE_RETRYING,
+                self.data,
+                ctx.procedure_id,
+                at=time.time(),
+                message=error.message,
+                details={"error_code": error.code},
+            ),
+        )
 
     @classmethod
     def on_terminal(cls, record: ProcedureRecord, services: PurgeServices) -> None:
@@ -228,6 +244,15 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             services.metrics.purge_errors.labels(
                 topic=record.topic or "", kind=record.error_code or "internal"
             ).inc()
+        emit(
+            services.events,
+            lambda: terminal_event(
+                record,
+                PurgeData.from_json(record.data),
+                logical_delete=services.settings.wal.logical_delete,
+                at=time.time(),
+            ),
+        )
 
     @asynccontextmanager
     async def hold(self, ctx: StepContext[PurgeServices]) -> AsyncIterator[None]:
@@ -242,6 +267,17 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         # Held from the first step to the end of the run, retries included; a resumed run
         # takes it again before its first step.
         async with services.locks.write(self.data.topic):
+            resumed = self.data.prune_point is not None
+            emit(
+                services.events,
+                lambda: attempt_event(
+                    EventKind.PURGE_STARTED,
+                    self.data,
+                    ctx.procedure_id,
+                    at=time.time(),
+                    details={"resumed": resumed},
+                ),
+            )
             yield
 
     # -- shared checks ------------------------------------------------------------------
@@ -249,10 +285,17 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
     def _log_extra(self, ctx: StepContext[PurgeServices], step: str) -> dict[str, Any]:
         return {"procedure_id": ctx.procedure_id, "topic": self.data.topic, "step": step}
 
-    async def _report_data_loss(self, ctx: StepContext[PurgeServices], inputs: PlanInputs) -> None:
+    def _report_data_loss(self, ctx: StepContext[PurgeServices], inputs: PlanInputs) -> None:
+        """One event and one count per region (the event is written in the background)."""
         services = ctx.services
         plan = inputs.plan
         now = time.time()
+        # What Kafka held when the loss was found, whatever the procedure planned before.
+        seen = replace(
+            self.data,
+            log_start_offset=plan.log_start_offset,
+            high_watermark=plan.high_watermark,
+        )
         for region_id in plan.data_loss:
             stat = inputs.stats.get(region_id)
             details = {
@@ -261,14 +304,22 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
                 "prunable_entry_id": None if stat is None else stat.prunable_entry_id,
                 "pruned_entry_id": plan.pruned_entry_id,
             }
-            await services.history.record_event(
-                WalEvent(
-                    topic=self.data.topic,
-                    kind=DATA_LOSS_EVENT,
-                    region_id=region_id,
+            message = (
+                f"Kafka's log start {plan.log_start_offset} is above entries region "
+                f"{region_id} needs (prunable entry id {details['prunable_entry_id']})"
+            )
+            emit(
+                services.events,
+                functools.partial(
+                    attempt_event,
+                    EventKind.WAL_DATA_LOSS,
+                    seen,
+                    ctx.procedure_id,
+                    at=now,
+                    message=message,
                     details=details,
-                    at=datetime.fromtimestamp(now, tz=UTC),
-                )
+                    region_id=region_id,
+                ),
             )
             services.metrics.wal_data_loss.labels(topic=self.data.topic).inc()
         logger.error(
@@ -281,7 +332,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         inputs = await gather_one(ctx.services, self.data.topic)
         plan = inputs.plan
         if plan.data_loss:
-            await self._report_data_loss(ctx, inputs)
+            self._report_data_loss(ctx, inputs)
             raise WalDataLoss(
                 f"topic {self.data.topic}: Kafka's log start {plan.log_start_offset} is above "
                 f"entries regions {list(plan.data_loss)} still need; marker not advanced",
@@ -311,6 +362,12 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         services = ctx.services
         inputs = await self._plan(ctx)
         if inputs.plan.prune_point is None:
+            # Kept for the skip's event: what Kafka held when the topic was found blocked.
+            self.data = replace(
+                self.data,
+                log_start_offset=inputs.plan.log_start_offset,
+                high_watermark=inputs.plan.high_watermark,
+            )
             return Finish(ProcedureState.SKIPPED, _describe_blocked(inputs.plan))
         idle = self._adopt(inputs.plan, logical_delete=services.settings.wal.logical_delete)
         candidates = flush_targets(ctx.services, inputs)
@@ -435,7 +492,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         inputs = await gather_one(ctx.services, self.data.topic, marker=(marker,))
         plan = inputs.plan
         if plan.data_loss:
-            await self._report_data_loss(ctx, inputs)
+            self._report_data_loss(ctx, inputs)
             raise WalDataLoss(
                 f"topic {self.data.topic}: data loss detected before deleting; nothing deleted",
                 details={"regions": list(plan.data_loss)},

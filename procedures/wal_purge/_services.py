@@ -20,7 +20,7 @@ from metasrv.leader import TopicLocks
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute, TopicStat
 from metasrv.settings import Settings
-from procedures import GroupCommitter, History, LeaderFence, ProcedureStore
+from procedures import EventLog, GroupCommitter, History, LeaderFence, ProcedureStore
 from procedures.wal_purge._batcher import KafkaBatcher
 from procedures.wal_purge._plan import TopicStats
 
@@ -89,6 +89,8 @@ class PurgeServices:
 
     kv: KvBackend
     history: History
+    events: EventLog
+    """WAL events (prune attempts, data loss), written to `history` in the background."""
     election: LeaderFence
     kafka: KafkaAdmin
     """Kafka admin adapter (blocking)."""
@@ -128,9 +130,11 @@ class PurgeServices:
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=kv_threads, thread_name_prefix="procedure-kv"
         )
+        sql_history = History(history)
         return cls(
             kv=kv,
-            history=History(history),
+            history=sql_history,
+            events=EventLog(sql_history, metrics.wal_events_dropped),
             election=election,
             kafka=kafka,
             batcher=KafkaBatcher(kafka, window=batch_window),

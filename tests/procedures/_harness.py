@@ -136,6 +136,7 @@ class Harness:
     async def close(self) -> None:
         await self.manager.stop()
         await self.leadership.close()
+        await self.services.events.flush(5.0)
         self.services.close()
         await self.election.stop()
         self._etcd_kv.close()

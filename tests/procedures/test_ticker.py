@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from procedures import ProcedureState
-from procedures.wal_purge import PurgeTicker, submit_purges
+from procedures.wal_purge import DATA_LOSS_EVENT, PurgeTicker, submit_purges
 from tests._metrics import sample
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
@@ -113,7 +113,8 @@ async def test_data_loss_is_reported_once_per_loss(leader: Harness) -> None:
     assert first.topics == (topic,) and second.topics == ()
     [view] = await h.manager.list()
     assert view.state is ProcedureState.FAILED and view.error_code == "wal_data_loss"
-    assert len(await h.manager.services.history.events(topic=topic)) == 1
+    lost = await h.manager.services.events.read(topic=topic, kinds=[DATA_LOSS_EVENT])
+    assert len(lost) == 1
 
 
 async def test_up_to_date_topic_with_a_lagging_region_gets_a_purge(

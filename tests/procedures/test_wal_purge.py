@@ -248,7 +248,7 @@ async def test_retention_overrun_is_reported_and_marker_not_advanced(leader: Har
     assert view.error_code == "wal_data_loss"
     assert h.marker(topic) is None
     assert h.offsets(topic).log_start_offset == 30
-    events = await h.manager.services.history.events(topic=topic)
+    events = await h.manager.services.events.read(topic=topic, kinds=[DATA_LOSS_EVENT])
     assert [(e.kind, e.region_id) for e in events] == [(DATA_LOSS_EVENT, 2)]
     assert events[0].details["log_start_offset"] == 30
     assert sample(h.metrics, "metasrv_wal_data_loss_events_total", {"topic": topic}) == 1

@@ -1,0 +1,97 @@
+"""What a prune attempt records as WAL events (`metasrv.wire.EventKind`), moment by moment.
+
+Every attempt leaves `purge_started` when a run takes the topic's lock (again when a new
+leader resumes it), `purge_retrying` for each step error it retries (the error), and one
+terminal event: `purge_deleted`, `purge_skipped` (the reason), `purge_failed` (the error)
+or `purge_cancelled`. A purge that finds WAL data loss also leaves one `wal_data_loss`
+per region. Each names the topic, the procedure, the target P, Kafka's log start when the
+purge planned and after its deletion, and the high watermark, as far as the attempt knew
+them at that moment (null otherwise).
+
+Events go through `EventLog` (procedures/_events.py): queued, written in the background,
+never in the purge's way. Building one must not be either: `emit` logs a failure and
+drops the event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from metasrv.wire import EventKind, ProcedureState, WalEvent
+from procedures import EventLog, ProcedureRecord
+
+if TYPE_CHECKING:
+    from procedures.wal_purge._procedure import PurgeData
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_KINDS: Mapping[ProcedureState, EventKind] = {
+    ProcedureState.SUCCEEDED: EventKind.PURGE_DELETED,
+    ProcedureState.SKIPPED: EventKind.PURGE_SKIPPED,
+    ProcedureState.FAILED: EventKind.PURGE_FAILED,
+    ProcedureState.CANCELLED: EventKind.PURGE_CANCELLED,
+}
+
+
+def emit(events: EventLog, build: Callable[[], WalEvent]) -> None:
+    """Queue the event `build()` returns; a failure to build it is logged, never raised."""
+    try:
+        event = build()
+    except Exception:
+        logger.exception("could not build a prune event")
+        return
+    events.emit(event)
+
+
+def attempt_event(
+    kind: EventKind,
+    data: PurgeData,
+    procedure_id: str,
+    *,
+    at: float,
+    message: str | None = None,
+    details: Mapping[str, Any] | None = None,
+    region_id: int | None = None,
+) -> WalEvent:
+    """An event of the purge whose persisted data is `data`, at epoch seconds `at`."""
+    return WalEvent(
+        topic=data.topic,
+        kind=kind.value,
+        region_id=region_id,
+        details=dict(details or {}),
+        at=datetime.fromtimestamp(at, tz=UTC),
+        procedure_id=procedure_id,
+        target=data.target if data.target is not None else data.prune_point,
+        log_start_before=data.log_start_offset,
+        log_start_after=data.low_watermark,
+        high_watermark=data.high_watermark,
+        message=message,
+    )
+
+
+def terminal_event(
+    record: ProcedureRecord, data: PurgeData, *, logical_delete: bool, at: float
+) -> WalEvent:
+    """The event of a purge that ended as `record` says (`TERMINAL_KINDS`)."""
+    kind = TERMINAL_KINDS[record.state]
+    details: dict[str, Any] = {"trigger": record.reason}
+    if kind is EventKind.PURGE_DELETED:
+        details["logical_delete"] = logical_delete
+        details["previous_pruned_entry_id"] = data.previous_pruned_entry_id
+    if data.flush:
+        details["flush_asked"] = [t.region_id for t in data.flush]
+        details["flushed"] = list(data.flushed_regions)
+    failed = kind in (EventKind.PURGE_FAILED, EventKind.PURGE_CANCELLED)
+    if failed and record.error_code is not None:
+        details["error_code"] = record.error_code
+    return attempt_event(
+        kind,
+        data,
+        record.id,
+        at=record.finished_at if record.finished_at is not None else at,
+        message=record.error if failed else record.outcome,
+        details=details,
+    )
