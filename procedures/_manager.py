@@ -2,7 +2,9 @@
 
 It knows no procedure kind: the runtime passes the kinds it runs and the `services`
 their steps use. One procedure's execution (steps, retries, the end) is a
-`ProcedureRun` (procedures/_runner.py).
+`ProcedureRun`, restarted after write conflicts and kv failures by `run_until_settled`
+(both in `_runner.py`); finished records are written to the history and expired by
+`FinishedRecords` (`_finished.py`).
 
 Only the leader runs procedures. On becoming leader the manager resumes every unfinished
 record found in the kv backend; on losing leadership it stops its tasks
@@ -27,29 +29,22 @@ import time
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from metasrv.errors import (
-    Conflict,
-    InvalidArgument,
-    LeadershipLost,
-    MetasrvError,
-    NotFound,
-    NotLeader,
-)
+from metasrv.errors import Conflict, InvalidArgument, NotFound, NotLeader
 from metasrv.metrics import Metrics
-from metasrv.process import ErrorSink, log_only
+from metasrv.process import ErrorSink
 from metasrv.settings import ProcedureSettings
 from metasrv.wire import ProcedureState
+from procedures._finished import FinishedRecords
 from procedures._history import History
 from procedures._leader import LeaderFence
 from procedures._procedure import Procedure, ProcedureRecord, ProcedureView
-from procedures._runner import ProcedureRun, backoff_delay
-from procedures._store import ProcedureStore, RecordConflict, Stored
+from procedures._runner import ProcedureRun, run_until_settled
+from procedures._store import ProcedureStore, Stored
 
 logger = logging.getLogger(__name__)
 
 CANCEL_WAIT = 5.0
 """How long `cancel()` waits for the procedure to stop before returning its view."""
-_RESTARTS_AFTER_CONFLICT = 3
 _POLL_INTERVAL = 0.2
 
 S = TypeVar("S")
@@ -87,11 +82,9 @@ class ProcedureManager(Generic[S]):
         self._done: dict[str, asyncio.Event] = {}
         self._latest: dict[str, ProcedureRecord] = {}
         self._slots = asyncio.Semaphore(self._settings.max_running_procedures)
-        self._history_written: set[str] = set()
-        self._sweeper: asyncio.Task[None] | None = None
-        self.on_sweep_error: ErrorSink = log_only("procedure_sweeper")
-        """Called with what a sweep of finished records raised (the runtime counts it)."""
-        self._shutdown = asyncio.Event()
+        self._finished = FinishedRecords(
+            store, history, settings, leading=lambda: self._leading, forget=self._forget
+        )
         self._leadership_lock = asyncio.Lock()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -102,24 +95,29 @@ class ProcedureManager(Generic[S]):
         if self._started:
             return
         self._started = True
-        self._sweeper = asyncio.create_task(self._sweep_loop(), name="procedure-sweeper")
+        self._finished.start()
 
     @property
     def sweeper(self) -> asyncio.Task[None] | None:
-        """The finished-record sweeper task, if started."""
-        return self._sweeper
+        """The finished-record sweeper task, if started (`FinishedRecords`)."""
+        return self._finished.task
+
+    @property
+    def on_sweep_error(self) -> ErrorSink:
+        """Called with what a sweep of finished records raised (the runtime counts it)."""
+        return self._finished.on_error
+
+    @on_sweep_error.setter
+    def on_sweep_error(self, sink: ErrorSink) -> None:
+        self._finished.on_error = sink
 
     async def stop(self) -> None:
         """Stop every task (no state written: a later leader resumes them). Repeat-safe."""
         if self._stopped:
             return
         self._stopped = True
-        self._shutdown.set()
         await self._stop_tasks()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await self._finished.stop()
 
     async def __aenter__(self) -> ProcedureManager[S]:
         await self.start()
@@ -329,46 +327,8 @@ class ProcedureManager(Generic[S]):
     # -- running ------------------------------------------------------------------------
 
     async def _run(self, procedure_id: str, stored: Stored | None) -> None:
-        cancel = self._cancel[procedure_id]
-        conflicts = 0
-        failures = 0
-        while True:
-            try:
-                # The record just created or scanned saves a read; restarts re-read it.
-                known, stored = stored, None
-                await self._run_once(procedure_id, cancel, known)
-                return
-            except RecordConflict as exc:
-                # Usually an ambiguous commit (the write landed but its answer was lost):
-                # reload and continue from what is stored; steps resume from saved state.
-                conflicts += 1
-                logger.warning(str(exc), extra={"procedure_id": procedure_id})
-                if conflicts >= _RESTARTS_AFTER_CONFLICT:
-                    logger.error(
-                        "procedure abandoned after repeated write conflicts",
-                        extra={"procedure_id": procedure_id},
-                    )
-                    return
-            except LeadershipLost as exc:
-                logger.warning(str(exc), extra={"procedure_id": procedure_id})
-                return
-            except MetasrvError as exc:
-                # The kv backend failed while persisting: the stored record is still a
-                # consistent saved state, so start over from it after a pause.
-                failures += 1
-                if not exc.retryable or failures > self._settings.max_retry_times:
-                    logger.error(
-                        "procedure run stopped: %s", exc, extra={"procedure_id": procedure_id}
-                    )
-                    return
-                delay = backoff_delay(failures, self._settings.retry_delay)
-                logger.warning(
-                    "procedure state not persisted, restarting from the stored record in %.2fs: %s",
-                    delay,
-                    exc,
-                    extra={"procedure_id": procedure_id},
-                )
-                await asyncio.sleep(delay)
+        run = functools.partial(self._run_once, procedure_id, self._cancel[procedure_id])
+        await run_until_settled(run, procedure_id, stored, self._settings)
 
     async def _run_once(
         self, procedure_id: str, cancel: asyncio.Event, stored: Stored | None
@@ -412,16 +372,7 @@ class ProcedureManager(Generic[S]):
         kind = self._kinds.get(record.kind)
         if kind is not None:
             kind.on_terminal(record, self.services)
-        try:
-            await self.history.record_procedure(record)
-            self._history_written.add(record.id)
-        except MetasrvError as exc:
-            # The kv record stays until the sweeper has written it to history.
-            logger.warning(
-                "procedure history not written yet: %s",
-                exc,
-                extra={"procedure_id": record.id},
-            )
+        await self._finished.record(record)
         self._done.setdefault(record.id, asyncio.Event()).set()
         self._cancel.pop(record.id, None)
         logger.info(
@@ -435,44 +386,17 @@ class ProcedureManager(Generic[S]):
             },
         )
 
-    # -- expiry of finished kv records --------------------------------------------------
-
-    def _sweep_interval(self) -> float:
-        return max(0.5, min(60.0, self._settings.finished_ttl / 4))
-
-    async def _sweep_loop(self) -> None:
-        while not self._shutdown.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), self._sweep_interval())
-            if self._shutdown.is_set():
-                return
-            if not self._leading:
-                continue
-            try:
-                await self.sweep()
-            except Exception as exc:
-                self.on_sweep_error(exc)
+    # -- finished kv records -------------------------------------------------------------
 
     async def sweep(self, now: float | None = None) -> int:
-        """Write missing history rows; delete finished kv records older than the TTL."""
-        now = time.time() if now is None else now
-        ttl = self._settings.finished_ttl
-        removed = 0
-        for stored in await self.store.scan():
-            record = stored.record
-            if not record.state.terminal:
-                continue
-            if record.id not in self._history_written:
-                if not await self.history.has_procedure(record.id):
-                    await self.history.record_procedure(record)
-                self._history_written.add(record.id)
-            expired = record.finished_at is not None and record.finished_at + ttl <= now
-            if expired and await self.store.delete(record.id, stored.revision):
-                removed += 1
-                self._latest.pop(record.id, None)
-                self._done.pop(record.id, None)
-                self._history_written.discard(record.id)
-        return removed
+        """Write missing history rows; delete finished kv records older than the TTL
+        (`FinishedRecords.sweep`)."""
+        return await self._finished.sweep(now)
+
+    def _forget(self, procedure_id: str) -> None:
+        """A finished record left the kv backend: it is read from the history now."""
+        self._latest.pop(procedure_id, None)
+        self._done.pop(procedure_id, None)
 
     def kinds(self) -> Iterable[str]:
         """Registered procedure kinds."""

@@ -2,8 +2,10 @@
 
 The manager starts a `ProcedureRun` per procedure it runs or resumes and hands it every
 collaborator it needs; the run reports each saved record and the terminal one back
-through the two callbacks. Nothing here knows a procedure kind: kinds react to retries
-and to their end through `Procedure.on_retry` and `Procedure.on_terminal`.
+through the two callbacks. `run_until_settled` starts a run again from the stored record
+when a write conflicts or the kv backend fails. Nothing here knows a procedure kind:
+kinds react to retries and to their end through `Procedure.on_retry` and
+`Procedure.on_terminal`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ S = TypeVar("S")
 
 MAX_RETRY_DELAY = 30.0
 """Upper bound of one backoff sleep, seconds."""
+RESTARTS_AFTER_CONFLICT = 3
+"""Reloads of a procedure's record after write conflicts before it is left to a restart."""
 
 
 def backoff_delay(attempt: int, base: float, *, rng: random.Random | None = None) -> float:
@@ -278,3 +282,53 @@ class ProcedureRun(Generic[S]):
                 data=self.proc.encode(),
             )
         )
+
+
+async def run_until_settled(
+    run: Callable[[Stored | None], Awaitable[None]],
+    procedure_id: str,
+    stored: Stored | None,
+    settings: ProcedureSettings,
+) -> None:
+    """Call `run` (one `ProcedureRun` from the stored record, or from `stored` the first
+    time) until it returns. After a write conflict it reloads and continues, at most
+    `RESTARTS_AFTER_CONFLICT` times; after a retryable kv failure it starts over from the
+    stored record after a backoff, at most `max_retry_times` times; leadership lost ends
+    it (the next leader resumes the procedure)."""
+    conflicts = 0
+    failures = 0
+    while True:
+        try:
+            # The record just created or scanned saves a read; restarts re-read it.
+            known, stored = stored, None
+            await run(known)
+            return
+        except RecordConflict as exc:
+            # Usually an ambiguous commit (the write landed but its answer was lost):
+            # reload and continue from what is stored; steps resume from saved state.
+            conflicts += 1
+            logger.warning(str(exc), extra={"procedure_id": procedure_id})
+            if conflicts >= RESTARTS_AFTER_CONFLICT:
+                logger.error(
+                    "procedure abandoned after repeated write conflicts",
+                    extra={"procedure_id": procedure_id},
+                )
+                return
+        except LeadershipLost as exc:
+            logger.warning(str(exc), extra={"procedure_id": procedure_id})
+            return
+        except MetasrvError as exc:
+            # The kv backend failed while persisting: the stored record is still a
+            # consistent saved state, so start over from it after a pause.
+            failures += 1
+            if not exc.retryable or failures > settings.max_retry_times:
+                logger.error("procedure run stopped: %s", exc, extra={"procedure_id": procedure_id})
+                return
+            delay = backoff_delay(failures, settings.retry_delay)
+            logger.warning(
+                "procedure state not persisted, restarting from the stored record in %.2fs: %s",
+                delay,
+                exc,
+                extra={"procedure_id": procedure_id},
+            )
+            await asyncio.sleep(delay)

@@ -1,0 +1,121 @@
+"""Finished procedure records: each written to the SQL history once, and deleted from the
+kv backend `procedure.finished_ttl` after it ended (`FinishedRecords`).
+
+A procedure's end writes its history row at once (`record`); when that write fails, the
+kv record stays and the sweep, a background task on the leader, writes it later. The
+sweep also deletes the kv records whose TTL has passed, so the kv backend holds only
+unfinished and recent procedures while SQL keeps them for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from metasrv.errors import MetasrvError
+from metasrv.process import ErrorSink, log_only
+from metasrv.settings import ProcedureSettings
+from procedures._history import History
+from procedures._procedure import ProcedureRecord
+from procedures._store import ProcedureStore
+
+logger = logging.getLogger(__name__)
+
+
+class FinishedRecords:
+    """History rows and kv expiry of finished procedures."""
+
+    def __init__(
+        self,
+        store: ProcedureStore,
+        history: History,
+        settings: ProcedureSettings,
+        *,
+        leading: Callable[[], bool],
+        forget: Callable[[str], None],
+    ) -> None:
+        self._store = store
+        self._history = history
+        self._settings = settings
+        self._leading = leading
+        """Whether this process runs procedures now (only the leader sweeps)."""
+        self._forget = forget
+        """Called with the id of every record the sweep deleted."""
+        self._written: set[str] = set()
+        """Records whose history row is known to exist."""
+        self._task: asyncio.Task[None] | None = None
+        self._shutdown = asyncio.Event()
+        self.on_error: ErrorSink = log_only("procedure_sweeper")
+        """Called with what a sweep raised (the runtime counts it)."""
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The sweep loop, if started."""
+        return self._task
+
+    def start(self) -> None:
+        """Start the sweep loop (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="procedure-sweeper")
+
+    async def stop(self) -> None:
+        """Stop the sweep loop; repeat-safe."""
+        self._shutdown.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def record(self, record: ProcedureRecord) -> None:
+        """Write the history row of a procedure that just ended; on failure the sweep
+        writes it later (the kv record stays until then)."""
+        try:
+            await self._history.record_procedure(record)
+            self._written.add(record.id)
+        except MetasrvError as exc:
+            logger.warning(
+                "procedure history not written yet: %s",
+                exc,
+                extra={"procedure_id": record.id},
+            )
+
+    def _interval(self) -> float:
+        return max(0.5, min(60.0, self._settings.finished_ttl / 4))
+
+    async def _loop(self) -> None:
+        while not self._shutdown.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shutdown.wait(), self._interval())
+            if self._shutdown.is_set():
+                return
+            if not self._leading():
+                continue
+            try:
+                await self.sweep()
+            except Exception as exc:
+                self.on_error(exc)
+
+    async def sweep(self, now: float | None = None) -> int:
+        """Write missing history rows; delete finished kv records older than the TTL;
+        return how many were deleted."""
+        now = time.time() if now is None else now
+        ttl = self._settings.finished_ttl
+        removed = 0
+        for stored in await self._store.scan():
+            record = stored.record
+            if not record.state.terminal:
+                continue
+            if record.id not in self._written:
+                if not await self._history.has_procedure(record.id):
+                    await self._history.record_procedure(record)
+                self._written.add(record.id)
+            expired = record.finished_at is not None and record.finished_at + ttl <= now
+            if expired and await self._store.delete(record.id, stored.revision):
+                removed += 1
+                self._written.discard(record.id)
+                self._forget(record.id)
+        return removed
