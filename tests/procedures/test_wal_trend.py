@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from metasrv.errors import ConfigError
+from metasrv.settings import load_settings
 from procedures.wal_purge import PurgeMark, Retained, TrendRing, trend_capacity
 
 
@@ -124,3 +126,13 @@ def test_memory_per_topic_is_its_two_rings() -> None:
     finally:
         tracemalloc.stop()
     assert 241 * 16 <= per_topic < 4_300, per_topic
+
+
+def test_the_dashboard_settings_bound_the_ring() -> None:
+    defaults = load_settings().dashboard
+    assert (defaults.sample_interval, defaults.window) == (15.0, 3600.0)
+    with pytest.raises(ConfigError, match="10000 samples"):
+        load_settings(dashboard={"sample_interval": "1s", "window": "1d"})
+    assert load_settings(dashboard={"sample_interval": "0s", "window": "7d"}).dashboard.window
+    with pytest.raises(ConfigError, match="window"):
+        load_settings(dashboard={"window": "0s"})
