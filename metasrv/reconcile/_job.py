@@ -13,17 +13,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from metasrv.model import PartitionOffsets
-from metasrv.reconcile._findings import SEVERITY_RANK, Finding
+from metasrv.reconcile._findings import FINDINGS_SCHEMA, MAP_SCHEMA, SEVERITY_RANK, Finding
 from metasrv.reconcile._rules import Coverage, ReconcileParams, TopicFacts, topic_findings
+from metasrv.reconcile._spark import spark_schema
 from metasrv.stat_history import (
     PARTITION,
     SNAPSHOTS_DIR,
+    SNAPSHOTS_SCHEMA,
     STATS_DIR,
+    STATS_SCHEMA,
     WRITER,
     hour_partition,
     location_exists,
@@ -33,43 +37,16 @@ from metasrv.wire import FindingKind, Severity
 
 logger = logging.getLogger(__name__)
 
-_SPARK_MAP = T.StructType(
-    [
-        T.StructField("region_id", T.LongType(), False),
-        T.StructField("topic", T.StringType(), False),
-        T.StructField("node_id", T.LongType(), False),
-        T.StructField("checkpoint_entry_id", T.LongType(), True),
-    ]
+# The Parquet schemas are defined once, in Arrow, by their writers; Spark reads them with
+# the same columns (the stat history's hive partition columns come from its paths).
+_PARTITIONS = (
+    pa.field(PARTITION, pa.int32(), nullable=False),
+    pa.field(WRITER, pa.string(), nullable=False),
 )
-_SPARK_STATS = T.StructType(
-    [
-        T.StructField("ts", T.TimestampType(), False),
-        T.StructField("seen_at", T.TimestampType(), False),
-        T.StructField("region_id", T.LongType(), False),
-        T.StructField("node_id", T.LongType(), False),
-        T.StructField("topic", T.StringType(), False),
-        T.StructField("prunable_entry_id", T.LongType(), False),
-        T.StructField(PARTITION, T.IntegerType(), False),
-        T.StructField(WRITER, T.StringType(), False),
-    ]
-)
-_SPARK_SNAPSHOTS = T.StructType(
-    [
-        T.StructField("ts", T.TimestampType(), False),
-        T.StructField(PARTITION, T.IntegerType(), False),
-        T.StructField(WRITER, T.StringType(), False),
-    ]
-)
-_SPARK_FINDINGS = T.StructType(
-    [
-        T.StructField("kind", T.StringType(), False),
-        T.StructField("severity", T.StringType(), False),
-        T.StructField("topic", T.StringType(), True),
-        T.StructField("region_id", T.LongType(), True),
-        T.StructField("message", T.StringType(), False),
-        T.StructField("evidence", T.StringType(), False),
-    ]
-)
+_SPARK_MAP = spark_schema(MAP_SCHEMA)
+_SPARK_STATS = spark_schema(STATS_SCHEMA, *_PARTITIONS)
+_SPARK_SNAPSHOTS = spark_schema(SNAPSHOTS_SCHEMA, *_PARTITIONS)
+_SPARK_FINDINGS = spark_schema(FINDINGS_SCHEMA)
 _OFFSETS = T.StructType(
     [
         T.StructField("topic", T.StringType(), False),

@@ -1,4 +1,5 @@
-"""Building the Spark session a reconcile run uses, and telling a dead master apart."""
+"""Building the Spark session a reconcile run uses, telling a dead master apart, and the
+Spark schemas of the job's Parquet, derived from the Arrow schemas that define them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql import types as T
 
 from metasrv.errors import Unavailable
 
@@ -28,6 +31,34 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.sql.execution.arrow.pyspark.enabled": "false",
 }
+
+
+_SPARK_TYPES: Mapping[pa.DataType, T.DataType] = {
+    pa.int64(): T.LongType(),
+    pa.int32(): T.IntegerType(),
+    pa.string(): T.StringType(),
+    pa.bool_(): T.BooleanType(),
+}
+
+
+def spark_schema(*parts: pa.Schema | pa.Field) -> T.StructType:
+    """The Spark schema of `parts` (schemas and single fields, in order): the same names,
+    types and nullability. A timestamp with a time zone is Spark's `TimestampType` (an
+    instant); an Arrow type without a Spark twin here is a `TypeError`."""
+    fields: list[pa.Field] = []
+    for part in parts:
+        fields.extend(part if isinstance(part, pa.Schema) else [part])
+    return T.StructType([T.StructField(f.name, _spark_type(f), f.nullable) for f in fields])
+
+
+def _spark_type(field: pa.Field) -> T.DataType:
+    arrow = field.type
+    if pa.types.is_timestamp(arrow) and arrow.tz is not None:
+        return T.TimestampType()
+    spark = _SPARK_TYPES.get(arrow)
+    if spark is None:
+        raise TypeError(f"no Spark type for Arrow {arrow} (column {field.name})")
+    return spark
 
 
 def check_master_reachable(master: str, timeout: float = 3.0) -> None:
