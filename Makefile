@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap bootstrap-test setup stack stack-down test lint demo bench
+.PHONY: bootstrap bootstrap-test setup stack stack-down test lint check demo bench
 
 # System packages (deploy/bootstrap.sh holds the one list); silent when nothing is missing.
 bootstrap:
@@ -34,6 +34,16 @@ test: bootstrap-test setup stack
 # Both linters run even when the first fails, so one run shows every problem.
 lint: setup
 	rc=0; $(BIN)/ruff check . || rc=1; $(BIN)/mypy || rc=1; exit $$rc
+
+# The inner loop: lint, and every test that needs no service (tests/conftest.py marks the
+# others `services`), with no stack started. Lint runs beside the tests; its output follows.
+# Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: compiling every module and
+# rewriting every test's asserts again would double the run.
+check: setup
+	@log=$$(mktemp); \
+	{ rc=0; $(BIN)/ruff check . || rc=1; $(BIN)/mypy || rc=1; exit $$rc; } >$$log 2>&1 & lint=$$!; \
+	rc=0; env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -m "not services" $(PYTEST_ARGS) || rc=1; \
+	wait $$lint || rc=1; cat $$log; rm -f $$log; exit $$rc
 
 demo: setup stack
 	$(BIN)/metasrv demo

@@ -3,6 +3,11 @@
 `cluster_stack` is the production-shaped cluster (`toolbox.stack.cluster_up`), started only
 for the tests that ask for it.
 
+Every test that needs a service is marked `services` at collection: it uses a service fixture
+(`SERVICE_FIXTURES`, directly or through other fixtures), or a fixture parametrised by a
+backend that opens the service itself (`SERVICE_PARAMS`: "etcd", "postgresql"). `make check`
+runs the rest (`-m "not services"`).
+
 Each service fixture reuses the endpoint named by `METASRV_TEST_KAFKA` / `METASRV_TEST_ETCD` /
 `METASRV_TEST_POSTGRES` when set; otherwise it brings the project's own local stack up
 (`toolbox.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
@@ -33,7 +38,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+SERVICE_FIXTURES = frozenset(
+    {
+        "local_stack",
+        "stack_config",
+        "cluster_stack",
+        "kafka_bootstrap",
+        "etcd_endpoint",
+        "postgres_url",
+        "spark",
+        "spark_master",
+    }
+)
+"""Fixtures that start or reach a real service."""
+SERVICE_PARAMS = frozenset({"etcd", "postgresql"})
+"""Backend parameters whose fixtures reach the service with `request.getfixturevalue`."""
+
+
+def needs_services(item: pytest.Item) -> bool:
+    """Whether a collected test reaches Kafka, etcd, PostgreSQL or Spark."""
+    if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return any(isinstance(p, str) and p in SERVICE_PARAMS for p in params)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if needs_services(item):
+            item.add_marker(pytest.mark.services)
     if config.getoption("--run-slow"):
         return
     skip_slow = pytest.mark.skip(reason="slow test: pass --run-slow to run it")
