@@ -264,7 +264,6 @@ KNOWN_OVERSIZED: frozenset[str] = frozenset(
         "benchmarks/load.py",
         "benchmarks/replicated_wal.py",
         "benchmarks/wal_retention.py",
-        "procedures/wal_purge/_procedure.py",
         "tests/metasrv/test_heartbeat.py",
         "tests/procedures/test_wal_purge.py",
     }

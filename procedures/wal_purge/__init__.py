@@ -6,10 +6,14 @@ How one purge decision flows, module by module:
   max(prunable_entry_id, marker), at most Kafka's high watermark - 1, or None when a
   region blocks it (no stat, stale stat, WAL data loss). P is exactly where a purge
   cuts and what the marker becomes: the dry run and the purge agree.
+  It also says when a plan leaves nothing to cut (`nothing_to_cut`).
 - `_inputs.py`: gathers the plan's inputs at one instant (map, stats, marker, offsets)
-  for every reader: the procedure, the ticker and the API's plan and metrics.
-- `_procedure.py`: `WalPurge`, prepare -> flush -> purge under the topic's write lock;
-  `_submit.py` starts one per topic (`submit_purges`) on a manager that runs them.
+  for every reader: the procedure, the ticker and the API's plan and metrics; and the
+  regions worth asking to flush (`flush_targets`).
+- `_procedure.py`: `WalPurge`, prepare -> flush -> purge under the topic's write lock,
+  its persisted data in `_data.py`; `_submit.py` starts one per topic (`submit_purges`)
+  on a manager that runs them.
+- `_deletion.py`: DeleteRecords below the target, Kafka's log start as the truth.
 - `_events.py`: what each attempt records as WAL events (started, retrying, deleted,
   skipped, failed, cancelled, data loss), written in the background.
 - `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
@@ -22,26 +26,20 @@ How one purge decision flows, module by module:
 """
 
 from procedures.wal_purge._batcher import KafkaBatcher
+from procedures.wal_purge._data import FlushTarget, PurgeData
 from procedures.wal_purge._gauges import export_gauges
-from procedures.wal_purge._inputs import PlanInputs, gather_one, gather_plans
+from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one, gather_plans
 from procedures.wal_purge._marker import advance_marker, read_marker
 from procedures.wal_purge._plan import (
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
     flush_candidates,
+    nothing_to_cut,
     plan_topic,
     plan_topics,
 )
-from procedures.wal_purge._procedure import (
-    DATA_LOSS_EVENT,
-    FlushTarget,
-    PurgeData,
-    PurgeStep,
-    WalPurge,
-    flush_targets,
-    nothing_to_cut,
-)
+from procedures.wal_purge._procedure import DATA_LOSS_EVENT, PurgeStep, WalPurge
 from procedures.wal_purge._services import FlushMailbox, PurgeServices, StatSource, TopicMap
 from procedures.wal_purge._submit import purge_manager, submit_purges
 from procedures.wal_purge._ticker import PurgeTicker, TickResult

@@ -24,7 +24,7 @@ from metasrv.wire import EventKind, ProcedureState, WalEvent
 from procedures import EventLog, ProcedureRecord
 
 if TYPE_CHECKING:
-    from procedures.wal_purge._procedure import PurgeData
+    from procedures.wal_purge._data import PurgeData
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 Every reader of a plan gathers here: the purge procedure (one topic, under its write lock,
 with a marker it has just read), the ticker and the API (every topic, or some, with the
-markers as stored). The plan itself is the pure `plan_topic`.
+markers as stored). The plan itself is the pure `plan_topic`; `flush_targets` reads the
+regions worth asking to flush out of the same inputs.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass, replace
 
 from metasrv.errors import MetasrvError, NotFound
 from metasrv.model import PartitionOffsets, RegionRoute, TopicPlan
+from procedures.wal_purge._data import FlushTarget
 from procedures.wal_purge._marker import read_marker
-from procedures.wal_purge._plan import TopicStats, plan_topic
+from procedures.wal_purge._plan import TopicStats, flush_candidates, plan_topic
 from procedures.wal_purge._services import PurgeServices
 
 logger = logging.getLogger(__name__)
@@ -144,3 +146,19 @@ async def gather_plans(
         )
         await asyncio.sleep(0)
     return planned
+
+
+def flush_targets(services: PurgeServices, inputs: PlanInputs) -> tuple[FlushTarget, ...]:
+    """The plan's regions whose estimated replay bytes exceed `wal.flush_trigger_size`."""
+    topic = inputs.plan.topic
+    found = flush_candidates(
+        inputs.routes,
+        inputs.stats,
+        topic_stat=services.registry.topic_stat(topic),
+        high_watermark=inputs.plan.high_watermark,
+        trigger_bytes=services.settings.wal.flush_trigger_size,
+    )
+    return tuple(
+        FlushTarget(route.region_id, row.node_id, row.prunable_entry_id, replay)
+        for route, row, replay in found
+    )

@@ -266,3 +266,33 @@ def flush_candidates(
         if replay > trigger_bytes:
             out.append((route, row, replay))
     return out
+
+
+def describe_blocked(plan: TopicPlan) -> str:
+    """Why a plan has no prune point, in one line (the first ten blocking regions)."""
+    if plan.region_count == 0:
+        return "no regions mapped to the topic"
+    shown = ", ".join(f"{b.region_id} ({b.reason})" for b in plan.blocked_by[:10])
+    more = len(plan.blocked_by) - 10
+    return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | None:
+    """Why an unblocked plan's P would not move the marker nor Kafka's log start, or None
+    when a purge has something to do.
+
+    With physical deletion, a marker ahead of Kafka's log start (a deletion that failed
+    after the marker moved, or a log start that moved back with partition leadership)
+    is work: the purge deletes up to the marker.
+    """
+    p = plan.prune_point
+    if p is None:
+        return None
+    if p < 0:
+        return "nothing to purge: a region has no entry flushed yet"
+    if plan.pruned_entry_id is not None and p <= plan.pruned_entry_id:
+        log_start = plan.log_start_offset
+        if not logical_delete and log_start is not None and log_start < p:
+            return None
+        return f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}"
+    return None

@@ -47,21 +47,18 @@ written in the background: no step waits for the history database because of the
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from metasrv import keys
-from metasrv.errors import KafkaUnavailable, MetasrvError, Unavailable, WalDataLoss
+from metasrv.errors import MetasrvError, Unavailable, WalDataLoss
 from metasrv.model import TopicPlan
 from metasrv.wire import EventKind, ProcedureState, PurgeRecord
 from procedures import (
@@ -72,10 +69,12 @@ from procedures import (
     StepContext,
     StepResult,
 )
+from procedures.wal_purge._data import PurgeData
+from procedures.wal_purge._deletion import delete_below
 from procedures.wal_purge._events import attempt_event, emit, terminal_event
-from procedures.wal_purge._inputs import PlanInputs, gather_one
+from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one
 from procedures.wal_purge._marker import advance_marker, read_marker
-from procedures.wal_purge._plan import flush_candidates
+from procedures.wal_purge._plan import describe_blocked, nothing_to_cut
 from procedures.wal_purge._services import PurgeServices
 
 logger = logging.getLogger(__name__)
@@ -94,105 +93,6 @@ class PurgeStep(enum.Enum):
     PREPARE = "prepare"
     FLUSH = "flush"
     PURGE = "purge"
-
-
-@dataclass(frozen=True, slots=True)
-class FlushTarget:
-    """A region asked to flush so the topic can be cut further."""
-
-    region_id: int
-    node_id: int
-    """Datanode hosting it (from its latest stat)."""
-    prunable_entry_id: int
-    """Its prunable entry id when chosen; a higher report means it flushed."""
-    replay_bytes: int
-    """Estimated bytes it would replay from the WAL when chosen."""
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeData:
-    """Persisted state of one WAL purge."""
-
-    topic: str
-    prune_point: int | None = None
-    """P of the latest plan."""
-    previous_pruned_entry_id: int | None = None
-    """Marker when the latest plan was made."""
-    log_start_offset: int | None = None
-    """Kafka's log start offset when the latest plan was made."""
-    high_watermark: int | None = None
-    """Kafka's high watermark when the latest plan was made."""
-    flush: tuple[FlushTarget, ...] = ()
-    """Flush candidates chosen by prepare."""
-    flush_sent_at: float | None = None
-    """Wall-clock time the flush instructions were queued."""
-    flush_instructions: tuple[str, ...] = ()
-    """Mailbox instruction ids."""
-    flushed_regions: tuple[int, ...] = ()
-    """Candidates that reported a higher prunable id before the wait ended."""
-    target: int | None = None
-    """The purge step's persisted intent: DeleteRecords offset and new marker."""
-    low_watermark: int | None = None
-    """Kafka's log start after the deletion."""
-
-    def to_json(self) -> dict[str, Any]:
-        # Through JSON once, so in-memory and stored forms are equal (tuples -> lists).
-        out: dict[str, Any] = orjson.loads(orjson.dumps(dataclasses.asdict(self)))
-        return out
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> PurgeData:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in raw.items() if k in fields}
-        values["flush"] = tuple(FlushTarget(**f) for f in raw.get("flush") or ())
-        values["flush_instructions"] = tuple(raw.get("flush_instructions") or ())
-        values["flushed_regions"] = tuple(raw.get("flushed_regions") or ())
-        return cls(**values)
-
-
-def _describe_blocked(plan: TopicPlan) -> str:
-    if plan.region_count == 0:
-        return "no regions mapped to the topic"
-    shown = ", ".join(f"{b.region_id} ({b.reason})" for b in plan.blocked_by[:10])
-    more = len(plan.blocked_by) - 10
-    return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")
-
-
-def flush_targets(services: PurgeServices, inputs: PlanInputs) -> tuple[FlushTarget, ...]:
-    """The plan's regions whose estimated replay bytes exceed `wal.flush_trigger_size`."""
-    topic = inputs.plan.topic
-    found = flush_candidates(
-        inputs.routes,
-        inputs.stats,
-        topic_stat=services.registry.topic_stat(topic),
-        high_watermark=inputs.plan.high_watermark,
-        trigger_bytes=services.settings.wal.flush_trigger_size,
-    )
-    return tuple(
-        FlushTarget(route.region_id, row.node_id, row.prunable_entry_id, replay)
-        for route, row, replay in found
-    )
-
-
-def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | None:
-    """Why an unblocked plan's P would not move the marker nor Kafka's log start, or None
-    when a purge has something to do.
-
-    With physical deletion, a marker ahead of Kafka's log start (a deletion that failed
-    after the marker moved, or a log start that moved back with partition leadership)
-    is work: the purge deletes up to the marker.
-    """
-    p = plan.prune_point
-    if p is None:
-        return None
-    if p < 0:
-        return "nothing to purge: a region has no entry flushed yet"
-    if plan.pruned_entry_id is not None and p <= plan.pruned_entry_id:
-        log_start = plan.log_start_offset
-        if not logical_delete and log_start is not None and log_start < p:
-            return None
-        return f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}"
-    return None
 
 
 class WalPurge(Procedure[PurgeData, PurgeServices]):
@@ -346,7 +246,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
     def _adopt(self, plan: TopicPlan, *, logical_delete: bool) -> str | None:
         """Record the plan's P; why the purge ends here (blocked, nothing to cut) or None."""
         if plan.prune_point is None:
-            return _describe_blocked(plan)
+            return describe_blocked(plan)
         self.data = replace(
             self.data,
             prune_point=plan.prune_point,
@@ -368,7 +268,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
                 log_start_offset=inputs.plan.log_start_offset,
                 high_watermark=inputs.plan.high_watermark,
             )
-            return Finish(ProcedureState.SKIPPED, _describe_blocked(inputs.plan))
+            return Finish(ProcedureState.SKIPPED, describe_blocked(inputs.plan))
         idle = self._adopt(inputs.plan, logical_delete=services.settings.wal.logical_delete)
         candidates = flush_targets(ctx.services, inputs)
         # An up-to-date topic may still have regions far behind that flush only when asked;
@@ -443,47 +343,12 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             # Marker first (module docstring): from here on no region replays below it.
             await advance_marker(services, topic, target, current=marker_kv)
         if not wal.logical_delete:
-            low = await self._delete_below(ctx, target, offsets.log_start_offset)
+            extra = self._log_extra(ctx, "purge")
+            low = await delete_below(
+                services.batcher, topic, target, offsets.log_start_offset, extra=extra
+            )
             self.data = replace(self.data, low_watermark=low)
         return await self._finish(ctx, target)
-
-    async def _delete_below(
-        self, ctx: StepContext[PurgeServices], target: int, log_start: int
-    ) -> int:
-        """DeleteRecords below `target` unless Kafka's log start is already there; returns
-        the partition leader's log start, which is at or past `target`.
-
-        DeleteRecords' answer is not the truth: on a timeout the leader may have deleted
-        already (it moves its log start before waiting for the replicas), and the answer's
-        low watermark is the lowest over live replicas, which a lagging follower holds
-        back. The partition leader's log start (ListOffsets) is what a replaying region
-        meets, so that is what decides.
-        """
-        services = ctx.services
-        topic = self.data.topic
-        if log_start >= target:
-            return log_start
-        try:
-            low = await services.batcher.delete_records(topic, target)
-        except MetasrvError as exc:
-            low = (await services.batcher.offsets(topic)).log_start_offset
-            if low < target:
-                raise
-            logger.warning(
-                "DeleteRecords failed but Kafka's log start is past the target",
-                extra={**self._log_extra(ctx, "purge"), "error": str(exc), "log_start": low},
-            )
-        if low < target:
-            low = (await services.batcher.offsets(topic)).log_start_offset
-        if low < target:
-            raise KafkaUnavailable(
-                f"topic {topic}: Kafka's log start {low} below {target} after DeleteRecords"
-            )
-        logger.info(
-            "deleted WAL records",
-            extra={**self._log_extra(ctx, "purge"), "offset": target, "low_watermark": low},
-        )
-        return low
 
     async def _revalidate(
         self, ctx: StepContext[PurgeServices], target: int, marker: int | None
@@ -503,7 +368,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             # again rather than trust a target computed from a map that may have changed.
             raise Unavailable(
                 f"topic {self.data.topic}: cannot re-validate target {target}: "
-                f"{_describe_blocked(plan)}; waiting for regions to report",
+                f"{describe_blocked(plan)}; waiting for regions to report",
                 details={"blocked_by": [b.region_id for b in plan.blocked_by]},
             )
         if fresh >= target:

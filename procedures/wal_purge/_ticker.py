@@ -28,8 +28,8 @@ from metasrv.process import ErrorSink, log_only
 from metasrv.settings import WalSettings
 from procedures import ProcedureManager
 from procedures.wal_purge._gauges import export_gauges
-from procedures.wal_purge._inputs import PlanInputs, gather_plans
-from procedures.wal_purge._procedure import flush_targets, nothing_to_cut
+from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_plans
+from procedures.wal_purge._plan import nothing_to_cut
 from procedures.wal_purge._services import PurgeServices
 from procedures.wal_purge._submit import submit_purges
 
