@@ -235,6 +235,10 @@ class HistorySettings(_Section):
     # reads (an absolute path or s3://, hdfs:// URL; "" = the default in
     # metasrv/stat_location.py). Files go under cluster=<kv key prefix>/.
     stats_url: Annotated[str, AfterValidator(check_stats_url)] = ""
+    # Not in DESIGN §6: WAL events (GET /v1/events: prune attempts, data loss) older than
+    # this are deleted by the leader, checked every quarter of it (1s..1h); "0s" keeps
+    # them for good.
+    events_retention: Duration = parse_duration("7d")
 
 
 _ROLES = ("datanode", "operator", "viewer")
