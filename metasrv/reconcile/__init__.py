@@ -43,7 +43,7 @@ from metasrv.wire import FindingKind, Severity
 
 if TYPE_CHECKING:
     from metasrv.reconcile._job import JobInputs, JobResult, run_job
-    from metasrv.reconcile._spark import build_session, check_master_reachable
+    from metasrv.reconcile._spark import build_session, check_master_reachable, spark_schema
 
 _SPARK_NAMES = {
     "JobInputs": "_job",
@@ -51,6 +51,7 @@ _SPARK_NAMES = {
     "run_job": "_job",
     "build_session": "_spark",
     "check_master_reachable": "_spark",
+    "spark_schema": "_spark",
 }
 
 
@@ -98,5 +99,6 @@ __all__ = [
     "run_reconcile",
     "save_run",
     "skew_finding",
+    "spark_schema",
     "topic_findings",
 ]

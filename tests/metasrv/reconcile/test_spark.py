@@ -6,8 +6,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from metasrv.reconcile import FINDINGS_SCHEMA, MAP_SCHEMA
-from metasrv.reconcile._spark import spark_schema
+from metasrv.reconcile import FINDINGS_SCHEMA, MAP_SCHEMA, spark_schema
 from metasrv.stat_history import SNAPSHOTS_SCHEMA, STATS_SCHEMA
 
 
