@@ -39,7 +39,7 @@ from metasrv.process import BackgroundTasks, GcPacer, LoopLagMonitor
 from metasrv.settings import Settings
 from metasrv.sql import engine_url
 from metasrv.stat_history import StatHistoryWriter, cluster_root
-from procedures import ProcedureManager
+from procedures import EventRetention, ProcedureManager
 from procedures.wal_purge import PurgeServices, PurgeTicker, TrendSampler, purge_manager
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,8 @@ class Runtime:
     """The auto-prune ticker (idle when the interval and the size trigger are both off)."""
     wal_trend: TrendSampler
     """Retained WAL and purges over the last `[dashboard] window`, for the dashboard."""
+    event_retention: EventRetention
+    """Deletes WAL events older than `history.events_retention` (while leading)."""
     stat_history: StatHistoryWriter | None
     """Region stat snapshots for the reconcile job; None when its interval is 0s."""
     loop_lag: LoopLagMonitor
@@ -182,6 +184,12 @@ class Runtime:
                 term=lambda: election.term if leadership.serving else None,
                 on_error=background.sink("wal_trend"),
             )
+            event_retention = EventRetention(
+                purge.history,
+                settings.history.events_retention,
+                leading=lambda: leadership.serving,
+                on_error=background.sink("event_retention"),
+            )
         except BaseException:
             kv.close()
             raise
@@ -203,6 +211,7 @@ class Runtime:
             procedures=procedures,
             ticker=ticker,
             wal_trend=wal_trend,
+            event_retention=event_retention,
             stat_history=stat_history,
             loop_lag=loop_lag,
             background=background,
@@ -230,6 +239,7 @@ class Runtime:
         await self.procedures.start()
         await self.ticker.start()
         await self.wal_trend.start()
+        await self.event_retention.start()
         if self.stat_history is not None:
             await self.stat_history.start()
         if self.follower is not None:
@@ -243,6 +253,7 @@ class Runtime:
         watch("procedure_sweeper", self.procedures.sweeper)
         watch("ticker", self.ticker.task)
         watch("wal_trend", self.wal_trend.task)
+        watch("event_retention", self.event_retention.task)
         if self.stat_history is not None:
             watch("stat_history", self.stat_history.task)
 
@@ -258,6 +269,8 @@ class Runtime:
         await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
         await _quietly(self.wal_trend.stop(), "stopping the WAL trend sampler")
         await _quietly(self.procedures.stop(), "stopping the procedure manager")
+        await _quietly(self.event_retention.stop(), "stopping the event retention")
+        await _quietly(self.purge.events.flush(5.0), "writing the last WAL events")
         self.purge.close()
         await _quietly(self.checkpointer.stop(), "stopping checkpointer")
         await _quietly(self.election.stop(), "stopping election")

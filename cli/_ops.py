@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -28,6 +28,7 @@ from cli._tables import (
     steps_sheet,
 )
 from metasrv import wire
+from metasrv.settings import parse_duration
 from metasrv.wire import MetasrvClient
 
 
@@ -187,20 +188,54 @@ def history(
     Output().emit(as_json, body["purges"], history_sheet(records.purges, "Purge history"))
 
 
+def since_time(value: str | None) -> str | None:
+    """`--since`: an RFC 3339 time, or a duration ("90m", "1h30m", "7d") meaning that long
+    ago; the RFC 3339 UTC time the API takes."""
+    if value is None:
+        return None
+    try:
+        at = wire.parse_rfc3339(value)
+    except ValueError as not_a_time:
+        try:
+            ago = parse_duration(value)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{not_a_time}, or a duration such as 90m, 1h30m, 7d"
+            ) from None
+        at = datetime.now(tz=UTC) - timedelta(seconds=ago)
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+_KINDS = ", ".join(k.value for k in wire.EventKind)
+
+
 @connected(write=False)
 def events(
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
     kind: Annotated[
-        str | None, typer.Option("--kind", help="Only this kind, e.g. wal_data_loss.")
+        list[wire.EventKind] | None,
+        typer.Option("--kind", "-k", help=f"Only this kind (repeatable): {_KINDS}."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            "-s",
+            callback=since_time,
+            help=f"Only events since this RFC 3339 time ({wire.RFC3339_EXAMPLE}) "
+            "or this long ago (90m, 7d).",
+        ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 50,
     as_json: JsonOpt = False,
     *,
     client: MetasrvClient,
 ) -> None:
-    """WAL events (data loss and others), newest first."""
+    """Prune attempts (started, deleted, skipped and why, retrying, failed, cancelled) and
+    WAL data loss, newest first."""
+    kinds = [k.value for k in kind] if kind else None
     found, body = read_json(
-        client, wire.WalEventList, "/v1/events", topic=topic, kind=kind, limit=limit
+        client, wire.WalEventList, "/v1/events", topic=topic, kind=kinds, since=since, limit=limit
     )
     Output().emit(as_json, body["events"], events_sheet(found.events, "WAL events"))
 

@@ -163,20 +163,61 @@ _EVENT_COLUMNS = (
     Column("at", "at"),
     Column("topic", "topic", topic=True),
     Column("kind", "kind"),
-    Column("region", "region_id", numeric=True),
+    Column("target", "target", numeric=True),
+    Column("start", "log_start_before", numeric=True),
+    Column("start after", "log_start_after", numeric=True),
+    Column("hwm", "high_watermark", numeric=True),
+    Column("region", "region_id", numeric=True, optional=True),
+    Column("procedure", "procedure_id", optional=True),
 )
+_EVENT_STYLES: dict[str, str] = {
+    wire.EventKind.WAL_DATA_LOSS.value: "red",
+    wire.EventKind.PURGE_FAILED.value: "red",
+    wire.EventKind.PURGE_RETRYING.value: "yellow",
+}
+
+
+# Details a column already shows (data-loss events repeat them for older readers).
+_SHOWN_DETAILS = frozenset({"procedure_id", "log_start_offset"})
+
+
+def event_note(event: wire.WalEvent) -> str:
+    """The event's message, then its details as `key=value` pairs (JSON values), leaving
+    out the empty and false ones and those a column shows."""
+    pairs = " ".join(
+        f"{k}={json.dumps(v, separators=(',', ':'))}"
+        for k, v in sorted(event.details.items())
+        if v is not None and v is not False and k not in _SHOWN_DETAILS
+    )
+    message = event.message or ""
+    return f"{message} [{pairs}]" if message and pairs else message or pairs
+
+
+def event_time(value: datetime) -> str:
+    """UTC to the millisecond: one purge's events fall within a second."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def events_sheet(events: Sequence[wire.WalEvent], title: str) -> Sheet:
     rows = tuple(
         Row(
-            (when(e.at), e.topic, e.kind, e.region_id),
-            json.dumps(e.details, sort_keys=True),
-            "red" if e.kind == "wal_data_loss" else "",
+            (
+                event_time(e.at),
+                e.topic,
+                e.kind,
+                e.target,
+                e.log_start_before,
+                e.log_start_after,
+                e.high_watermark,
+                e.region_id,
+                e.procedure_id,
+            ),
+            event_note(e),
+            _EVENT_STYLES.get(e.kind, ""),
         )
         for e in events
     )
-    return Sheet(title, _EVENT_COLUMNS, rows, Column("details", "details"), empty="no events")
+    return Sheet(title, _EVENT_COLUMNS, rows, Column("message", "message"), empty="no events")
 
 
 _REGION_COLUMNS = (

@@ -2,14 +2,18 @@
 
 `POST /v1/purge` submits one WAL purge procedure per topic and answers 202 with their
 ids; with `dry_run` it answers 200 with the plan those purges would follow now. History
-and events come from SQL, so any replica serves them.
+and events come from SQL, so any replica serves them; the leader first writes the events
+it still holds in memory (`EventLog.read`), so they include those of every purge it has
+seen end.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BeforeValidator
 
 from api import answers, queries
 from api.auth import RequireOperator, RequireViewer
@@ -22,7 +26,28 @@ from procedures.wal_purge import submit_purges
 
 router = APIRouter(tags=["purge"], responses=ERROR_RESPONSES)
 
-EventKind = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")]
+EventKinds = Annotated[
+    list[wire.EventKind] | None,
+    Query(description="Only events of this kind; repeat it for several kinds."),
+]
+
+
+def _rfc3339(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    if len(value) > 64:
+        raise ValueError("longer than 64 characters")
+    return wire.parse_rfc3339(value)
+
+
+Since = Annotated[
+    datetime | None,
+    BeforeValidator(_rfc3339),
+    Query(
+        description="Only events at or after this time: RFC 3339 with its offset, e.g. "
+        f"`{wire.RFC3339_EXAMPLE}` (a `+` offset is written `%2B` in a URL).",
+    ),
+]
 
 
 @router.post(
@@ -71,16 +96,19 @@ async def purge_history(
 @router.get(
     "/v1/events",
     dependencies=[RequireViewer],
-    summary="WAL events (e.g. `wal_data_loss`), newest first (from SQL)",
+    summary="WAL events: every prune attempt and WAL data loss, newest first (from SQL)",
     response_class=Response,
     responses={200: gives(wire.WalEventList, "Newest first.")},
 )
 async def wal_events(
     runtime: RuntimeDep,
     topic: TopicQuery = None,
-    kind: EventKind | None = None,
+    kind: EventKinds = None,
+    since: Since = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> Response:
-    """Viewer token. Data loss detected by purges (invariant 7) and other WAL events."""
-    rows = await History(runtime.history).events(topic=topic, kind=kind, limit=limit)
+    """Viewer token. Each purge's start, retried errors and end (deleted, skipped and
+    why, failed, cancelled) and WAL data loss (invariant 7), kept for
+    `history.events_retention`."""
+    rows = await runtime.purge.events.read(topic=topic, kinds=kind or (), since=since, limit=limit)
     return answer(wire.WalEventList(events=rows))

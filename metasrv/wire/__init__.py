@@ -65,6 +65,7 @@ from metasrv.wire._heartbeat import (
 )
 from metasrv.wire._types import (
     FAILED_STATES,
+    RFC3339_EXAMPLE,
     TERMINAL_STATES,
     TOPIC_MAX_LENGTH,
     TOPIC_PATTERN,
@@ -78,6 +79,7 @@ from metasrv.wire._types import (
     RejectReason,
     Severity,
     TopicName,
+    parse_rfc3339,
 )
 
 HEARTBEAT: tuple[type, ...] = (Heartbeat, HeartbeatResponse)
@@ -96,6 +98,7 @@ __all__ = [
     "MAX_TOPIC_REPORTS",
     "NULL",
     "REQUESTS",
+    "RFC3339_EXAMPLE",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
     "TOPIC_PATTERN",
@@ -158,6 +161,7 @@ __all__ = [
     "encode_columns",
     "error_from_response",
     "invalid",
+    "parse_rfc3339",
     "reports_as_columns",
     "schema_components",
     "schema_ref",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
@@ -238,10 +239,23 @@ class MetasrvClient:
         return self._get(wire.PurgeHistory, "GET", "/v1/purge/history", params=params).purges
 
     def events(
-        self, topic: str | None = None, kind: str | None = None, limit: int | None = None
+        self,
+        topic: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        limit: int | None = None,
+        *,
+        since: datetime | None = None,
     ) -> list[wire.WalEvent]:
-        """WAL events (e.g. `wal_data_loss`), newest first."""
-        params = {"topic": topic, "kind": kind, "limit": limit}
+        """WAL events (prune attempts, `wal_data_loss`), newest first: of `topic`, of
+        `kind` (one or several), at or after `since` (an aware datetime)."""
+        if since is not None and since.tzinfo is None:
+            raise ValueError("since must be an aware datetime")
+        params = {
+            "topic": topic,
+            "kind": [kind] if isinstance(kind, str) else None if kind is None else list(kind),
+            "since": None if since is None else since.isoformat(),
+            "limit": limit,
+        }
         return self._get(wire.WalEventList, "GET", "/v1/events", params=params).events
 
     # --- operator side ---

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Final
 
 import msgspec
@@ -73,6 +75,36 @@ class EventKind(enum.StrEnum):
     """A purge ended on an error (`message`, `details.error_code`)."""
     PURGE_CANCELLED = "purge_cancelled"
     """An operator cancelled a purge before it persisted its target."""
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:)(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+RFC3339_EXAMPLE: Final = "2026-11-25T08:00:00Z"
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """An RFC 3339 date-time, which always names its offset (`2026-11-25T08:00:00Z`,
+    `2026-11-25T09:00:00.5+01:00`), in UTC; ValueError for anything else, Unix seconds
+    and times without an offset included.
+
+    A leap second (`23:59:60`) is read as the last microsecond before it, and a time
+    whose UTC falls outside years 1..9999 as the first or last one Python has.
+    """
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        hint = " (a '+' offset is written %2B in a URL)" if " " in text[10:] else ""
+        raise ValueError(f"expected an RFC 3339 time with its offset, e.g. {RFC3339_EXAMPLE}{hint}")
+    head, second, fraction, offset = match.groups()
+    leap = second == "60"
+    if leap:
+        second, fraction = "59", ".999999"
+    try:
+        at = datetime.fromisoformat(f"{head}{second}{fraction or ''}{offset}".upper())
+    except ValueError as exc:
+        raise ValueError(f"not a valid time: {exc}") from None
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC) if at.year > 1 else datetime.min.replace(tzinfo=UTC)
 
 
 class RejectReason(enum.StrEnum):

@@ -61,11 +61,15 @@ def live_metasrv(
     *,
     topic_prefix: str = "t",
     dashboard: dict[str, str] | None = None,
+    history: dict[str, str] | None = None,
 ) -> Iterator[LiveMetasrv]:
     """Serve and seed a metasrv of its own; remove its keys and topics at the end.
-    Its topics are `{topic_prefix}{8 hex}_{n}`; `dashboard` overrides that section."""
+    Its topics are `{topic_prefix}{8 hex}_{n}`; `dashboard` and `history` override those
+    sections (the history's `url` is the test's own SQLite file)."""
     prefix = f"{topic_prefix}{uuid.uuid4().hex[:8]}"
-    settings = live_settings(prefix, kafka_bootstrap, etcd_endpoint, workdir, dashboard=dashboard)
+    settings = live_settings(
+        prefix, kafka_bootstrap, etcd_endpoint, workdir, dashboard=dashboard, history=history
+    )
     try:
         with serve(settings) as url:
             yield LiveMetasrv(url, prefix, seed_world(url, prefix, kafka_bootstrap))
@@ -98,10 +102,11 @@ def live_settings(
     *,
     num_topics: int = 3,
     dashboard: dict[str, str] | None = None,
+    history: dict[str, str] | None = None,
 ) -> Settings:
     """Settings for one isolated metasrv: its own kv prefix, topic prefix and history file."""
-    history = f"sqlite:///{workdir / f'{prefix}-history.db'}"
-    migrations.upgrade(history)
+    history_url = f"sqlite:///{workdir / f'{prefix}-history.db'}"
+    migrations.upgrade(history_url)
     return load_settings(
         None,
         wal={
@@ -115,7 +120,7 @@ def live_settings(
         procedure={"max_retry_times": 1, "retry_delay": "100ms"},
         http={"addr": f"127.0.0.1:{free_port()}"},
         kv={"backend": "etcd", "etcd_endpoints": [etcd_endpoint], "key_prefix": f"/{prefix}/"},
-        history={"url": history},
+        history={**(history or {}), "url": history_url},
         auth={
             "datanode_tokens": [DATANODE_TOKEN],
             "operator_tokens": [OPERATOR_TOKEN],
