@@ -9,6 +9,7 @@ import pytest
 
 from metasrv.metrics import Metrics
 from tests._metrics import sample
+from tests._source import nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 _INTERNALS = {"_value", "_sum", "_buckets", "_count", "_created"}
@@ -46,7 +47,7 @@ def prometheus_internals(root: Path, dirs: list[str]) -> set[str]:
     found: set[str] = set()
     for directory in dirs:
         for path in sorted((root / directory).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            for node in nodes(path):
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._source import nodes
 from tests.toolbox.simulator._metasrv import settings, start_metasrv
 from toolbox.simulator import free_port
 
@@ -42,7 +43,7 @@ def _imports(path: Path, root: Path) -> list[tuple[int, str]]:
     `monkeypatch.setattr`, `delattr`, `import_module` and `patch` count as imports too."""
     package = _package_of(path, root).split(".")
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
