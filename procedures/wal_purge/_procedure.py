@@ -190,12 +190,14 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         services = ctx.services
         plan = inputs.plan
         now = time.time()
-        # What Kafka held when the loss was found, whatever the procedure planned before.
-        seen = replace(
+        # What Kafka held when the loss was found, kept for the failed record and its event
+        # (the procedure fails: WalDataLoss is not retried).
+        self.data = replace(
             self.data,
             log_start_offset=plan.log_start_offset,
             high_watermark=plan.high_watermark,
         )
+        seen = self.data
         for region_id in plan.data_loss:
             stat = inputs.stats.get(region_id)
             details = {

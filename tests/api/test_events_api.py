@@ -86,6 +86,7 @@ def test_each_purge_attempt_is_in_the_events(purged: Purged) -> None:
     lost = purged.events(topic=w.loss_topic)
     assert _kinds(lost) == ["purge_failed", "wal_data_loss", "purge_started"]
     assert lost[0]["details"]["error_code"] == "wal_data_loss"
+    assert (lost[0]["log_start_before"], lost[0]["high_watermark"]) == (10, 20)
     assert lost[1]["region_id"] == w.loss_region
     assert (lost[1]["log_start_before"], lost[1]["high_watermark"]) == (10, 20)
     assert {e["procedure_id"] for e in lost} == {purged.by_topic[w.loss_topic].id}

@@ -168,6 +168,7 @@ async def test_data_loss_is_an_event_per_region_then_the_purge_fails(leader: Har
     assert loss.details["prunable_entry_id"] == 10
     assert loss.message and "region 2" in loss.message
     assert failed.details["error_code"] == "wal_data_loss"
+    assert (failed.log_start_before, failed.high_watermark) == (30, 50)
     assert h.marker(topic) is None
 
 
