@@ -272,6 +272,9 @@ def write_config(path: Path, port: int, kv: dict[str, Any], args: argparse.Names
         f"broker_endpoints = [{toml_value(args.kafka)}]",
         f"num_topics = {NUM_TOPICS}",
         f'topic_name_prefix = "{TOPIC_PREFIX}"',
+        # Ingest only: no purge rounds (a new leader's first one runs as soon as every
+        # region has reported, mid-run), on the baseline and on this code alike.
+        'auto_prune_interval = "0s"',
         "[http]",
         f'addr = "127.0.0.1:{port}"',
         "[kv]",
@@ -455,6 +458,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     config = workdir / "metasrv.toml"
     write_config(config, port, kv_section, args)
     log = (workdir / "metasrv.log").open("wb")
+    # The history database migrated, as `metasrv start` expects in production.
+    subprocess.run([METASRV, "db", "upgrade", "-c", str(config)], stdout=log, check=True)
     server = subprocess.Popen(
         [METASRV, "start", "-c", str(config), "--log-level", "warning"],
         stdout=log,
