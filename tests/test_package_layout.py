@@ -184,12 +184,6 @@ PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("benchmarks/heartbeat_ingest.py", "metasrv.heartbeat._decode"): (
         "the fallback for a baseline checkout older than metasrv.wire, run side by side"
     ),
-    ("tests/metasrv/test_checkpoints.py", "metasrv.leader._checkpoints.FLUSH_SLICE"): (
-        "the slice size is a module constant until Checkpointer takes it as a parameter"
-    ),
-    ("tests/metasrv/test_kafka_answers.py", "procedures.wal_purge._batcher._Coalescer"): (
-        "checks the offsets coalescer without Kafka; procedures.wal_purge does not export it"
-    ),
 }
 """(module, imported target) -> why it cannot go through the package's public names. The list
 only shrinks: an entry no longer needed fails the test."""

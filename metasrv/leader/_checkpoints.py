@@ -59,8 +59,10 @@ class Checkpointer:
         *,
         may_write: Callable[[], bool] = _always,
         on_error: ErrorSink | None = None,
+        flush_slice: int = FLUSH_SLICE,
     ) -> None:
         self._region_map = region_map
+        self._slice = flush_slice
         self._registry = registry
         self._metrics = metrics
         self._interval = settings.wal.checkpoint_interval
@@ -130,7 +132,7 @@ class Checkpointer:
             self._dirty = set()
             pace = paced and self._rate > 0
             cleared = self._cleared
-            step = max(1, min(FLUSH_SLICE, int(self._rate * PACE_STEP))) if pace else FLUSH_SLICE
+            step = max(1, min(self._slice, int(self._rate * PACE_STEP))) if pace else self._slice
             loop = asyncio.get_running_loop()
             started = loop.time()
             written = 0

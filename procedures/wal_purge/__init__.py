@@ -25,7 +25,7 @@ How one purge decision flows, module by module:
 - `_services.py`: what the purge uses from the rest of metasrv, assembled once.
 """
 
-from procedures.wal_purge._batcher import KafkaBatcher
+from procedures.wal_purge._batcher import Coalescer, KafkaBatcher
 from procedures.wal_purge._data import FlushTarget, PurgeData
 from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one, gather_plans
@@ -53,6 +53,7 @@ __all__ = [
     "NO_STAT",
     "RETENTION_OVERRUN",
     "STALE_STAT",
+    "Coalescer",
     "FlushMailbox",
     "FlushTarget",
     "KafkaBatcher",

@@ -27,7 +27,7 @@ R = TypeVar("R")
 _Batch = dict[str, tuple[A, list["asyncio.Future[R]"]]]
 
 
-class _Coalescer(Generic[A, R]):
+class Coalescer(Generic[A, R]):
     """Runs `call({topic: arg})` in a thread for every request pending at flush time; a
     topic whose answer is an error fails only the requests about that topic."""
 
@@ -121,12 +121,12 @@ class KafkaBatcher:
 
     def __init__(self, admin: KafkaAdmin, *, window: float = 0.005) -> None:
         self.admin = admin
-        self._offsets: _Coalescer[None, PartitionOffsets] = _Coalescer(
+        self._offsets: Coalescer[None, PartitionOffsets] = Coalescer(
             lambda args: admin.offsets_each(args.keys()), lambda a, b: None, window=window
         )
         # Two procedures never purge one topic at once; if they did, the higher offset
         # wins and both learn the resulting low watermark.
-        self._deletes: _Coalescer[int, int] = _Coalescer(admin.delete_records, max, window=window)
+        self._deletes: Coalescer[int, int] = Coalescer(admin.delete_records, max, window=window)
 
     async def offsets(self, topic: str) -> PartitionOffsets:
         """Log start offset and high watermark of the topic's partition 0."""

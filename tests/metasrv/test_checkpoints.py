@@ -28,6 +28,7 @@ class World:
         self.registry = RegionRegistry()
         self.metrics = Metrics()
         self.region_map = TopicRegionMap(kv, kafka, TopicLocks(), settings)
+        self.settings = settings
         self.leader = True
         self.checkpointer = Checkpointer(
             self.region_map, self.registry, settings, self.metrics, may_write=lambda: self.leader
@@ -192,7 +193,9 @@ async def test_full_batches_in_quick_succession_coalesce(
 async def test_a_flush_larger_than_a_slice_writes_every_region_and_keeps_the_rest_dirty_on_failure(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("metasrv.leader._checkpoints.FLUSH_SLICE", 3)
+    world.checkpointer = Checkpointer(
+        world.region_map, world.registry, world.settings, world.metrics, flush_slice=3
+    )
     for region_id in range(1, 11):
         world.report(region_id, 100 + region_id)
     assert await world.checkpointer.flush() == 10  # four slices of at most 3

@@ -16,7 +16,7 @@ from confluent_kafka.admin._metadata import (
 
 from metasrv.errors import KafkaUnavailable, MetasrvError
 from metasrv.kafka import leader_problem
-from procedures.wal_purge._batcher import _Coalescer
+from procedures.wal_purge import Coalescer
 
 
 def _metadata(
@@ -60,7 +60,7 @@ async def test_a_batch_answer_fails_only_the_topics_kafka_failed() -> None:
         calls.append(set(args))
         return {"wal_0": 7, "wal_1": down}
 
-    coalescer: _Coalescer[None, int] = _Coalescer(call, lambda a, b: None, window=0.01)
+    coalescer: Coalescer[None, int] = Coalescer(call, lambda a, b: None, window=0.01)
     ok = asyncio.ensure_future(coalescer.submit("wal_0", None))
     failed = asyncio.ensure_future(coalescer.submit("wal_1", None))
     assert await ok == 7
