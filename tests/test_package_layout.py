@@ -259,8 +259,8 @@ KNOWN_OVERSIZED: frozenset[str] = frozenset(
         "benchmarks/load.py",
         "benchmarks/replicated_wal.py",
         "benchmarks/wal_retention.py",
-        "tests/metasrv/test_heartbeat.py",
-        "tests/procedures/test_wal_purge.py",
+        "tests/metasrv/leader/test_heartbeat.py",
+        "tests/procedures/wal_purge/test_wal_purge.py",
     }
 )
 """Modules over the limit, being split: the list only shrinks, and an entry that fits fails."""

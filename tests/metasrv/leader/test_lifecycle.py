@@ -2,7 +2,7 @@
 
 The daemon's real-election behaviour (a follower answers 421, a new leader 503 until its
 map is loaded, procedures resume after the map) is tested end to end in
-tests/api/test_failover.py and tests/procedures/test_wal_purge.py.
+tests/api/test_failover.py and tests/procedures/wal_purge/test_wal_purge.py.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from toolbox.stack import Cluster
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "benchmarks" / "kafka_broker_down_cpu.py"
 HZ = os.sysconf("SC_CLK_TCK")
 

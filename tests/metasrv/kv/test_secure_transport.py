@@ -349,7 +349,7 @@ def test_heartbeat_and_purge_over_sasl_ssl_and_etcd_tls(
     ],
 )
 def test_client_config_protocol(wal: dict[str, object], expected: dict[str, str]) -> None:
-    """The cases the real-broker tests (tests/metasrv/test_secure_transport.py) do not reach:
+    """The cases the real-broker tests (tests/metasrv/kv/test_secure_transport.py) do not reach:
     no security, TLS with the system CA store, SASL without TLS."""
     conf = client_config(load_settings(None, wal=wal).wal)
     assert conf.pop("socket.connection.setup.timeout.ms") == 3000  # connect_timeout = "3s"

@@ -11,7 +11,7 @@ import pytest
 from metasrv.errors import ConfigError
 from metasrv.settings import IGNORED_KEYS, load_settings
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "greptimedb_wal"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "greptimedb_wal"
 
 
 def _ignored_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

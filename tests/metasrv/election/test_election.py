@@ -33,7 +33,7 @@ from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, KvBackend, Put, SqlKv
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
-from tests.metasrv._election import LEASE_SECS, Recorder, leader_of, wait_until
+from tests.metasrv.election._election import LEASE_SECS, Recorder, leader_of, wait_until
 from tests.metasrv.kv._pgschema import fresh_schema
 
 Lease = EtcdElection | SqlElection

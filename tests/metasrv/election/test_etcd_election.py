@@ -15,7 +15,7 @@ from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, Put
 from metasrv.process import LoopLagMonitor
 from metasrv.settings import load_settings
-from tests.metasrv._election import LEASE_SECS, Recorder, leader_of, wait_until
+from tests.metasrv.election._election import LEASE_SECS, Recorder, leader_of, wait_until
 
 Pair = tuple[EtcdElection, EtcdElection]
 
