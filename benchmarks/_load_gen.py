@@ -16,32 +16,43 @@ that its own CPU stays small beside the leader's on a 2-core box:
   as a second buffer after the body, whose trailing nil (`topics: null`) is cut off.
   JSON (`--encoding json`): each region's object is kept as an encoded fragment; a
   heartbeat re-renders only the moved regions' fragments and joins them.
-- **Stats move forward as `--change` asks.** Each datanode walks a fixed random permutation
-  of its regions, `max(1, round(change x regions))` of them per heartbeat, so every region
-  moves once every 1/change heartbeats. A busy region's `flushed_entry_id` goes to
-  max(itself, its topic's latest id - a random lag of 0-50), its `memtable_bytes` to a
-  random 1 KiB - 4 MiB and its `manifest_version` up by one; an idle region's
-  `topic_latest_entry_id` (every 4th region) goes to max(itself, its topic's latest id).
-  Nothing goes backwards. The random values come from pools drawn once per process. The
-  topics' latest ids are their Kafka high watermarks, read every 5 s on a worker thread,
-  as in the httpx generator.
-- **Raw connections.** One keep-alive HTTP/1.1 connection per datanode (an asyncio
-  `Protocol` on uvloop), opened on first use and again after the server closes it. A
-  request is one `writelines` of the request head and the body's buffers (the
-  `authorization: Bearer` header when a token is given); the answer is parsed by its
-  status line and `content-length` only. A 200's JSON is read for its `rejected` list. A
-  421 carries `{"error": {"code": "not_leader", "leader": "host:port" | null, ...}}`
-  (api/errors.py): the datanode moves to the named leader when it names another address,
-  as a datanode does; null or its own address means an election is under way.
-- **Scheduling.** One timer per datanode on the loop: a heartbeat every `--interval` s from
-  a random phase; a datanode whose answer came more than a whole interval late skips the
+- **Stats move forward as `--change` asks.** A body lists a datanode's busy regions first,
+  then its idle ones (every 4th region), so a heartbeat moves contiguous slices: each
+  heartbeat walks on through both runs, `max(1, round(change x regions))` regions split
+  between them in proportion, so every region moves about once every 1/change
+  heartbeats. A busy region's `flushed_entry_id` goes to max(itself, its topic's latest
+  id - a random lag of 0-50), its `memtable_bytes` to a random 1 KiB - 4 MiB and its
+  `manifest_version` up by one; an idle region's `topic_latest_entry_id` goes to
+  max(itself, its topic's latest id). Nothing goes backwards. The topics' latest ids are
+  their Kafka high watermarks, read every 5 s on a thread, as in the httpx generator; the
+  targets (latest id - lag) are computed once per read, and the random values come from
+  pools drawn once per process.
+- **Raw connections.** One keep-alive HTTP/1.1 connection per datanode, a non-blocking
+  socket opened on first use and again after the server closed it. A request is one
+  `sendmsg` of the request head and the body's buffers (with `authorization: Bearer` when
+  a token is given); the answer is parsed by its status line and `content-length` only,
+  and a 200's JSON is read for its `rejected` list (not at all when it ends in
+  `"rejected":[]}`). A 421 carries `{"error": {"code": "not_leader", "leader": "host:port"
+  | null, ...}}` (api/errors.py): the datanode moves to the named leader when it names
+  another address, as a datanode does; null or its own address means an election is
+  under way. A request unanswered after 30 s counts as `Timeout` and its connection is
+  closed.
+- **One thread that wakes once per heartbeat.** An epoll loop sleeps until the next
+  heartbeat is due (at most 50 ms), then reads every socket with data and sends what is
+  due, at its due time: answers never wake it, so at the design load it wakes about once
+  per heartbeat where an asyncio loop wakes twice (a wake-up costs this process tens of
+  microseconds of CPU on a shared 2-core VM). Each datanode sends every `--interval` s
+  from a random phase; one whose answer came more than a whole interval late skips the
   intervals it missed and counts them (`missed`), as the httpx generator does.
-- **Measured cheaply.** Latency is `time.monotonic()` from just before the request is
-  handed to the connection (the connect included when the connection had to be opened) to
-  the answer's last byte, appended to an `array('d')`. The generator's CPU is
-  `getrusage(RUSAGE_SELF)` user + system (every thread, the high-watermark reader's and
-  the Kafka client's included) from after the bodies are built to the end of the run, as
-  `cpu_seconds`.
+- **Measured cheaply.** Latency runs from `time.time()` just before the request is handed
+  to the socket (the connect included when the connection had to be opened) to the
+  arrival of the answer's last segment as the kernel stamped it (`SO_TIMESTAMPNS`, the
+  real-time clock; the read time where no stamp came), so the time an answer waits to be
+  read is not counted; latencies go to an `array('d')`. The schedule and the timeouts run
+  on `time.monotonic()`. The generator's CPU is `getrusage(RUSAGE_SELF)` user + system
+  (every thread: the high-watermark reader's and the Kafka client's included) from after
+  the bodies are built to the end of the run, as `cpu_seconds` (with its user and system
+  parts).
 
 Measuring its CPU at the design load against a real leader (`load.py` starts a leader and a
 follower with `metasrv start` on the shared etcd and Kafka; the table's "generator CPU
@@ -58,15 +69,21 @@ from __future__ import annotations
 
 import argparse
 import array
-import asyncio
 import contextlib
+import errno
 import gc
+import heapq
+import itertools
 import json
+import os
 import resource
+import select
+import socket
+import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 from urllib.parse import urlsplit
 
 import msgspec
@@ -82,10 +99,13 @@ IDLE_EVERY = 4
 HW_REFRESH = 5.0
 """Seconds between reads of the topics' high watermarks."""
 REQUEST_TIMEOUT = 30.0
-"""Seconds a request may take before it counts as `Timeout` and its connection is closed."""
+"""Seconds a request may take before it counts as `Timeout` and its connection is closed
+(checked once a second)."""
 MAX_LAG = 50
 """A busy region's flushed id trails its topic's latest id by 0..MAX_LAG."""
 CONTENT_TYPES = {"json": b"application/json", "columns": b"application/msgpack"}
+NONE_REJECTED = b'"rejected":[]}'
+"""How the leader's answer ends when it rejected no region (metasrv/leader/_heartbeat.py)."""
 
 
 def region_id(node: int, index: int) -> int:
@@ -136,17 +156,16 @@ class Draws:
     """Random lags and memtable sizes drawn once, handed out as rotating slices (a numpy
     draw per heartbeat costs more than the rest of moving the regions)."""
 
-    SIZE = 1 << 16
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.lag = rng.integers(0, MAX_LAG, self.SIZE, endpoint=True)
-        self.memtable = rng.integers(1024, 4 << 20, self.SIZE, endpoint=True)
+    def __init__(self, rng: np.random.Generator, regions: int) -> None:
+        self.size = max(1 << 16, 4 * regions)
+        self.lag = rng.integers(0, MAX_LAG, self.size, endpoint=True)
+        self.memtable = rng.integers(1024, 4 << 20, self.size, endpoint=True)
         self._at = 0
 
     def take(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """`k` lags and `k` memtable sizes (k <= SIZE // 2)."""
+        """`k` lags and `k` memtable sizes (k <= a node's regions)."""
         at = self._at
-        self._at = (at + k) % (self.SIZE - k)
+        self._at = (at + k) % (self.size - k)
         return self.lag[at : at + k], self.memtable[at : at + k]
 
 
@@ -172,7 +191,11 @@ def _column_view(body: bytearray, name: str, values: np.ndarray) -> np.ndarray:
 
 
 class Node:
-    """One datanode's regions, their stats, and its heartbeat body kept encoded."""
+    """One datanode's regions, their stats, and its heartbeat body kept encoded.
+
+    The body lists the busy regions first, then the idle ones (each in region order), so
+    the regions a heartbeat moves are contiguous slices of the columns: numpy updates them
+    in place through views, without gathering by index."""
 
     def __init__(
         self,
@@ -188,21 +211,27 @@ class Node:
         self.draws = draws
         self.encoding = args.encoding
         index = np.arange(n, dtype=np.int64)
-        #: Each region's topic, as an index into `topics.names` (load.py's `topic_of`).
-        self.topic = (node * n + index) % len(topics.names)
-        self.idle = index % IDLE_EVERY == 0
+        idle = index % IDLE_EVERY == 0
+        order = np.concatenate([index[~idle], index[idle]])  # region index at each position
+        self.busy = int((~idle).sum())
+        #: Each position's topic, as an index into `topics.names` (load.py's `topic_of`).
+        self.topic = (node * n + order) % len(topics.names)
         self.used = tuple(sorted(set(self.topic.tolist())))
-        self.count = max(1, round(n * args.change))
-        self._walk = np.tile(rng.permutation(n), 2)
-        self._cursor = 0
+        count = max(1, round(n * args.change))
+        idle_count = n - self.busy
+        take_busy = min(self.busy, round(count * self.busy / n))
+        take_idle = min(idle_count, count - take_busy)
+        # [first position, size, moved per heartbeat, cursor] of the busy and the idle run.
+        self._runs = [[0, self.busy, take_busy, 0], [self.busy, idle_count, take_idle, 0]]
         # Every region observed once, after the first high-watermark read (load.py's prime).
         latest = topics.latest[self.topic]
+        is_idle = np.arange(n) >= self.busy
         lag = rng.integers(0, MAX_LAG, n, endpoint=True)
-        flushed = np.where(self.idle, -1, np.maximum(-1, latest - lag))
-        memtable = np.where(self.idle, 0, rng.integers(1024, 4 << 20, n, endpoint=True))
-        topic_latest = np.where(self.idle, np.maximum(-1, latest), NULL)
-        manifest = np.where(self.idle, 1, 2)
-        ids = [region_id(node, i) for i in range(n)]
+        flushed = np.where(is_idle, -1, np.maximum(-1, latest - lag))
+        memtable = np.where(is_idle, 0, rng.integers(1024, 4 << 20, n, endpoint=True))
+        topic_latest = np.where(is_idle, np.maximum(-1, latest), NULL)
+        manifest = np.where(is_idle, 1, 2)
+        ids = [region_id(node, i) for i in order.tolist()]
         names = [topics.names[t] for t in self.topic.tolist()]
         addr = f"10.{node // 250}.{node % 250}.1:4001"
         if self.encoding == "columns":
@@ -231,106 +260,293 @@ class Node:
             self.latest, self.manifest = topic_latest, manifest
             self._templates = [
                 b'{"region_id":%d,"topic":%b,"flushed_entry_id":%%d,' % (rid, orjson.dumps(name))
-                + (b'"topic_latest_entry_id":%d,' if idle else b'"topic_latest_entry_id":null,')
+                + (b'"topic_latest_entry_id":%d,' if quiet else b'"topic_latest_entry_id":null,')
                 + b'"memtable_bytes":%d,"manifest_version":%d}'
-                for rid, name, idle in zip(ids, names, self.idle.tolist(), strict=True)
+                for rid, name, quiet in zip(ids, names, is_idle.tolist(), strict=True)
             ]
             self._fragments = [b""] * n
-            self._render(index)
+            self._render(0, n)
             self._head = b'{"node_id":%d,"addr":%b,"regions":[' % (
                 self.node_id,
                 orjson.dumps(addr),
             )
+        self.aim()
 
-    def _render(self, moved: np.ndarray) -> None:
-        """Re-render the JSON fragments of the `moved` regions."""
+    def _render(self, lo: int, hi: int) -> None:
+        """Re-render the JSON fragments of positions lo..hi-1."""
         rows = zip(
-            moved.tolist(),
-            self.idle[moved].tolist(),
-            self.flushed[moved].tolist(),
-            self.latest[moved].tolist(),
-            self.memtable[moved].tolist(),
-            self.manifest[moved].tolist(),
+            range(lo, hi),
+            self.flushed[lo:hi].tolist(),
+            self.latest[lo:hi].tolist(),
+            self.memtable[lo:hi].tolist(),
+            self.manifest[lo:hi].tolist(),
             strict=True,
         )
-        templates, fragments = self._templates, self._fragments
-        for i, idle, flushed, latest, memtable, manifest in rows:
+        templates, fragments, busy = self._templates, self._fragments, self.busy
+        for i, flushed, latest, memtable, manifest in rows:
             values = (
-                (flushed, latest, memtable, manifest) if idle else (flushed, memtable, manifest)
+                (flushed, memtable, manifest) if i < busy else (flushed, latest, memtable, manifest)
             )
             fragments[i] = templates[i] % values
 
-    def advance(self) -> list[bytes | bytearray]:
-        """Move the next `count` regions of the walk forward; the next heartbeat's buffers."""
-        n = len(self.topic)
-        moved = self._walk[self._cursor : self._cursor + self.count]
-        self._cursor = (self._cursor + self.count) % n
-        idle = self.idle[moved]
-        quiet, busy = moved[idle], moved[~idle]
-        latest = self.topics.latest
-        if quiet.size:
-            self.latest[quiet] = np.maximum(self.latest[quiet], latest[self.topic[quiet]])
-        if busy.size:
-            lag, memtable = self.draws.take(busy.size)
-            self.flushed[busy] = np.maximum(self.flushed[busy], latest[self.topic[busy]] - lag)
-            self.memtable[busy] = memtable
-            self.manifest[busy] += 1
-        return self.buffers(moved)
+    def _spans(self, run: list[int]) -> list[tuple[int, int]]:
+        """The next positions of a run to move, as 1 or 2 slices (the walk wraps)."""
+        first, size, take, cursor = run
+        if not take:
+            return []
+        run[3] = (cursor + take) % size
+        if cursor + take <= size:
+            return [(first + cursor, first + cursor + take)]
+        return [(first + cursor, first + size), (first, first + cursor + take - size)]
 
-    def buffers(self, moved: np.ndarray | None = None) -> list[bytes | bytearray]:
-        """The heartbeat as it stands (JSON fragments of `moved` re-rendered first)."""
+    def aim(self) -> None:
+        """Where the regions moved until the next high-watermark read go: a busy region's
+        flushed id to its topic's latest id minus a lag, an idle region's latest id to its
+        topic's (computed once per read, not per heartbeat)."""
+        target = self.topics.latest[self.topic]
+        lag, _ = self.draws.take(self.busy)
+        target[: self.busy] -= lag
+        self._target = target
+
+    def advance(self) -> list[bytes | bytearray]:
+        """Move the next regions of each run forward; the next heartbeat's buffers."""
+        target, json = self._target, self.encoding == "json"
+        busy, idle = self._runs
+        for lo, hi in self._spans(busy):
+            flushed = self.flushed[lo:hi]
+            np.maximum(flushed, target[lo:hi], out=flushed)
+            self.memtable[lo:hi] = self.draws.take(hi - lo)[1]
+            manifest = self.manifest[lo:hi]
+            manifest += 1
+            if json:
+                self._render(lo, hi)
+        for lo, hi in self._spans(idle):
+            seen = self.latest[lo:hi]
+            np.maximum(seen, target[lo:hi], out=seen)
+            if json:
+                self._render(lo, hi)
+        return self.buffers()
+
+    def buffers(self) -> list[bytes | bytearray]:
+        """The heartbeat as it stands."""
         reports = self.topics.reports(self.used)
         if self.encoding == "columns":
             return [self.body, reports]
-        if moved is not None:
-            self._render(moved)
         return [self._head, b",".join(self._fragments), b'],"topics":', reports, b"}"]
 
 
 # --- connections --------------------------------------------------------------------------
 
+SO_TIMESTAMPNS = 35
+"""Linux `SO_TIMESTAMPNS` (also the cmsg type; Python's socket module lacks it): the kernel
+stamps what a socket receives with the real-time clock at its arrival."""
+_TIMESPEC = struct.Struct("qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+MAX_SLEEP = 0.05
+"""Longest the loop sleeps: answers wait at most this long to be read (their arrival time
+comes from the kernel, so the wait is not in the latency)."""
 
-class Exchange(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection carrying one request at a time; the answer is
-    parsed by its status line and `content-length` only."""
+
+class Loop:
+    """Timers and non-blocking sockets in one thread. It wakes only for the next timer (a
+    heartbeat due) or after `MAX_SLEEP`, then reads every socket that has data: answers
+    never wake it on their own, so at the design load it wakes about once per heartbeat
+    sent rather than twice."""
+
+    def __init__(self) -> None:
+        self.epoll = select.epoll()
+        self.wires: dict[int, Wire] = {}
+        self.timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self.connecting = 0
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        """`callback()` at `when` (time.monotonic)."""
+        heapq.heappush(self.timers, (when, next(self._seq), callback))
+
+    def watch(self, sock: socket.socket, wire: Wire, write: bool) -> None:
+        self.epoll.register(sock.fileno(), select.EPOLLIN | (select.EPOLLOUT if write else 0))
+        self.wires[sock.fileno()] = wire
+
+    def rewatch(self, sock: socket.socket, write: bool) -> None:
+        self.epoll.modify(sock.fileno(), select.EPOLLIN | (select.EPOLLOUT if write else 0))
+
+    def forget(self, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.epoll.unregister(sock.fileno())
+        self.wires.pop(sock.fileno(), None)
+
+    def run(self, done: Callable[[], bool], each_wake: Callable[[], None]) -> None:
+        timers, poll, wires = self.timers, self.epoll.poll, self.wires
+        while not done():
+            wait = MAX_SLEEP
+            if timers:
+                wait = min(wait, timers[0][0] - time.monotonic())
+            if self.connecting:
+                wait = min(wait, 0.001)
+            if wait > 0:
+                time.sleep(wait)
+            for fd, mask in poll(0):
+                wire = wires.get(fd)
+                if wire is not None:
+                    wire.on_event(mask)
+            each_wake()
+            now = time.monotonic()
+            while timers and timers[0][0] <= now:
+                heapq.heappop(timers)[2]()
+
+
+class Wire:
+    """One keep-alive HTTP/1.1 connection carrying one request at a time, opened on first
+    use and again after it closed. The answer is parsed by its status line and
+    `content-length` only, and handed to `answered` with its arrival time as the kernel
+    stamped it (`SO_TIMESTAMPNS`, real-time clock; the time it was read if not stamped)."""
 
     def __init__(
-        self, answered: Callable[[int, bytes], None], failed: Callable[[str], None]
+        self,
+        loop: Loop,
+        addr: tuple[str, int],
+        answered: Callable[[int, bytes, float], None],
+        failed: Callable[[str], None],
     ) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.loop = loop
+        self.addr = addr
         self._answered = answered
         self._failed = failed
+        self.sock: socket.socket | None = None
+        self.connected = False
+        self.busy = False
+        self._writing = False
+        self._out: list[memoryview] = []
         self._buf = bytearray()
         self._end = -1  # where the answer ends in _buf; -1: head not read yet
         self._body_at = 0
         self._status = 0
         self._close_after = False
-        self.busy = False
+        self._arrived = 0.0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-
-    @property
-    def open(self) -> bool:
-        return self.transport is not None and not self.transport.is_closing()
-
-    def send(self, buffers: list[bytes | bytearray]) -> None:
-        assert self.transport is not None
+    def request(self, buffers: list[bytes | bytearray]) -> None:
+        """Send one request; its answer or failure comes through the callbacks."""
         self.busy = True
-        self.transport.writelines(buffers)
+        self._arrived = 0.0
+        self._out = [memoryview(b) for b in buffers]
+        if self.sock is None:
+            try:
+                self._connect()
+            except OSError:
+                self.busy = False
+                self._out = []
+                self._failed("ConnectError")
+                return
+        if self.connected:
+            self._flush()
 
-    def data_received(self, data: bytes) -> None:
+    def _connect(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        err = sock.connect_ex(self.addr)
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            raise OSError(err, os.strerror(err))
+        self.sock = sock
+        self.connected = err == 0
+        self._writing = not self.connected
+        if not self.connected:
+            self.loop.connecting += 1
+        self.loop.watch(sock, self, self._writing)
+
+    def close(self) -> None:
+        """Close the connection; a request in flight is dropped without a callback."""
+        if self.sock is None:
+            return
+        if not self.connected:
+            self.loop.connecting -= 1
+        self.loop.forget(self.sock)
+        self.sock.close()
+        self.sock = None
+        self.connected = False
+        self.busy = False
+        self._out = []
+        self._buf.clear()
+        self._end = -1
+
+    def _lost(self, reason: str) -> None:
+        busy = self.busy
+        self.close()
+        if busy:
+            self._failed(reason)
+
+    def on_event(self, mask: int) -> None:
+        if self.sock is None:
+            return
+        if not self.connected and mask & (select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP):
+            self.loop.connecting -= 1
+            self.connected = True  # counted down: close() must not count it again
+            if self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                self._lost("ConnectError")
+                return
+        if mask & select.EPOLLOUT:
+            self._flush()
+        if mask & (select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP):
+            self._read()
+
+    def _flush(self) -> None:
+        assert self.sock is not None
+        out = self._out
+        try:
+            sent = self.sock.sendmsg(out) if out else 0
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._lost("ConnectionLost")
+            return
+        while sent and out:
+            size = out[0].nbytes
+            if sent >= size:
+                sent -= size
+                out.pop(0)
+            else:
+                out[0] = out[0][sent:]
+                sent = 0
+        writing = bool(out)
+        if writing != self._writing:
+            self._writing = writing
+            self.loop.rewatch(self.sock, writing)
+
+    def _read(self) -> None:
+        while self.sock is not None:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, _ANCILLARY)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._lost("ConnectionLost")
+                return
+            if not data:
+                self._lost("ConnectionLost")
+                return
+            for level, kind, raw in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanos = _TIMESPEC.unpack(raw)
+                    self._arrived = seconds + nanos * 1e-9
+            self._buf += data
+            if self._parse():
+                return  # one answer per request: no read that would only find nothing
+
+    def _parse(self) -> bool:
+        """True when the answer is complete (and handed over)."""
         buf = self._buf
-        buf += data
         if self._end < 0:
             head_end = buf.find(b"\r\n\r\n")
             if head_end < 0:
-                return
+                return False
             head = bytes(buf[:head_end]).lower()
             at = head.find(b"\r\ncontent-length:")
             if not head.startswith(b"http/1.1 ") or at < 0:
-                self._fail("BadResponse")
-                return
+                self._lost("BadResponse")
+                return True
             stop = head.find(b"\r\n", at + 2)
             length = int(head[at + 17 : stop if stop >= 0 else head_end])
             self._status = int(head[9:12])
@@ -338,31 +554,16 @@ class Exchange(asyncio.Protocol):
             self._body_at = head_end + 4
             self._end = self._body_at + length
         if len(buf) < self._end:
-            return
+            return False
         body = bytes(buf[self._body_at : self._end])
         del buf[: self._end]
         self._end = -1
         self.busy = False
-        if self._close_after and self.transport is not None:
-            self.transport.close()
-        self._answered(self._status, body)
-
-    def _fail(self, reason: str) -> None:
-        if self.transport is not None:
-            self.transport.close()
-        if self.busy:
-            self.busy = False
-            self._failed(reason)
-
-    def abort(self, reason: str) -> None:
-        """Give up on the request in flight (its connection is closed)."""
-        self._fail(reason)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self.busy:
-            self.busy = False
-            self._failed("ConnectionLost")
+        arrived = self._arrived or time.time()
+        if self._close_after:
+            self.close()
+        self._answered(self._status, body, arrived)
+        return True
 
 
 def _addr(url_or_addr: str) -> tuple[str, int]:
@@ -371,15 +572,16 @@ def _addr(url_or_addr: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-class Target:
-    """Where a client sends: address and the request head's fixed part."""
+def request_head(addr: tuple[str, int], content_type: bytes, token: str | None) -> bytes:
+    """The fixed part of a heartbeat request's head, up to the content length's value."""
+    auth = b"authorization: Bearer %b\r\n" % token.encode() if token else b""
+    return (
+        b"POST /v1/heartbeat HTTP/1.1\r\nhost: %b:%d\r\ncontent-type: %b\r\n%bcontent-length: "
+    ) % (addr[0].encode(), addr[1], content_type, auth)
 
-    def __init__(self, addr: tuple[str, int], content_type: bytes, token: str | None) -> None:
-        self.addr = addr
-        auth = b"authorization: Bearer %b\r\n" % token.encode() if token else b""
-        self.head = (
-            b"POST /v1/heartbeat HTTP/1.1\r\nhost: %b:%d\r\ncontent-type: %b\r\n%bcontent-length: "
-        ) % (addr[0].encode(), addr[1], content_type, auth)
+
+def _framed(head: bytes, buffers: list[bytes | bytearray]) -> list[bytes | bytearray]:
+    return [head + b"%d\r\n\r\n" % sum(len(b) for b in buffers), *buffers]
 
 
 # --- the run --------------------------------------------------------------------------------
@@ -406,42 +608,55 @@ class Stats:
 
 
 class Generator:
-    """Every datanode of this process on one event loop."""
+    """Every datanode of this process on one `Loop`."""
 
-    def __init__(
-        self, args: argparse.Namespace, nodes: dict[int, Node], loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def __init__(self, args: argparse.Namespace, nodes: dict[int, Node], topics: Topics) -> None:
         self.args = args
         self.nodes = nodes
-        self.loop = loop
+        self.topics = topics
+        self.loop = Loop()
         self.stats = Stats()
         self.content_type = CONTENT_TYPES[args.encoding]
         self.token: str | None = getattr(args, "token", None) or None
-        self.leader = Target(_addr(args.url), self.content_type, self.token)
-        # The run's window on the loop's monotonic clock (start_at is wall time, shared
-        # with the driver and the other generator processes).
-        offset = loop.time() - time.time()
+        self.leader = _addr(args.url)
+        self.heads = {self.leader: request_head(self.leader, self.content_type, self.token)}
+        # The run's window on the monotonic clock (start_at is wall time, shared with the
+        # driver and the other generator processes).
+        offset = time.monotonic() - time.time()
+        self.wall_start = args.start_at
         self.start = args.start_at + offset
         self.end = args.start_at + args.duration + offset
-        self.wall_start = args.start_at
         self.running = len(nodes)
-        self.done: asyncio.Future[None] = loop.create_future()
+        self.datanodes = [Datanode(self, node) for node in nodes]
+        self.fresh: dict[str, int] | None = None  # high watermarks from the reader thread
+        self._sweep_at = self.start
 
-    def launch(self) -> None:
-        for node in self.nodes:
-            Datanode(self, node).schedule_first()
-        if self.running == 0 and not self.done.done():
-            self.done.set_result(None)
+    def head(self, addr: tuple[str, int]) -> bytes:
+        head = self.heads.get(addr)
+        if head is None:
+            head = self.heads[addr] = request_head(addr, self.content_type, self.token)
+        return head
 
-    def finished(self) -> None:
-        self.running -= 1
-        if self.running == 0 and not self.done.done():
-            self.done.set_result(None)
+    def run(self) -> None:
+        for datanode in self.datanodes:
+            self.loop.call_at(datanode.next_at, datanode.fire)
+        self.loop.run(lambda: self.running == 0, self._each_wake)
 
-    def target(self, addr: tuple[str, int]) -> Target:
-        if addr != self.leader.addr:
-            self.leader = Target(addr, self.content_type, self.token)
-        return self.leader
+    def _each_wake(self) -> None:
+        fresh = self.fresh
+        if fresh is not None:
+            self.fresh = None
+            self.topics.update(fresh)
+            for node in self.nodes.values():
+                node.aim()
+        now = time.monotonic()
+        if now >= self._sweep_at:
+            # Requests older than REQUEST_TIMEOUT: one check a second for every datanode.
+            self._sweep_at = now + 1.0
+            oldest = now - REQUEST_TIMEOUT
+            for datanode in self.datanodes:
+                if datanode.inflight and datanode.t0 < oldest:
+                    datanode.timed_out()
 
 
 class Datanode:
@@ -451,109 +666,76 @@ class Datanode:
         self.gen = gen
         self.body = gen.nodes[node]
         self.target = gen.leader
-        self.exchange = Exchange(self._answered, self._failed)
-        self.connecting = False
+        self.wire = Wire(gen.loop, self.target, self._answered, self._failed)
         rng = np.random.default_rng(node)
         self.next_at = gen.start + float(rng.random()) * gen.args.interval
         self.t0 = 0.0
-        self.sent_at = 0.0
-        self.buffers: list[bytes | bytearray] = []
-        self.timeout: asyncio.TimerHandle | None = None
-
-    def schedule_first(self) -> None:
-        self.gen.loop.call_at(self.next_at, self._fire)
+        self.sent_wall = 0.0
+        self.inflight = False
 
     def _schedule(self) -> None:
         gen = self.gen
-        now = gen.loop.time()
+        now = time.monotonic()
         interval = gen.args.interval
         if self.next_at <= now and now - self.next_at > interval:
             # A whole interval behind (a slow answer): skip, and say so.
             skipped = int((now - self.next_at) // interval)
             gen.stats.missed += skipped
             self.next_at += skipped * interval
-        gen.loop.call_at(self.next_at, self._fire)
+        gen.loop.call_at(self.next_at, self.fire)
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         gen = self.gen
-        if gen.loop.time() >= gen.end:
-            if self.exchange.transport is not None:
-                self.exchange.transport.close()
-            gen.finished()
+        if time.monotonic() >= gen.end:
+            self.wire.close()
+            gen.running -= 1
             return
         self.next_at += gen.args.interval
-        self.buffers = self.body.advance()
-        self.sent_at = time.time() - gen.wall_start
+        buffers = _framed(gen.head(self.target), self.body.advance())
+        self.inflight = True
         self.t0 = time.monotonic()
-        self.timeout = gen.loop.call_at(gen.loop.time() + REQUEST_TIMEOUT, self._timed_out)
-        if self.exchange.open:
-            self._send()
-        elif self.connecting:
-            self._failed("ConnectPending")  # the last connect has not finished: count, skip
-        else:
-            self.connecting = True
-            gen.loop.create_task(self._connect())
+        self.sent_wall = time.time()
+        self.wire.request(buffers)
 
-    async def _connect(self) -> None:
-        exchange = Exchange(self._answered, self._failed)
-        try:
-            await self.gen.loop.create_connection(lambda: exchange, *self.target.addr)
-        except OSError:
-            self.connecting = False
-            self._failed("ConnectError")
+    def timed_out(self) -> None:
+        """The request in flight took too long: its connection is closed, it is counted."""
+        self.wire.close()
+        self._failed("Timeout")
+
+    def _answered(self, status: int, body: bytes, arrived: float) -> None:
+        if not self.inflight:
             return
-        self.connecting = False
-        self.exchange = exchange
-        if self.timeout is not None:  # else the request timed out while connecting
-            self._send()
-
-    def _send(self) -> None:
-        length = sum(len(b) for b in self.buffers)
-        self.exchange.send([self.target.head + b"%d\r\n\r\n" % length, *self.buffers])
-
-    def _timed_out(self) -> None:
-        self.timeout = None
-        if self.exchange.busy:
-            self.exchange.abort("Timeout")
-        else:
-            self._failed("Timeout")  # still connecting
-
-    def _answered(self, status: int, body: bytes) -> None:
+        self.inflight = False
         gen = self.gen
-        latency = time.monotonic() - self.t0
-        if self.timeout is not None:
-            self.timeout.cancel()
-            self.timeout = None
         stats = gen.stats
+        sent_at = self.sent_wall - gen.wall_start
         if status == 200:
-            rejected = orjson.loads(body)["rejected"]
+            rejected = [] if body.endswith(NONE_REJECTED) else orjson.loads(body)["rejected"]
             stats.ok += 1
             stats.region_stats += gen.args.regions - len(rejected)
             for item in rejected:
                 reason = str(item.get("reason"))
                 stats.rejected_regions[reason] = stats.rejected_regions.get(reason, 0) + 1
-            stats.times.append(self.sent_at)
-            stats.latencies.append(latency)
+            stats.times.append(sent_at)
+            stats.latencies.append(max(0.0, arrived - self.sent_wall))
         else:
             if status == 421:
                 # As a datanode does: go to the leader the 421 names (if it names another
                 # one; null or itself means an election is under way).
                 named = orjson.loads(body)["error"].get("leader")
-                if named and _addr(named) != self.target.addr:
-                    self.target = gen.target(_addr(named))
-                    if self.exchange.transport is not None:
-                        self.exchange.transport.close()
+                if named and _addr(named) != self.target:
+                    self.target = _addr(named)
+                    self.wire.close()
+                    self.wire = Wire(gen.loop, self.target, self._answered, self._failed)
                     stats.leader_switches += 1
-            stats.error(f"http_{status}", self.sent_at)
+            stats.error(f"http_{status}", sent_at)
         self._schedule()
 
     def _failed(self, reason: str) -> None:
-        if self.timeout is not None:
-            self.timeout.cancel()
-        elif reason != "Timeout":
-            return  # the request already counted as timed out
-        self.timeout = None
-        self.gen.stats.error(reason, self.sent_at)
+        if not self.inflight:
+            return
+        self.inflight = False
+        self.gen.stats.error(reason, self.sent_wall - self.gen.wall_start)
         self._schedule()
 
 
@@ -564,95 +746,79 @@ class Follower:
     def __init__(self, gen: Generator, url: str, body: Node) -> None:
         self.gen = gen
         self.body = body
-        self.target = Target(_addr(url), gen.content_type, gen.token)
-        self.exchange = Exchange(self._answered, self._failed)
+        addr = _addr(url)
+        self.head = gen.head(addr)
+        self.wire = Wire(gen.loop, addr, self._answered, self._failed)
         self.pause = 1.0 / gen.args.follower_rate
-
-    def _count(self, key: str) -> None:
-        counts = self.gen.stats.follower
-        counts[key] = counts.get(key, 0) + 1
 
     def start(self) -> None:
         self.gen.loop.call_at(self.gen.start, self._fire)
 
     def _fire(self) -> None:
-        if self.gen.loop.time() >= self.gen.end:
-            if self.exchange.transport is not None:
-                self.exchange.transport.close()
+        if time.monotonic() >= self.gen.end:
+            self.wire.close()
             return
-        self.gen.loop.create_task(self._send())
+        self.wire.request(_framed(self.head, self.body.buffers()))
 
-    async def _send(self) -> None:
-        if not self.exchange.open:
-            self.exchange = Exchange(self._answered, self._failed)
-            try:
-                await self.gen.loop.create_connection(lambda: self.exchange, *self.target.addr)
-            except OSError:
-                self._failed("ConnectError")
-                return
-        buffers = self.body.buffers()
-        length = sum(len(b) for b in buffers)
-        self.exchange.send([self.target.head + b"%d\r\n\r\n" % length, *buffers])
+    def _count(self, key: str) -> None:
+        counts = self.gen.stats.follower
+        counts[key] = counts.get(key, 0) + 1
+        self.gen.loop.call_at(time.monotonic() + self.pause, self._fire)
 
-    def _answered(self, status: int, body: bytes) -> None:
+    def _answered(self, status: int, body: bytes, arrived: float) -> None:
         key = f"http_{status}"
         if status == 421:
             named = orjson.loads(body)["error"].get("leader")
             key = "421_names_leader" if named == self.gen.args.leader_addr else "421_other_leader"
         self._count(key)
-        self.gen.loop.call_later(self.pause, self._fire)
 
     def _failed(self, reason: str) -> None:
         self._count(reason)
-        self.gen.loop.call_later(self.pause, self._fire)
 
 
-def cpu_seconds() -> float:
-    """User + system CPU of this process (every thread)."""
+def cpu_seconds() -> tuple[float, float]:
+    """User and system CPU seconds of this process (every thread)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime, usage.ru_stime
 
 
-async def _run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> None:
+    """One generator process (load.py `--client`): writes `args.out_file` (+ `.lat`)."""
     from metasrv.kafka import KafkaAdmin
 
-    loop = asyncio.get_running_loop()
     first, last = (int(x) for x in args.node_range.split(":"))
     topics = Topics([f"{args.prefix}_wal_{n}" for n in range(args.topics)], args.encoding)
     admin = KafkaAdmin(args.kafka)
 
-    async def refresh() -> None:
-        # Kafka is asked on a worker thread; the ids change on the loop, between heartbeats.
-        offsets = await asyncio.to_thread(admin.offsets, topics.names)
-        topics.update({t: o.high_watermark for t, o in offsets.items()})
+    def read() -> dict[str, int]:
+        return {t: o.high_watermark for t, o in admin.offsets(topics.names).items()}
 
-    await refresh()
+    topics.update(read())
     rng = np.random.default_rng(first)
-    draws = Draws(rng)
+    draws = Draws(rng, args.regions)
     nodes = {node: Node(node, args, topics, rng, draws) for node in range(first, last)}
-    gen = Generator(args, nodes, loop)
+    gen = Generator(args, nodes, topics)
+    if args.follower_url and args.follower_rate > 0 and nodes:
+        Follower(gen, args.follower_url, nodes[first]).start()
+    stop = threading.Event()
+
+    def reader() -> None:
+        # Kafka is asked on this thread; the loop applies the ids between heartbeats.
+        while not stop.wait(HW_REFRESH):
+            with contextlib.suppress(Exception):  # a missed read keeps the last ids
+                gen.fresh = read()
+
+    thread = threading.Thread(target=reader, name="high-watermarks", daemon=True)
     # The bodies live for the whole run: out of the collector's reach, so this process's
     # own GC passes do not show up as server latency.
     gc.collect()
     gc.freeze()
-    stop = asyncio.Event()
-
-    async def refresher() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(Exception):  # a missed read keeps the last ids
-                await refresh()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), HW_REFRESH)
-
     cpu0 = cpu_seconds()
-    hw = asyncio.create_task(refresher())
-    gen.launch()
-    if args.follower_url and args.follower_rate > 0 and nodes:
-        Follower(gen, args.follower_url, nodes[first]).start()
-    await gen.done
+    thread.start()
+    gen.run()
+    user, system = (b - a for a, b in zip(cpu0, cpu_seconds(), strict=True))
     stop.set()
-    await hw
-    cpu = cpu_seconds() - cpu0
+    thread.join()
     admin.close()
     stats = gen.stats
     out = Path(args.out_file)
@@ -671,19 +837,10 @@ async def _run(args: argparse.Namespace) -> None:
                 "follower": stats.follower,
                 "error_times": [round(t, 2) for t in stats.error_times[:2000]],
                 "leader_switches": stats.leader_switches,
-                "cpu_seconds": cpu,
+                "cpu_seconds": user + system,
+                "cpu_user_seconds": user,
+                "cpu_system_seconds": system,
                 "generator": "raw",
             }
         )
     )
-
-
-def run(args: argparse.Namespace) -> None:
-    """One generator process (load.py `--client`); uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(_run(args))
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(_run(args))

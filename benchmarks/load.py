@@ -537,6 +537,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         with daemons(args, workdir, kafka, etcd, history_url) as (leader, follower):
             t0 = time.monotonic()
             result["follower_sees_leader_s"] = wait_follower(follower.url, leader.url)
+            result["leader_serves_s"] = wait_serving(leader.url)
             leader_addr = leader.url.removeprefix("http://")
             workload = Workload(
                 WorkloadConfig(
@@ -655,6 +656,17 @@ def wait_follower(follower: str, leader: str, timeout: float = 60.0) -> float:
                 return round(time.monotonic() - t0, 1)
         time.sleep(0.2)
     raise SystemExit("the follower never learned the leader's address")
+
+
+def wait_serving(url: str, timeout: float = 300.0) -> float:
+    """Seconds until the leader serves: a new leader answers 503 while it loads the map."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/v1/regions", params={"limit": 1}, timeout=30).is_success:
+                return round(time.monotonic() - t0, 1)
+        time.sleep(0.2)
+    raise SystemExit("the leader never served")
 
 
 def collect(
