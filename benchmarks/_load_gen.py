@@ -90,7 +90,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from metasrv.wire import NULL, encode_columns
+from metasrv.model import NULL
+from metasrv.wire import encode_columns
 
 NODE_BASE = 10_000
 """Synthetic datanode ids start here (as in load.py)."""
