@@ -111,7 +111,10 @@ async def test_trim_deletes_only_what_is_older_in_batches(history: History) -> N
 async def test_retention_trims_only_while_leading(history: History) -> None:
     leading = False
     retention = EventRetention(history, 60.0, leading=lambda: leading, interval=0.05)
-    await history.record_events([event(ago=3600, n=1), event(ago=1, n=2)])
+    # The loop trims against the wall clock: ages from now, not from the module's NOW (a
+    # long suite imports this module many minutes before the test runs).
+    late = (datetime.now(UTC) - NOW).total_seconds()
+    await history.record_events([event(ago=3600 - late, n=1), event(ago=1 - late, n=2)])
 
     assert await retention.trim_once() == 0  # a follower deletes nothing
     assert count(history) == 2
