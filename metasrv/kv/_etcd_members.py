@@ -50,6 +50,9 @@ _CHANNEL_OPTIONS = [("grpc.max_reconnect_backoff_ms", int(FAILED_MEMBER_RETRY * 
 """gRPC backs off reconnecting to a member that went away up to 2 minutes by default, and
 fails calls at once meanwhile: a restarted member would look dead that long."""
 
+_ROUND_PAUSE = 0.2
+"""Seconds a repeatable call waits before another round of the members."""
+
 _CONNECTION_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 # gRPC's words when the channel had no connection to put the call on: nothing was sent.
@@ -230,7 +233,8 @@ class EtcdMembers:
 
         Safe means `idempotent` (the caller says running `fn` twice does no harm: reads,
         lease keepalives and revokes), or the failure proves nothing was sent. Attempts
-        stop after one per member or when `budget` seconds are spent; each gets at most
+        stop after one per member (a call safe to repeat goes round the members again) or
+        when `budget` seconds are spent; each gets at most
         `attempt_timeout`, but with `last_waits` the last one gets what is left (so a slow
         but healthy cluster still answers within the budget). The last failure is raised
         (a `grpc.RpcError`).
@@ -248,10 +252,16 @@ class EtcdMembers:
                     raise
                 self.fail(stubs.member, exc)
                 attempts -= 1
-                if attempts <= 0 or end - time.monotonic() < _MIN_ATTEMPT:
+                if end - time.monotonic() < _MIN_ATTEMPT or not (idempotent or never_sent(exc)):
                     raise
-                if not (idempotent or never_sent(exc)):
-                    raise
+                if attempts <= 0:
+                    if not idempotent or len(self.client.endpoints) == 1:
+                        raise
+                    # Every member of a cluster failed once, some at once (members electing a
+                    # new leader answer "leader changed"): a call safe to repeat goes round
+                    # again while its budget lasts, after a short pause.
+                    attempts = len(self.client.endpoints)
+                    time.sleep(min(_ROUND_PAUSE, max(0.0, end - time.monotonic() - _MIN_ATTEMPT)))
 
     def close(self) -> None:
         self.client.close()
