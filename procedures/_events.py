@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import Counter
 
-from metasrv.process import ErrorSink, log_only
+from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.wire import WalEvent
 from procedures._history import History
 
@@ -147,13 +147,15 @@ def trim_interval(retention: float) -> float:
     return min(3600.0, max(1.0, retention / 4))
 
 
-class EventRetention:
+class EventRetention(PeriodicLoop):
     """Deletes events older than `retention` seconds, every `interval`, while `leading()`.
 
     Worker shape: one task, a shutdown event, repeat-safe `stop()`. A retention of 0 keeps
     events for good (the loop does not start). Every replica runs the loop; only the
     leader deletes, so one process works on the shared table at a time.
     """
+
+    task_name = "event-retention"
 
     def __init__(
         self,
@@ -164,45 +166,16 @@ class EventRetention:
         interval: float | None = None,
         on_error: ErrorSink | None = None,
     ) -> None:
+        super().__init__()
         self.history = history
         self.retention = retention
         self.interval = trim_interval(retention) if interval is None else interval
         self._leading = leading
         self._on_error = on_error or log_only("event_retention")
-        self._shutdown = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
         return self.retention > 0
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The running loop, if started."""
-        return self._task
-
-    async def start(self) -> None:
-        """Start the loop (no-op when disabled or already running)."""
-        if self._task is not None or not self.enabled:
-            return
-        self._shutdown.clear()
-        self._task = asyncio.create_task(self._run(), name="event-retention")
-
-    async def stop(self) -> None:
-        """Stop the loop and wait for it; safe to call more than once."""
-        self._shutdown.set()
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def __aenter__(self) -> EventRetention:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def trim_once(self) -> int:
         """Delete what is past the retention now, if leading; returns how many."""

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from metasrv.metrics import Metrics
-from metasrv.process import ErrorSink, log_only
+from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.wire import PurgeRecord
 from procedures.wal_purge._inputs import OFFSETS_WAIT
 from procedures.wal_purge._services import PurgeServices
@@ -69,8 +69,10 @@ def purge_marks(records: Iterable[PurgeRecord]) -> list[PurgeMark]:
     ]
 
 
-class TrendSampler:
+class TrendSampler(PeriodicLoop):
     """Samples retained WAL and completed purges into `ring` while this process leads."""
+
+    task_name = "wal-trend"
 
     def __init__(
         self,
@@ -82,6 +84,7 @@ class TrendSampler:
         purge_capacity: int = PURGE_CAPACITY,
         on_error: ErrorSink | None = None,
     ) -> None:
+        super().__init__()
         """`term()` names the leadership term while this process serves as leader, None
         otherwise. A `sample_interval` of 0 keeps no trend (the loop does not start)."""
         self.services = services
@@ -92,17 +95,10 @@ class TrendSampler:
         )
         self._term = term
         self._on_error = on_error or log_only("wal_trend")
-        self._shutdown = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._sampled_term: int | None = None
         """The term the ring holds; None: nothing (not leading, or not caught up)."""
         self._purges_seen = 0.0
         """`purges_total` when the history was last read into the ring."""
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The running loop, if started."""
-        return self._task
 
     @property
     def enabled(self) -> bool:
@@ -112,29 +108,6 @@ class TrendSampler:
     def term(self) -> int | None:
         """The leadership term the ring's samples belong to (None: no trend kept now)."""
         return self._sampled_term
-
-    async def start(self) -> None:
-        """Start the loop (no-op when disabled or already running)."""
-        if self._task is not None or not self.enabled:
-            return
-        self._shutdown.clear()
-        self._task = asyncio.create_task(self._run(), name="wal-trend")
-
-    async def stop(self) -> None:
-        """Stop the loop and wait for it; safe to call more than once."""
-        self._shutdown.set()
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def __aenter__(self) -> TrendSampler:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _run(self) -> None:
         while not self._shutdown.is_set():
