@@ -2,7 +2,8 @@
 
 Every `wal.auto_prune_interval` ("0s" disables) the leader plans every topic and submits
 a purge for each one whose prune point is above its `pruned_entry_id`; a new leader's first
-round runs as soon as every mapped region has reported in its term; between those
+round runs as soon as every mapped region has reported in its term (an INFO line, "first
+purge round of the term", says when, in seconds from the term's start); between those
 rounds, when `wal.size_trigger` is set, it checks every `SIZE_CHECK_INTERVAL` seconds
 for topics whose estimated reclaimable bytes (reclaimable entries x average record size)
 exceed it (the RFC's size-based alternative). At most `wal.auto_prune_parallelism`
@@ -144,6 +145,7 @@ class PurgeTicker:
         )
         next_full = time.monotonic() + self.interval if self.interval > 0 else float("inf")
         term: Literal["following", "first_round", "steady"] = "following"
+        term_seen = 0.0
         while not self._shutdown.is_set():
             # A new term's first round waits for its regions' reports, not an interval.
             wait = period if term == "steady" else min(period, FIRST_ROUND_CHECK)
@@ -156,11 +158,13 @@ class PurgeTicker:
                 continue
             if term == "following" and self.interval > 0:
                 # The round is due when every region has reported, one interval at most.
-                term, next_full = "first_round", time.monotonic() + self.interval
+                term_seen = time.monotonic()
+                term, next_full = "first_round", term_seen + self.interval
             if term == "first_round" and time.monotonic() < next_full:
                 if not self._every_region_reported():
                     continue
                 next_full = time.monotonic()
+                self._log_first_round(next_full - term_seen)
             full = time.monotonic() >= next_full
             try:
                 await self.tick(size_only=not full)
@@ -169,6 +173,16 @@ class PurgeTicker:
                 self._on_error(exc)
             if full:
                 next_full, term = time.monotonic() + self.interval, "steady"
+
+    def _log_first_round(self, after: float) -> None:
+        """Say when a term's first round became possible: `after` seconds from the first
+        check that saw this process leading (up to FIRST_ROUND_CHECK after the term began)."""
+        logger.info(
+            "first purge round of the term: every mapped region reported, %.1f s after the "
+            "term began",
+            after,
+            extra={"regions": len(self.services.region_map), "after_s": round(after, 3)},
+        )
 
     def _every_region_reported(self) -> bool:
         """True once every mapped region has a stat in this term (DESIGN §2 invariant 3:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+
+import pytest
 
 from procedures import ProcedureState
 from procedures.wal_purge import DATA_LOSS_EVENT, PurgeTicker, submit_purges
@@ -136,7 +139,18 @@ async def test_up_to_date_topic_with_a_lagging_region_gets_a_purge(
     assert view.state is ProcedureState.SKIPPED and view.data["flush"], view
 
 
-async def test_a_new_terms_first_round_runs_once_every_region_reported(leader: Harness) -> None:
+def first_round_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "procedures.wal_purge._ticker"
+        and r.getMessage().startswith("first purge round of the term: every mapped region")
+    ]
+
+
+async def test_a_new_terms_first_round_runs_once_every_region_reported(
+    leader: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     # An hour-long interval: the first round comes from the regions' reports, not the clock.
     h = leader
     topics = [h.topic(n) for n in range(2)]
@@ -145,8 +159,15 @@ async def test_a_new_terms_first_round_runs_once_every_region_reported(leader: H
         h.produce(topic, 20)
     h.report(1, topics[0], flushed=10)
     ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+    caplog.set_level(logging.INFO, logger="procedures.wal_purge._ticker")
     async with ticker:
         await asyncio.sleep(2.5)  # region 2 has not reported: no round yet
         assert h.marker(topics[0]) is None
+        assert first_round_lines(caplog) == []
         h.report(2, topics[1], flushed=8)
         await wait_for(lambda: h.marker(topics[0]) == 10 and h.marker(topics[1]) == 8, 10)
+    # The line that says when the round became possible, once, in seconds into the term.
+    [line] = first_round_lines(caplog)
+    assert line.__dict__["regions"] == 2
+    assert 1.4 <= line.__dict__["after_s"] <= 5.0
+    assert f"{line.__dict__['after_s']:.1f} s after the term began" in line.getMessage()
