@@ -32,11 +32,14 @@ that its own CPU stays small beside the leader's on a 2-core box:
   `sendmsg` of the request head and the body's buffers (with `authorization: Bearer` when
   a token is given); the answer is parsed by its status line and `content-length` only,
   and a 200's JSON is read for its `rejected` list (not at all when it ends in
-  `"rejected":[]}`). A 421 carries `{"error": {"code": "not_leader", "leader": "host:port"
-  | null, ...}}` (api/errors.py): the datanode moves to the named leader when it names
-  another address, as a datanode does; null or its own address means an election is
-  under way. A request unanswered after 30 s counts as `Timeout` and its connection is
-  closed.
+  `"rejected":[]}`). A request unanswered after 30 s counts as `Timeout` and its
+  connection is closed. The loop and the connections are `_raw_http.py`.
+- **Datanodes that follow the leader.** Each datanode knows every metasrv address
+  (`--url`, then `--urls`) and keeps the product's datanode policy (`_failover.py`): a
+  421's named leader (`{"error": {"code": "not_leader", "leader": "host:port" | null}}`,
+  api/errors.py) at once; past a refused, reset or timed-out connection to the next
+  address; after a 503, or an attempt that found no leader, a retry after capped
+  exponential backoff with full jitter. After a 200 it sends on its schedule again.
 - **One thread that wakes once per heartbeat.** An epoll loop sleeps until the next
   heartbeat is due (at most 50 ms), then reads every socket with data and sends what is
   due, at its due time: answers never wake it, so at the design load it wakes about once
@@ -48,7 +51,8 @@ that its own CPU stays small beside the leader's on a 2-core box:
   to the socket (the connect included when the connection had to be opened) to the
   arrival of the answer's last segment as the kernel stamped it (`SO_TIMESTAMPNS`, the
   real-time clock; the read time where no stamp came), so the time an answer waits to be
-  read is not counted; latencies go to an `array('d')`. The schedule and the timeouts run
+  read is not counted; each 200's send time, latency and datanode go to `array`s (the
+  `.lat` file: times, latencies, datanodes). The schedule and the timeouts run
   on `time.monotonic()`. The generator's CPU is `getrusage(RUSAGE_SELF)` user + system
   (every thread: the high-watermark reader's and the Kafka client's included) from after
   the bodies are built to the end of the run, as `cpu_seconds` (with its user and system
@@ -70,25 +74,19 @@ from __future__ import annotations
 import argparse
 import array
 import contextlib
-import errno
 import gc
-import heapq
-import itertools
 import json
-import os
+import random
 import resource
-import select
-import socket
-import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import msgspec
 import numpy as np
 import orjson
+from _failover import Failover
+from _raw_http import Loop, Wire, addr_of, framed, request_head
 
 from metasrv.model import NULL
 from metasrv.wire import encode_columns
@@ -336,255 +334,6 @@ class Node:
         return [self._head, b",".join(self._fragments), b'],"topics":', reports, b"}"]
 
 
-# --- connections --------------------------------------------------------------------------
-
-SO_TIMESTAMPNS = 35
-"""Linux `SO_TIMESTAMPNS` (also the cmsg type; Python's socket module lacks it): the kernel
-stamps what a socket receives with the real-time clock at its arrival."""
-_TIMESPEC = struct.Struct("qq")
-_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
-MAX_SLEEP = 0.05
-"""Longest the loop sleeps: answers wait at most this long to be read (their arrival time
-comes from the kernel, so the wait is not in the latency)."""
-
-
-class Loop:
-    """Timers and non-blocking sockets in one thread. It wakes only for the next timer (a
-    heartbeat due) or after `MAX_SLEEP`, then reads every socket that has data: answers
-    never wake it on their own, so at the design load it wakes about once per heartbeat
-    sent rather than twice."""
-
-    def __init__(self) -> None:
-        self.epoll = select.epoll()
-        self.wires: dict[int, Wire] = {}
-        self.timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = itertools.count()
-        self.connecting = 0
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> None:
-        """`callback()` at `when` (time.monotonic)."""
-        heapq.heappush(self.timers, (when, next(self._seq), callback))
-
-    def watch(self, sock: socket.socket, wire: Wire, write: bool) -> None:
-        self.epoll.register(sock.fileno(), select.EPOLLIN | (select.EPOLLOUT if write else 0))
-        self.wires[sock.fileno()] = wire
-
-    def rewatch(self, sock: socket.socket, write: bool) -> None:
-        self.epoll.modify(sock.fileno(), select.EPOLLIN | (select.EPOLLOUT if write else 0))
-
-    def forget(self, sock: socket.socket) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.epoll.unregister(sock.fileno())
-        self.wires.pop(sock.fileno(), None)
-
-    def run(self, done: Callable[[], bool], each_wake: Callable[[], None]) -> None:
-        timers, poll, wires = self.timers, self.epoll.poll, self.wires
-        while not done():
-            wait = MAX_SLEEP
-            if timers:
-                wait = min(wait, timers[0][0] - time.monotonic())
-            if self.connecting:
-                wait = min(wait, 0.001)
-            if wait > 0:
-                time.sleep(wait)
-            for fd, mask in poll(0):
-                wire = wires.get(fd)
-                if wire is not None:
-                    wire.on_event(mask)
-            each_wake()
-            now = time.monotonic()
-            while timers and timers[0][0] <= now:
-                heapq.heappop(timers)[2]()
-
-
-class Wire:
-    """One keep-alive HTTP/1.1 connection carrying one request at a time, opened on first
-    use and again after it closed. The answer is parsed by its status line and
-    `content-length` only, and handed to `answered` with its arrival time as the kernel
-    stamped it (`SO_TIMESTAMPNS`, real-time clock; the time it was read if not stamped)."""
-
-    def __init__(
-        self,
-        loop: Loop,
-        addr: tuple[str, int],
-        answered: Callable[[int, bytes, float], None],
-        failed: Callable[[str], None],
-    ) -> None:
-        self.loop = loop
-        self.addr = addr
-        self._answered = answered
-        self._failed = failed
-        self.sock: socket.socket | None = None
-        self.connected = False
-        self.busy = False
-        self._writing = False
-        self._out: list[memoryview] = []
-        self._buf = bytearray()
-        self._end = -1  # where the answer ends in _buf; -1: head not read yet
-        self._body_at = 0
-        self._status = 0
-        self._close_after = False
-        self._arrived = 0.0
-
-    def request(self, buffers: list[bytes | bytearray]) -> None:
-        """Send one request; its answer or failure comes through the callbacks."""
-        self.busy = True
-        self._arrived = 0.0
-        self._out = [memoryview(b) for b in buffers]
-        if self.sock is None:
-            try:
-                self._connect()
-            except OSError:
-                self.busy = False
-                self._out = []
-                self._failed("ConnectError")
-                return
-        if self.connected:
-            self._flush()
-
-    def _connect(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        err = sock.connect_ex(self.addr)
-        if err not in (0, errno.EINPROGRESS):
-            sock.close()
-            raise OSError(err, os.strerror(err))
-        self.sock = sock
-        self.connected = err == 0
-        self._writing = not self.connected
-        if not self.connected:
-            self.loop.connecting += 1
-        self.loop.watch(sock, self, self._writing)
-
-    def close(self) -> None:
-        """Close the connection; a request in flight is dropped without a callback."""
-        if self.sock is None:
-            return
-        if not self.connected:
-            self.loop.connecting -= 1
-        self.loop.forget(self.sock)
-        self.sock.close()
-        self.sock = None
-        self.connected = False
-        self.busy = False
-        self._out = []
-        self._buf.clear()
-        self._end = -1
-
-    def _lost(self, reason: str) -> None:
-        busy = self.busy
-        self.close()
-        if busy:
-            self._failed(reason)
-
-    def on_event(self, mask: int) -> None:
-        if self.sock is None:
-            return
-        if not self.connected and mask & (select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP):
-            self.loop.connecting -= 1
-            self.connected = True  # counted down: close() must not count it again
-            if self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                self._lost("ConnectError")
-                return
-        if mask & select.EPOLLOUT:
-            self._flush()
-        if mask & (select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP):
-            self._read()
-
-    def _flush(self) -> None:
-        assert self.sock is not None
-        out = self._out
-        try:
-            sent = self.sock.sendmsg(out) if out else 0
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._lost("ConnectionLost")
-            return
-        while sent and out:
-            size = out[0].nbytes
-            if sent >= size:
-                sent -= size
-                out.pop(0)
-            else:
-                out[0] = out[0][sent:]
-                sent = 0
-        writing = bool(out)
-        if writing != self._writing:
-            self._writing = writing
-            self.loop.rewatch(self.sock, writing)
-
-    def _read(self) -> None:
-        while self.sock is not None:
-            try:
-                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, _ANCILLARY)
-            except BlockingIOError:
-                return
-            except OSError:
-                self._lost("ConnectionLost")
-                return
-            if not data:
-                self._lost("ConnectionLost")
-                return
-            for level, kind, raw in ancillary:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    seconds, nanos = _TIMESPEC.unpack(raw)
-                    self._arrived = seconds + nanos * 1e-9
-            self._buf += data
-            if self._parse():
-                return  # one answer per request: no read that would only find nothing
-
-    def _parse(self) -> bool:
-        """True when the answer is complete (and handed over)."""
-        buf = self._buf
-        if self._end < 0:
-            head_end = buf.find(b"\r\n\r\n")
-            if head_end < 0:
-                return False
-            head = bytes(buf[:head_end]).lower()
-            at = head.find(b"\r\ncontent-length:")
-            if not head.startswith(b"http/1.1 ") or at < 0:
-                self._lost("BadResponse")
-                return True
-            stop = head.find(b"\r\n", at + 2)
-            length = int(head[at + 17 : stop if stop >= 0 else head_end])
-            self._status = int(head[9:12])
-            self._close_after = b"\r\nconnection: close" in head
-            self._body_at = head_end + 4
-            self._end = self._body_at + length
-        if len(buf) < self._end:
-            return False
-        body = bytes(buf[self._body_at : self._end])
-        del buf[: self._end]
-        self._end = -1
-        self.busy = False
-        arrived = self._arrived or time.time()
-        if self._close_after:
-            self.close()
-        self._answered(self._status, body, arrived)
-        return True
-
-
-def _addr(url_or_addr: str) -> tuple[str, int]:
-    parts = urlsplit(url_or_addr if "//" in url_or_addr else f"http://{url_or_addr}")
-    assert parts.hostname is not None and parts.port is not None
-    return parts.hostname, parts.port
-
-
-def request_head(addr: tuple[str, int], content_type: bytes, token: str | None) -> bytes:
-    """The fixed part of a heartbeat request's head, up to the content length's value."""
-    auth = b"authorization: Bearer %b\r\n" % token.encode() if token else b""
-    return (
-        b"POST /v1/heartbeat HTTP/1.1\r\nhost: %b:%d\r\ncontent-type: %b\r\n%bcontent-length: "
-    ) % (addr[0].encode(), addr[1], content_type, auth)
-
-
-def _framed(head: bytes, buffers: list[bytes | bytearray]) -> list[bytes | bytearray]:
-    return [head + b"%d\r\n\r\n" % sum(len(b) for b in buffers), *buffers]
-
-
 # --- the run --------------------------------------------------------------------------------
 
 
@@ -600,8 +349,10 @@ class Stats:
         self.follower: dict[str, int] = {}
         self.times: array.array[float] = array.array("d")
         self.latencies: array.array[float] = array.array("d")
+        self.nodes: array.array[int] = array.array("i")  # each 200's datanode
         self.error_times: list[float] = []
         self.leader_switches = 0
+        """Moves to another metasrv address (a 421's leader, or away from a failure)."""
 
     def error(self, key: str, at: float) -> None:
         self.errors[key] = self.errors.get(key, 0) + 1
@@ -619,8 +370,11 @@ class Generator:
         self.stats = Stats()
         self.content_type = CONTENT_TYPES[args.encoding]
         self.token: str | None = getattr(args, "token", None) or None
-        self.leader = _addr(args.url)
+        self.leader = addr_of(args.url)
         self.heads = {self.leader: request_head(self.leader, self.content_type, self.token)}
+        # Every metasrv address a datanode knows: the first leader, then the others.
+        others = [addr_of(u) for u in (getattr(args, "urls", None) or "").split(",") if u]
+        self.addrs = [self.leader, *others]
         # The run's window on the monotonic clock (start_at is wall time, shared with the
         # driver and the other generator processes).
         offset = time.monotonic() - time.time()
@@ -665,9 +419,10 @@ class Datanode:
 
     def __init__(self, gen: Generator, node: int) -> None:
         self.gen = gen
+        self.node = node
         self.body = gen.nodes[node]
-        self.target = gen.leader
-        self.wire = Wire(gen.loop, self.target, self._answered, self._failed)
+        self.route = Failover(gen.addrs, gen.args.interval, random.Random(node))
+        self.wire = Wire(gen.loop, self.route.current, self._answered, self._failed)
         rng = np.random.default_rng(node)
         self.next_at = gen.start + float(rng.random()) * gen.args.interval
         self.t0 = 0.0
@@ -692,7 +447,7 @@ class Datanode:
             gen.running -= 1
             return
         self.next_at += gen.args.interval
-        buffers = _framed(gen.head(self.target), self.body.advance())
+        buffers = framed(gen.head(self.route.current), self.body.advance())
         self.inflight = True
         self.t0 = time.monotonic()
         self.sent_wall = time.time()
@@ -719,25 +474,34 @@ class Datanode:
                 stats.rejected_regions[reason] = stats.rejected_regions.get(reason, 0) + 1
             stats.times.append(sent_at)
             stats.latencies.append(max(0.0, arrived - self.sent_wall))
+            stats.nodes.append(self.node)
+            self.route.served()
+            self._schedule()
+            return
+        stats.error(f"http_{status}", sent_at)
+        if status == 421:
+            # As a datanode does (`_failover.py`): to the leader the 421 names, at once.
+            named = orjson.loads(body)["error"].get("leader")
+            self._retry(self.route.not_leader(addr_of(named) if named else None))
         else:
-            if status == 421:
-                # As a datanode does: go to the leader the 421 names (if it names another
-                # one; null or itself means an election is under way).
-                named = orjson.loads(body)["error"].get("leader")
-                if named and _addr(named) != self.target:
-                    self.target = _addr(named)
-                    self.wire.close()
-                    self.wire = Wire(gen.loop, self.target, self._answered, self._failed)
-                    stats.leader_switches += 1
-            stats.error(f"http_{status}", sent_at)
-        self._schedule()
+            self._retry(self.route.loading())
 
     def _failed(self, reason: str) -> None:
         if not self.inflight:
             return
         self.inflight = False
         self.gen.stats.error(reason, self.sent_wall - self.gen.wall_start)
-        self._schedule()
+        self._retry(self.route.unreachable())
+
+    def _retry(self, delay: float) -> None:
+        """Send again after `delay` seconds (0: at once), to the route's current address."""
+        gen = self.gen
+        if self.route.current != self.wire.addr:
+            self.wire.close()
+            self.wire = Wire(gen.loop, self.route.current, self._answered, self._failed)
+            gen.stats.leader_switches += 1
+        self.next_at = time.monotonic() + delay
+        gen.loop.call_at(self.next_at, self.fire)
 
 
 class Follower:
@@ -747,7 +511,7 @@ class Follower:
     def __init__(self, gen: Generator, url: str, body: Node) -> None:
         self.gen = gen
         self.body = body
-        addr = _addr(url)
+        addr = addr_of(url)
         self.head = gen.head(addr)
         self.wire = Wire(gen.loop, addr, self._answered, self._failed)
         self.pause = 1.0 / gen.args.follower_rate
@@ -759,7 +523,7 @@ class Follower:
         if time.monotonic() >= self.gen.end:
             self.wire.close()
             return
-        self.wire.request(_framed(self.head, self.body.buffers()))
+        self.wire.request(framed(self.head, self.body.buffers()))
 
     def _count(self, key: str) -> None:
         counts = self.gen.stats.follower
@@ -826,6 +590,7 @@ def run(args: argparse.Namespace) -> None:
     with out.with_suffix(".lat").open("wb") as fh:
         stats.times.tofile(fh)
         stats.latencies.tofile(fh)
+        stats.nodes.tofile(fh)
     out.write_text(
         json.dumps(
             {

@@ -927,7 +927,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
-    for hidden in ("--url", "--leader-addr", "--node-range", "--out-file", "--prefix"):
+    for hidden in ("--url", "--urls", "--leader-addr", "--node-range", "--out-file", "--prefix"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--follower-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
