@@ -105,8 +105,16 @@ def kv_store(kind: str, prefix: str, code: Path) -> Iterator[tuple[KvBackend, di
 
 
 def start_daemon(
-    code: Path, workdir: Path, name: str, kv: dict[str, Any], prefix: str, lease: int
+    code: Path,
+    workdir: Path,
+    name: str,
+    kv: dict[str, Any],
+    prefix: str,
+    lease: int,
+    *,
+    prune_interval: str = "0s",
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`metasrv start` from `code` (its log: `workdir/<name>.log`); its process and URL."""
     port = free_port()
     endpoints = endpoints_of(StackConfig.from_env())
     config = workdir / f"{name}.toml"
@@ -117,7 +125,7 @@ def start_daemon(
                     "broker_endpoints": [endpoints.kafka_bootstrap],
                     "num_topics": 64,
                     "topic_name_prefix": f"{prefix}_wal",
-                    "auto_prune_interval": "0s",
+                    "auto_prune_interval": prune_interval,
                 },
                 "http": {"addr": f"127.0.0.1:{port}"},
                 "kv": kv,
