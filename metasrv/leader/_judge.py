@@ -62,10 +62,14 @@ class Judged:
     """Regions reporting for the first time, on their mapped topic."""
     fresh_topics: tuple[list[str], np.ndarray] | None = None
     """Their topics (names, and an index into them per region), for `StatTable.insert`."""
+    fresh_slots: np.ndarray | None = None
+    """Their prepared slots (`StatTable.prepare`), -1 for a region without one."""
     accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
     """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
     changed: list[int] = field(default_factory=list)
     """Regions whose prunable id or node changed: their checkpoints are dirty."""
+    changed_columns: list[np.ndarray] = field(default_factory=list)
+    """More of them, a column at a time."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     misrouted: list[RegionStat] = field(default_factory=list)
     ignored_claims: int = 0
@@ -259,7 +263,8 @@ class HeartbeatJudge:
         regressed &= valid
         rest = ~(steady | regressed)
         if rest.any():
-            fresh = self._first_reports(node_id, cols, rest & (slots < 0) & valid, out)
+            first = (slots < 0) | table.prepared_for(slots, cols.topic_names, cols.topic)
+            fresh = self._first_reports(cols, rest & first & valid, slots, out)
             if fresh is not None:
                 rest[fresh] = False
         if rest.any():
@@ -284,30 +289,41 @@ class HeartbeatJudge:
         # region dirty. Most heartbeats of an idle region change nothing.
         dirty = table.checkpoint_changed(held, node_id, accepted.prunable)
         if dirty.any():
-            out.changed.extend(accepted.ids[dirty].tolist())
+            out.changed_columns.append(accepted.ids[dirty])
 
     def _first_reports(
-        self, node_id: int, cols: Columns, new: np.ndarray, out: Judged
+        self, cols: Columns, new: np.ndarray, slots: np.ndarray, out: Judged
     ) -> np.ndarray | None:
-        """Accept, a column at a time, the regions of `new` (valid ids, no row yet) that
-        the map has on the topic they name; return their mask (None: there were none).
-        The others (unmapped, misrouted) are left to `_judge`."""
+        """Accept, a column at a time, the regions of `new` (valid ids, no row yet; a
+        slot prepared for the topic they name, or none) that the map has on the topic
+        they name; return their mask (None: there were none). The others (unmapped,
+        misrouted) are left to `one_by_one`."""
         at = np.flatnonzero(new)
         if not len(at):
             return None
         names = cols.topic_names
-        named = [names[i] for i in cols.topic[at].tolist()]
-        # Mapped on the topic it names, one C-level pass (a new leader hears a million
-        # regions for the first time within one heartbeat interval).
-        routes = map(self._region_map.routes.get, cols.region_id[at].tolist(), repeat(_NO_ROUTE))
-        mapped = np.fromiter(map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(at))
+        # A slot prepared for the named topic is the map's word (`StatTable.prepare`,
+        # the mapped regions when the term began; a removed region's slot is dropped).
+        mapped = slots[at] >= 0
+        unprepared = np.flatnonzero(~mapped)
+        if len(unprepared):
+            # Regions mapped during the term: the route, one C-level pass.
+            look = at[unprepared]
+            named = [names[i] for i in cols.topic[look].tolist()]
+            routes = map(
+                self._region_map.routes.get, cols.region_id[look].tolist(), repeat(_NO_ROUTE)
+            )
+            mapped[unprepared] = np.fromiter(
+                map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(look)
+            )
         if not mapped.any():
             return None
         new = np.zeros(len(new), bool)
         new[at[mapped]] = True
         out.fresh = _accepted(cols, new, out)
         out.fresh_topics = (names, cols.topic[new])
-        out.changed.extend(out.fresh.ids.tolist())  # a first checkpoint for each
+        out.fresh_slots = slots[new]
+        out.changed_columns.append(out.fresh.ids)  # a first checkpoint for each
         return new
 
 

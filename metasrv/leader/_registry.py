@@ -198,6 +198,11 @@ class RegionRegistry:
         """Size the table for `regions` rows (the mapped regions, when leadership begins)."""
         self.table.reserve(regions)
 
+    def prepare(self, topic_regions: Iterable[tuple[str, Iterable[int]]]) -> int:
+        """A slot for every mapped region (topic, its region ids) before it reports, so
+        a new term's first round is judged a column at a time (`StatTable.prepare`)."""
+        return self.table.prepare(topic_regions)
+
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
         self.table = StatTable()

@@ -1,13 +1,19 @@
 """The registry's region rows, stored as columns (numpy arrays indexed by slot).
 
 A heartbeat of a thousand regions is a handful of whole-column operations: look the
-slots up (one C-level dict pass, or none: `SlotMemo`), judge the reported values against
-the stored ones (`StatTable.judge`) and assign them in place (`StatTable.assign`). No
-object is built per region on that path, and nothing here is tracked by the garbage
-collector. The columns are the table's own: readers and writers go through operations
-that say what they do to rows, `StatRow`s are built only when read (`_stat_rows.py`),
-every row names one topic (`_topic_index.py`), and `TopicRows` is one topic's rows as a
-read-only mapping (`_topic_rows.py`).
+slots up (by bisection, a C-level dict pass, or not at all: `SlotMemo`), judge the
+reported values against the stored ones (`StatTable.judge`) and assign them in place
+(`StatTable.assign`). No object is built per region on that path, and nothing here is
+tracked by the garbage collector. The columns (`_stat_columns.py`) are the table's own:
+readers and writers go through operations that say what they do to rows, `StatRow`s are
+built only when read (`_stat_rows.py`), every row names one topic (`_topic_index.py`),
+and `TopicRows` is one topic's rows as a read-only mapping (`_topic_rows.py`).
+
+A new leader's table is `prepare`d with a slot for every mapped region, before any
+heartbeat: the index is built once, from the map, a C-level pass, so a region's first
+report is a column operation like every later one (no insert into a million-entry
+dict per region while the first round of a million reports arrives). A prepared row is
+not a row until its region reports: it is in no topic's members, not counted, not read.
 """
 
 from __future__ import annotations
@@ -20,12 +26,10 @@ from typing import Final
 import numpy as np
 
 from metasrv.leader._slot_memo import SlotMemo
-from metasrv.leader._stat_rows import RowColumns, RowValues, StatRow, nullable, or_null
-from metasrv.leader._topic_index import TopicIndex
+from metasrv.leader._stat_columns import INITIAL_CAPACITY, VALUE_COLUMNS, StatColumns
+from metasrv.leader._stat_rows import RowValues, StatRow, or_null
 from metasrv.leader._topic_rows import TopicRows
 from metasrv.model import NULL
-
-_INITIAL_CAPACITY: Final = 1024
 
 
 def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
@@ -40,18 +44,6 @@ def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
     return manifest is None or old_manifest is None or manifest >= old_manifest
 
 
-_VALUE_COLUMNS: Final = (
-    "_node",
-    "_flushed",
-    "_latest",
-    "_memtable",
-    "_manifest",
-    "_received",
-    "_prunable",
-)
-"""The columns a row's values live in (beside `_ids` and `_topic`), in the order
-`_write` takes them."""
-
 _TOPIC_OF: Final = attrgetter("topic")
 _NODE_OF: Final = attrgetter("node_id")
 _FLUSHED_OF: Final = attrgetter("flushed_entry_id")
@@ -62,33 +54,25 @@ _RECEIVED_OF: Final = attrgetter("received_at")
 _PRUNABLE_OF: Final = attrgetter("prunable_entry_id")
 
 
-class StatTable:
+class StatTable(StatColumns):
     """Region rows as columns; see the module docstring.
 
     A slot (`lookup`) is a row's place in the columns: valid until the row is discarded,
     and what the batch operations (`judge`, `checkpoint_changed`, `assign`) take.
     """
 
-    def __init__(self, capacity: int = _INITIAL_CAPACITY) -> None:
+    def __init__(self, capacity: int = INITIAL_CAPACITY) -> None:
+        super().__init__(capacity)
         self._slot: dict[int, int] = {}
         """Region id -> slot."""
-        self._topics = TopicIndex()
         self._free: list[int] = []
         self._discards = 0
         """Rows discarded so far: a slot `remember`ed before a discard may be reused."""
         self._memo = SlotMemo()
-        self._end = 0
-        """Slots below this have been used; the free ones are in `_free`."""
-        self._ids = np.zeros(capacity, np.int64)
-        self._topic = np.full(capacity, -1, np.int32)
-        """Topic code (`TopicIndex.code_of`), -1 for a free slot."""
-        self._node = np.zeros(capacity, np.int64)
-        self._flushed = np.zeros(capacity, np.int64)
-        self._latest = np.full(capacity, NULL, np.int64)
-        self._memtable = np.zeros(capacity, np.int64)
-        self._manifest = np.full(capacity, NULL, np.int64)
-        self._prunable = np.zeros(capacity, np.int64)
-        self._received = np.zeros(capacity, np.float64)
+        self._prepared = 0
+        """Slots prepared whose region has not reported (in `_slot`, not rows)."""
+        self._sorted = (0, 0)
+        """Slots `prepare` laid out in region id order (start, stop)."""
 
     # --- reading ---------------------------------------------------------------------
 
@@ -97,24 +81,39 @@ class StatTable:
         return self._topics.topics()
 
     def __len__(self) -> int:
-        return len(self._slot)
+        return len(self._slot) - self._prepared
 
     def __contains__(self, region_id: object) -> bool:
-        return region_id in self._slot
-
-    @property
-    def capacity(self) -> int:
-        """Rows the columns hold before they grow (`reserve`)."""
-        return len(self._ids)
+        slot = self._slot.get(region_id)  # type: ignore[call-overload]
+        return slot is not None and self._topic[slot] >= 0
 
     def get(self, region_id: int) -> StatRow | None:
         """The region's row, or None when it has none."""
         slot = self._slot.get(region_id)
-        return None if slot is None else self.row(slot)
+        return None if slot is None or self._topic[slot] < 0 else self.row(slot)
 
     def lookup(self, region_ids: list[int]) -> np.ndarray:
-        """Each region's slot, -1 for a region without a row (one C-level pass)."""
-        return np.fromiter(map(self._slot.get, region_ids, repeat(-1)), np.intp, len(region_ids))
+        """Each region's slot, -1 for a region without one (one C-level pass). A
+        prepared slot (no row yet) is a slot: `judge` and `prepared_for` tell them apart.
+
+        Regions `prepare`d are found by bisection in their sorted slots, a column at a
+        time (a million-entry dict costs a cache miss or two per region); the others, and
+        any whose slot has changed hands since, in the index."""
+        start, stop = self._sorted
+        if stop == start:
+            return np.fromiter(
+                map(self._slot.get, region_ids, repeat(-1)), np.intp, len(region_ids)
+            )
+        ids = np.array(region_ids, np.int64)
+        at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
+        # A slot in use whose region is the one sought is that region's slot.
+        held = (self._ids[at] == ids) & ((self._topic[at] >= 0) | (self._expect[at] >= 0))
+        slots = np.where(held, at, -1)
+        missed = np.flatnonzero(~held).tolist()
+        if missed:
+            get = self._slot.get
+            slots[missed] = [get(region_ids[i], -1) for i in missed]
+        return slots
 
     def recall(self, key: int, region_ids: np.ndarray) -> np.ndarray | None:
         """The slots `remember`ed under `key` if `region_ids` are the same ids in the same
@@ -136,16 +135,30 @@ class StatTable:
         """Reported values against the stored rows, a column at a time, per slot of
         `slots` (-1: no row): (the row names the reported topic `topic_names[topics]`
         and the report moves it forward, the row names it and the report `regresses`).
-        `manifest` None: every reported manifest version is null."""
+        `manifest` None: every reported manifest version is null. A prepared slot's
+        row names no topic (`prepared_for`)."""
         found = slots >= 0
         held = np.where(found, slots, 0)  # slot 0 stands in for the others; masked out
-        named = found & (self._topic[held] == self._topics.codes_of(topic_names)[topics])
+        stored = self._topic[held]  # -1 for a prepared slot: no row yet
+        named = found & (stored >= 0) & (stored == self._topics.codes_of(topic_names)[topics])
         regressed = named & (flushed < self._flushed[held])
         if regressed.any() and manifest is not None:
             old_manifest = self._manifest[held]
             recreated = (manifest != NULL) & (old_manifest != NULL) & (manifest < old_manifest)
             regressed &= ~recreated
         return named & ~regressed, regressed
+
+    def prepared_for(
+        self, slots: np.ndarray, topic_names: Sequence[str], topics: np.ndarray
+    ) -> np.ndarray:
+        """Per slot of `slots` (-1: none): whether it is prepared (`prepare`) for a region
+        mapped to the reported topic `topic_names[topics]`."""
+        held = np.where(slots >= 0, slots, 0)  # slot 0 stands in for the others; masked out
+        expected: np.ndarray = (slots >= 0) & (
+            self._expect[held] == self._topics.codes_of(topic_names)[topics]
+        )
+        expected &= self._expect[held] >= 0
+        return expected
 
     def checkpoint_changed(
         self, slots: np.ndarray, node_id: int, prunable: np.ndarray
@@ -161,77 +174,12 @@ class StatTable:
         ids = list(region_ids)
         slots = self.lookup(ids)
         found = slots >= 0
+        found[found] = self._topic[slots[found]] >= 0
         if not found.all():
             ids = [rid for rid, ok in zip(ids, found.tolist(), strict=True) if ok]
             slots = slots[found]
         pairs = zip(self._node[slots].tolist(), self._prunable[slots].tolist(), strict=True)
         return dict(zip(ids, pairs, strict=True))
-
-    def row(self, slot: int) -> StatRow:
-        """The row stored in `slot`."""
-        latest = int(self._latest[slot])
-        manifest = int(self._manifest[slot])
-        return StatRow(
-            int(self._node[slot]),
-            self._topics.names[self._topic[slot]],
-            int(self._flushed[slot]),
-            None if latest == NULL else latest,
-            int(self._memtable[slot]),
-            None if manifest == NULL else manifest,
-            float(self._received[slot]),
-            int(self._prunable[slot]),
-        )
-
-    def rows(self, slots: np.ndarray) -> list[StatRow]:
-        """The rows in `slots`, in order, a column at a time."""
-        if not len(slots):
-            return []
-        names = self._topics.names
-        return list(
-            map(
-                StatRow,
-                self._node[slots].tolist(),
-                [names[c] for c in self._topic[slots].tolist()],
-                self._flushed[slots].tolist(),
-                nullable(self._latest[slots]),
-                self._memtable[slots].tolist(),
-                nullable(self._manifest[slots]),
-                self._received[slots].tolist(),
-                self._prunable[slots].tolist(),
-            )
-        )
-
-    def received_at(self, slots: np.ndarray) -> np.ndarray:
-        """The rows' receive times (monotonic clock), per slot."""
-        received: np.ndarray = self._received[slots]
-        return received
-
-    def prunable_at(self, slots: np.ndarray) -> np.ndarray:
-        """The rows' prunable entry ids, per slot."""
-        prunable: np.ndarray = self._prunable[slots]
-        return prunable
-
-    @property
-    def end(self) -> int:
-        """Every row's slot is below this."""
-        return self._end
-
-    def columns(self, start: int = 0, stop: int | None = None) -> RowColumns:
-        """Copies of the rows in slots `start` to `stop` (to `end` when None), as of now."""
-        stop = self._end if stop is None else min(stop, self._end)
-        used = np.flatnonzero(self._topic[start:stop] >= 0) + start
-        return RowColumns(
-            list(self._topics.names),
-            self._ids[used],
-            self._topic[used],
-            self._node[used],
-            self._flushed[used],
-            self._latest[used],
-            self._memtable[used],
-            self._manifest[used],
-            self._received[used],
-            self._prunable[used],
-        )
 
     def topic_rows(self, topic: str) -> TopicRows:
         """The live rows naming `topic` (empty when none)."""
@@ -264,6 +212,9 @@ class StatTable:
         slot = self._slot.get(region_id)
         if slot is None:
             slot = self._allocate(region_id)
+            self._topics.join(topic, (region_id,), (slot,))
+        elif self._topic[slot] < 0:  # prepared: its first row
+            self._unprepare(np.array([slot], np.intp))
             self._topics.join(topic, (region_id,), (slot,))
         else:
             old = self._topics.names[self._topic[slot]]
@@ -298,6 +249,7 @@ class StatTable:
         self._insert(
             region_ids,
             np.fromiter(map(codes.__getitem__, topics), np.int32, len(topics)),
+            None,
             np.array(list(map(_NODE_OF, rows)), np.int64),
             np.array(list(map(_FLUSHED_OF, rows)), np.int64),
             np.array(or_null(list(map(_LATEST_OF, rows))), np.int64),
@@ -314,18 +266,23 @@ class StatTable:
         topics: np.ndarray,
         node_id: int,
         received: float,
+        slots: np.ndarray | None = None,
     ) -> None:
         """Rows for distinct regions that have none (the caller checked), a column at a
         time: a datanode's first heartbeat, or every region's first report to a new
-        leader. Region `values.ids[i]` names topic `topic_names[topics[i]]`."""
+        leader. Region `values.ids[i]` names topic `topic_names[topics[i]]`; `slots`, when
+        given, are the regions' prepared slots (`prepared_for`), -1 where none."""
         if not len(values):
             return
         lut = np.full(len(topic_names), -1, np.int32)
         for i in np.unique(topics).tolist():
             lut[i] = self._topics.code_of(topic_names[i])
+        if slots is not None:
+            self._unprepare(slots[slots >= 0])
         self._insert(
             values.ids.tolist(),
             lut[topics],
+            slots,
             node_id,
             values.flushed,
             values.latest,
@@ -339,23 +296,19 @@ class StatTable:
         self,
         region_ids: list[int],
         topics: np.ndarray,
+        prepared: np.ndarray | None,
         *values: int | float | np.ndarray,
     ) -> None:
         """Rows for distinct regions without one; `topics` are codes (`TopicIndex`),
-        `values` the value columns (`_VALUE_COLUMNS`, in that order)."""
+        `prepared` the regions' prepared slots (-1: none; None: none has one), `values`
+        the value columns (`VALUE_COLUMNS`, in that order)."""
         n = len(region_ids)
         if n == 0:
             return
-        slots = self._free[-n:][::-1]
-        del self._free[len(self._free) - len(slots) :]
-        more = n - len(slots)
-        if more:
-            if self._end + more > len(self._ids):
-                self._grow(max(2 * len(self._ids), self._end + more))
-            slots += range(self._end, self._end + more)
-            self._end += more
-        self._slot.update(zip(region_ids, slots, strict=True))
-        at = np.array(slots, np.intp)
+        if prepared is not None and bool((prepared >= 0).all()):
+            at = prepared  # the index holds them already (`prepare`)
+        else:
+            at = self._new_slots(region_ids, prepared)
         # Membership by topic: one dict update per run of a topic.
         order = np.argsort(topics, kind="stable")
         codes = topics[order]
@@ -370,17 +323,35 @@ class StatTable:
         self._topic[at] = topics
         self._write(at, *values)
 
-    def _write(self, slots: np.ndarray, *values: int | float | np.ndarray) -> None:
-        """Set the value columns (`_VALUE_COLUMNS`, in that order) of `slots`."""
-        for name, column in zip(_VALUE_COLUMNS, values, strict=True):
-            getattr(self, name)[slots] = column
+    def _new_slots(self, region_ids: list[int], prepared: np.ndarray | None) -> np.ndarray:
+        """Slots for `region_ids` (their `prepared` ones where they have one, -1 where
+        not), put in the index."""
+        if prepared is not None:
+            fresh = np.flatnonzero(prepared < 0).tolist()
+            at = prepared.copy()
+            at[fresh] = self._new_slots([region_ids[i] for i in fresh], None)
+            return at
+        n = len(region_ids)
+        slots = self._free[-n:][::-1]
+        del self._free[len(self._free) - len(slots) :]
+        more = n - len(slots)
+        if more:
+            if self._end + more > len(self._ids):
+                self._grow(max(2 * len(self._ids), self._end + more))
+            slots += range(self._end, self._end + more)
+            self._end += more
+        self._slot.update(zip(region_ids, slots, strict=True))
+        return np.array(slots, np.intp)
 
     def discard(self, region_id: int) -> None:
         """Forget a region's row (no-op when it has none)."""
         slot = self._slot.pop(region_id, None)
         if slot is None:
             return
-        self._topics.leave(self._topics.names[self._topic[slot]], region_id)
+        if self._topic[slot] >= 0:
+            self._topics.leave(self._topics.names[self._topic[slot]], region_id)
+        else:
+            self._unprepare(np.array([slot], np.intp))
         self._topic[slot] = -1
         self._free.append(slot)
         self._discards += 1
@@ -397,28 +368,38 @@ class StatTable:
         self._ids[slot] = region_id
         return slot
 
-    def reserve(self, capacity: int) -> None:
-        """Make room for `capacity` rows now (a new leader, before the first reports of
-        every mapped region: growing then would copy every column while they arrive)."""
-        if capacity > len(self._ids):
-            self._grow(capacity)
+    def prepare(self, topic_regions: Iterable[tuple[str, Iterable[int]]]) -> int:
+        """A slot for each (topic, its region ids) region that has none, before it
+        reports (a new leader, from the map); return the slots prepared. Regions must be
+        distinct."""
+        ids: list[int] = []
+        codes: list[np.ndarray] = []
+        index = self._slot
+        for topic, regions in topic_regions:
+            known = list(regions) if not index else [r for r in regions if r not in index]
+            ids += known
+            codes.append(np.full(len(known), self._topics.code_of(topic), np.int32))
+        n = len(ids)
+        if not n:
+            return 0
+        # New slots in region id order, so `lookup` can find them by bisection.
+        column = np.array(ids, np.int64)
+        order = np.argsort(column, kind="stable")
+        start, stop = self._end, self._end + n
+        if stop > len(self._ids):
+            self._grow(stop)
+        self._end = stop
+        self._slot.update(zip(column[order].tolist(), range(start, stop), strict=True))
+        self._ids[start:stop] = column[order]
+        self._expect[start:stop] = np.concatenate(codes)[order]
+        self._sorted = (start, stop)
+        self._prepared += n
+        return n
 
-    def _grow(self, capacity: int) -> None:
-        for name, fill in (
-            ("_ids", 0),
-            ("_topic", -1),
-            ("_node", 0),
-            ("_flushed", 0),
-            ("_latest", NULL),
-            ("_memtable", 0),
-            ("_manifest", NULL),
-            ("_prunable", 0),
-            ("_received", 0),
-        ):
-            old: np.ndarray = getattr(self, name)
-            new = np.full(capacity, fill, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+    def _unprepare(self, slots: np.ndarray) -> None:
+        """Prepared `slots` now hold rows (or were discarded)."""
+        self._expect[slots] = -1
+        self._prepared -= len(slots)
 
     # --- copies ----------------------------------------------------------------------
 
@@ -430,7 +411,7 @@ class StatTable:
         taken = np.concatenate(slots) if slots else np.zeros(0, np.intp)
         out = StatTable(max(len(taken), 1))
         n = len(taken)
-        for name in ("_ids", *_VALUE_COLUMNS):
+        for name in ("_ids", *VALUE_COLUMNS):
             getattr(out, name)[:n] = getattr(self, name)[taken]
         start = 0
         for topic, topic_slots in zip(names, slots, strict=True):

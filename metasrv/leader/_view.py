@@ -83,6 +83,7 @@ class LeaderView:
 
     def _ready(self) -> bool:
         self.registry.reserve(len(self.region_map))  # every mapped region reports soon
+        self.registry.prepare(self.region_map.routes_by_topic().items())
         gc.freeze()
         return True
 

@@ -247,3 +247,75 @@ def test_insert_names_topics_through_the_reports_names() -> None:
     }
     steady, _ = table.judge(table.lookup([5, 6]), ["y"], np.array([0, 0]), np.array([1, 2]), None)
     assert steady.tolist() == [True, False]  # 6 names x
+
+
+def values(ids: list[int], flushed: int = 5) -> RowValues:
+    n = len(ids)
+    return RowValues(
+        ids=np.array(ids),
+        flushed=np.full(n, flushed),
+        latest=np.full(n, NULL),
+        memtable=np.zeros(n, np.int64),
+        manifest=np.full(n, 3),
+        prunable=np.full(n, flushed),
+    )
+
+
+def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
+    table = StatTable()
+    assert table.prepare([("a", [30, 10]), ("b", [20])]) == 3
+    assert len(table) == 0 and 10 not in table and table.get(10) is None
+    assert table.topics() == [] and len(table.topic_rows("a")) == 0
+    assert len(table.columns()) == 0 and table.checkpoints([10, 20]) == {}
+    slots = table.lookup([10, 20, 30, 99])
+    assert (slots[:3] >= 0).all() and slots[3] == -1
+    # No row names any topic, not even one no row has named yet (code -1).
+    steady, regressed = table.judge(slots, ["zz", "a"], np.array([0, 1, 1, 1]), np.zeros(4), None)
+    assert not steady.any() and not regressed.any()
+    assert table.prepared_for(slots, ["a", "b"], np.array([0, 1, 0, 0])).tolist() == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert table.prepared_for(slots, ["b"], np.zeros(4, np.int64)).tolist() == [
+        False,
+        True,
+        False,
+        False,
+    ]
+
+    table.insert(values([10, 20]), ["a", "b"], np.array([0, 1]), 7, 1.0, slots[:2])
+    assert len(table) == 2 and table.lookup([10, 20]).tolist() == slots[:2].tolist()
+    assert table.get(10) == StatRow(7, "a", 5, None, 0, 3, 1.0, 5)
+    assert sorted(table.topic_rows("b")) == [20] and table.checkpoints([10, 30]) == {10: (7, 5)}
+    table.discard(30)  # prepared, never reported
+    assert len(table) == 2 and table.lookup([30]).tolist() == [-1]
+    table.put(30, row(1, "a"))  # back through the per-region path
+    assert len(table) == 3 and sorted(table.topic_rows("a")) == [10, 30]
+
+
+def test_lookup_by_bisection_agrees_with_the_index_through_discards_and_reuse() -> None:
+    rng = np.random.default_rng(3)
+    ids = rng.choice(10**9, 400, replace=False).tolist()
+    prepared, plain = StatTable(), StatTable()
+    prepared.prepare([("a", ids[:200]), ("b", ids[200:300])])
+    for step in range(600):
+        rid = ids[int(rng.integers(0, len(ids)))]
+        if rng.random() < 0.3:
+            prepared.discard(rid)
+            plain.discard(rid)
+        else:
+            r = row(step, "a" if rng.random() < 0.5 else "b")
+            prepared.put(rid, r)
+            plain.put(rid, r)
+        if step % 50 == 0:
+            probe = [*ids, 7, 8]
+            slots = prepared.lookup(probe).tolist()
+            for region_id, slot in zip(probe, slots, strict=True):
+                expected = plain.get(region_id)
+                assert prepared.get(region_id) == expected, step
+                if expected is not None:  # its slot holds its row
+                    assert slot >= 0 and prepared.rows(np.array([slot]))[0] == expected, step
+            assert slots[-2:] == [-1, -1]
+    assert len(prepared) == len(plain)
