@@ -164,7 +164,9 @@ class Draws:
     def take(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """`k` lags and `k` memtable sizes (k <= a node's regions)."""
         at = self._at
-        self._at = (at + k) % (self.size - k)
+        if at + k > self.size:
+            at = 0
+        self._at = at + k
         return self.lag[at : at + k], self.memtable[at : at + k]
 
 
