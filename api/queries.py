@@ -170,16 +170,33 @@ async def topic_views(rt: Runtime, topics: Sequence[str] | None = None) -> list[
     ]
 
 
+PLAN_GAUGES_SHARE = 0.1
+"""The most of the leader's time scrapes spend planning: a scrape plans anew only when
+the gauges are older than the last scrape's planning took, divided by this. Planning
+every topic takes a few milliseconds for a small map (every scrape plans) and about a
+second at a million regions while a new term's first reports arrive (scrapes then share
+one plan for ten seconds), so Prometheus servers, dashboards and operators scraping
+every few seconds never hold the heartbeats for long."""
+
+
 async def refresh_metrics(rt: Runtime) -> None:
-    """Refresh per-topic gauges on the leader; Kafka or kv trouble only skips the refresh."""
+    """Refresh per-topic gauges on the leader unless they are fresh enough
+    (`PLAN_GAUGES_SHARE`; one refresh at a time: a scrape arriving during one waits for
+    it); Kafka or kv trouble only skips the refresh."""
     if not rt.serving:
         return
-    try:
-        plans = await compute_plans(rt)
-    except MetasrvError as exc:
-        logger.warning("metrics refresh skipped", extra={"error": str(exc)})
-        return
-    export_gauges(rt.metrics, plans, rt.registry.topic_stats())
+    metrics = rt.metrics
+    async with rt.gauges_lock:
+        started = time.monotonic()
+        if started - metrics.plan_gauges_at < metrics.plan_gauges_cost / PLAN_GAUGES_SHARE:
+            return
+        try:
+            plans = await compute_plans(rt)
+        except MetasrvError as exc:
+            logger.warning("metrics refresh skipped", extra={"error": str(exc)})
+            return
+        export_gauges(metrics, plans, rt.registry.topic_stats())
+        metrics.plan_gauges_cost = time.monotonic() - started
 
 
 async def readiness(rt: Runtime) -> dict[str, str]:

@@ -95,6 +95,8 @@ class Runtime:
     follower: MapFollower | None
     """Keeps the topic-region map warm while this process follows (None on a
     single-process SQLite kv, which has no followers)."""
+    gauges_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while the per-topic plan gauges are refreshed for a scrape (`api.queries`)."""
     gc_pacer: GcPacer = field(default_factory=GcPacer)
     """Young-generation collections in small steps, so none stalls the loop for long."""
     started_at: float = field(default_factory=time.time)

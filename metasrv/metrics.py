@@ -15,6 +15,10 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.plan_gauges_at = float("-inf")
+        """When the per-topic plan gauges were last set (`time.monotonic()`)."""
+        self.plan_gauges_cost = 0.0
+        """Seconds the last scrape's planning for them took (`api.queries.refresh_metrics`)."""
         r = self.registry
         self.pruned_entry_id = Gauge(
             "metasrv_wal_pruned_entry_id", "P of the last completed purge", ["topic"], registry=r

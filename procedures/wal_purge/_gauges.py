@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from metasrv.metrics import Metrics
@@ -18,6 +19,7 @@ def export_gauges(
     a blocked topic has no P and shows a lag of 0. Offsets and retention are set only
     when the plan had Kafka's offsets.
     """
+    metrics.plan_gauges_at = time.monotonic()
     for topic, plan in plans.items():
         p = plan.prune_point
         marker = plan.pruned_entry_id

@@ -254,3 +254,22 @@ def test_columns_heartbeat_over_http_and_the_untrusted_idle_claim_in_status(
         "/v1/heartbeat", content=b'{"node_id": 1}', headers={"content-type": "application/msgpack"}
     )
     assert_error(bad, 422)
+
+
+def test_scrapes_share_one_plan_while_planning_is_costly(
+    server: Server, client: httpx.Client
+) -> None:
+    t0 = register(client, 1)
+    metrics = server.runtime.metrics
+
+    def blocked() -> float:
+        client.get("/metrics").raise_for_status()
+        return sample(metrics, "metasrv_wal_blocked_regions", {"topic": t0})
+
+    assert blocked() == 1  # no stat yet
+    resp = client.post("/v1/heartbeat", json=heartbeat(7, [region(1, t0, 5)]))
+    assert resp.json()["rejected"] == []
+    metrics.plan_gauges_cost = 60.0  # as if the last plan had taken a minute
+    assert blocked() == 1  # the plan of a moment ago serves this scrape
+    metrics.plan_gauges_cost = 0.0  # a cheap plan: every scrape plans
+    assert blocked() == 0
