@@ -14,7 +14,7 @@ An attempt sends a heartbeat at most once to each address, starting at `current`
 
 An attempt that ends without a 200 is retried after capped exponential backoff with full
 jitter: a wait drawn uniformly from `[0, min(cap, base * 2**k))` after the k-th failed
-attempt in a row, with `base = min(0.1, interval)` and `cap = interval`, as the product's
+attempt in a row, with `base = min(0.1, interval / 2)` and `cap = interval / 2`, as the product's
 heartbeat loop does; a 200 resets `k`.
 """
 
@@ -36,8 +36,8 @@ class Failover:
     def __init__(self, addrs: list[Addr], interval: float, rng: random.Random) -> None:
         self.addrs = list(dict.fromkeys(addrs))
         self.current = self.addrs[0]
-        self.base = min(0.1, interval)
-        self.cap = interval
+        self.base = min(0.1, interval / 2)
+        self.cap = interval / 2
         self.rng = rng
         self.failures = 0
         """Attempts in a row that ended without a 200."""

@@ -8,8 +8,8 @@ metasrv counts an instruction applied when a later report shows each region's
 memtable), so the next report carries it; `wake()` sends that report at once.
 
 A failed heartbeat (no metasrv served it) is retried with a fresh report after capped
-exponential backoff with full jitter (`Backoff`; its cap defaults to the interval, so a
-datanode without a leader never waits longer between tries than between heartbeats).
+exponential backoff with full jitter (`Backoff`; its cap defaults to half the interval,
+so a datanode reaches a new leader within half an interval of its serving).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class _Schedule:
 
     def __init__(self, interval: float, backoff: Backoff | None, rng: random.Random | None) -> None:
         self.interval = interval
-        self.backoff = backoff or Backoff(base=min(0.1, interval), cap=interval)
+        self.backoff = backoff or Backoff(base=min(0.1, interval / 2), cap=interval / 2)
         self.rng = rng or random.Random()
         self.sent = 0
         """Heartbeats a metasrv answered."""
