@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 FAULT_LOCK_WAIT = 900.0
 """Seconds a session waits for another session's faults to heal before giving up."""
+PAUSE_WAIT = 5.0
+"""Seconds `pause` waits for a SIGSTOPped process to show as stopped."""
 
 # One handle per lock file per process: two handles of one process would block each other.
 _fault_locks: dict[Path, IO[str]] = {}
@@ -187,10 +189,13 @@ class Cluster:
                 time.sleep(0.05)
 
     def pause(self, *names: str) -> None:
-        """SIGSTOP each (frozen: connections stay open, nothing answers)."""
+        """SIGSTOP each (frozen: connections stay open, nothing answers); returns once
+        every one is stopped (a busy machine can take a moment to stop every thread)."""
         self._disrupting(names)
-        for name in names:
-            self._signal(name, signal.SIGSTOP)
+        paused = [self._signal(name, signal.SIGSTOP) for name in names]
+        deadline = time.monotonic() + PAUSE_WAIT
+        while not all(map(process_stopped, paused)) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def resume(self, *names: str) -> None:
         """SIGCONT each that runs (a no-op for one that is not paused)."""

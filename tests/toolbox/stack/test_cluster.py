@@ -37,6 +37,9 @@ def rf3_topic(cluster: Cluster, unique_prefix: str) -> Iterator[str]:
     try:
         assert admin.ensure_topics([name], replication_factor=3, config={}) == [name]
         yield name
+        # Torn down before `cluster` heals: a topic is deleted only with every broker back
+        # (with one down the controller can time the deletion out).
+        cluster.heal()
         admin.delete_topics([name])
     finally:
         admin.close()
