@@ -84,7 +84,8 @@ class MetasrvProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, ready_timeout: float = 60.0, *, expect_leader: bool = True) -> None:
-        """Start the child; wait until `GET /readyz` answers 200 (and says leader, if expected)."""
+        """Start the child; wait until `GET /readyz` answers 200 (and, if expected, says
+        leader and the log says it serves)."""
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             metasrv_argv("start", "-c", str(self.config)),
@@ -99,12 +100,18 @@ class MetasrvProcess:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 response = httpx.get(f"{self.url}/readyz", timeout=2.0)
                 if response.status_code == 200 and (
-                    not expect_leader or response.json().get("is_leader") is True
+                    not expect_leader
+                    or (response.json().get("is_leader") is True and self._serving_logged())
                 ):
                     return
             if time.monotonic() > deadline:
                 raise ServiceError(f"metasrv not ready after {ready_timeout:.0f}s:\n{self.tail()}")
             time.sleep(0.3)
+
+    def _serving_logged(self) -> bool:
+        """The log says this process serves as leader: elected (what `/readyz` reports) is
+        not yet serving; until its map is current it answers 503."""
+        return "serving as leader" in self.log_path.read_text(errors="replace")
 
     def alive(self) -> bool:
         """True while the child runs."""
