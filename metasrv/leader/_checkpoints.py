@@ -16,8 +16,12 @@ regions for the first time, their first checkpoints reach the kv over minutes in
 as one burst that takes the cores the heartbeats need (etcd spends far more CPU per key
 than the leader does). Only regions whose prunable
 entry id or node changed are marked, and unchanged checkpoints are skipped, so an idle
-fleet writes nothing. The checkpoint is what `replay-start` falls back to when the leader
-holds no live stat; a checkpoint that lags is safe (the region replays a little more).
+fleet writes nothing. A new term's background writer also waits for its first round:
+until every mapped region has reported, or one `wal.checkpoint_interval` has passed, it
+writes nothing, so the cores the kv would take go to the first reports, the term's
+costliest heartbeats. The checkpoint
+is what `replay-start` falls back to when the leader holds no live stat; a checkpoint that
+lags is safe (the region replays a little more).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -46,6 +51,10 @@ measured in process; each step's kv write runs on a thread)."""
 PACE_STEP = 0.1
 """Seconds of `wal.checkpoint_rate` written per step of a paced flush: small steps keep the
 kv's load smooth."""
+
+
+FIRST_ROUND_CHECK = 0.1
+"""Seconds between two looks at whether a new term's first round is in."""
 
 
 def _always() -> bool:
@@ -86,6 +95,9 @@ class Checkpointer:
         """Regions `discard`ed since they were last marked."""
         self._cleared = 0
         """Times `clear` ran: a paced flush that sees it change drops what it holds."""
+        self._term_began = float("-inf")
+        """When `clear` last ran (monotonic): the background writer holds its first
+        flush of the term (`_first_round`)."""
         self._wake = asyncio.Event()
         self._halt = asyncio.Event()
         """Set by `stop`: the writer ends, and a paced flush stops waiting and writes the
@@ -132,6 +144,7 @@ class Checkpointer:
         self._marked = 0
         self._forgotten = set()
         self._cleared += 1
+        self._term_began = time.monotonic()
 
     def _take(self) -> list[np.ndarray]:
         """The marks so far, which start again."""
@@ -233,6 +246,9 @@ class Checkpointer:
                 await asyncio.sleep(wait)
                 if self._halt.is_set():
                     return
+            await self._first_round()
+            if self._halt.is_set():
+                return
             self._last_flush = asyncio.get_running_loop().time()
             try:
                 await self.flush(paced=True)
@@ -241,3 +257,15 @@ class Checkpointer:
                 self._on_error(exc)
                 # Back off so a dead kv is not hammered by a full dirty set.
                 await asyncio.sleep(min(self._interval or 1.0, 5.0))
+
+    async def _first_round(self) -> None:
+        """Wait while the term is younger than one interval and some mapped region has
+        not reported yet (returns at once in the steady state)."""
+        hold_until = self._term_began + self._interval
+        while (
+            time.monotonic() < hold_until
+            and len(self._registry) < len(self._region_map)
+            and not self._halt.is_set()
+        ):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._halt.wait(), FIRST_ROUND_CHECK)

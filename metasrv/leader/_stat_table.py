@@ -280,7 +280,7 @@ class StatTable(StatColumns):
         if slots is not None:
             self._unprepare(slots[slots >= 0])
         self._insert(
-            values.ids.tolist(),
+            values.ids,
             lut[topics],
             slots,
             node_id,
@@ -294,7 +294,7 @@ class StatTable(StatColumns):
 
     def _insert(
         self,
-        region_ids: list[int],
+        region_ids: list[int] | np.ndarray,
         topics: np.ndarray,
         prepared: np.ndarray | None,
         *values: int | float | np.ndarray,
@@ -305,21 +305,23 @@ class StatTable(StatColumns):
         n = len(region_ids)
         if n == 0:
             return
+        ids = np.asarray(region_ids, np.int64)
         if prepared is not None and bool((prepared >= 0).all()):
-            at = prepared  # the index holds them already (`prepare`)
+            at = prepared  # the index and the id column hold them already (`prepare`)
         else:
-            at = self._new_slots(region_ids, prepared)
-        # Membership by topic: one dict update per run of a topic.
+            listed = region_ids if isinstance(region_ids, list) else ids.tolist()
+            at = self._new_slots(listed, prepared)
+            self._ids[at] = ids
+        # Membership by topic: one join per run of a topic, its dict filled when read.
         order = np.argsort(topics, kind="stable")
         codes = topics[order]
-        ids_by_topic = np.asarray(region_ids, np.int64)[order].tolist()
-        slots_by_topic = at[order].tolist()
+        ids_by_topic = ids[order]
+        slots_by_topic = at[order]
         cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), n]
         names = self._topics.names
         for start, stop in pairwise(cuts):
             topic = names[int(codes[start])]
-            self._topics.join(topic, ids_by_topic[start:stop], slots_by_topic[start:stop])
-        self._ids[at] = region_ids
+            self._topics.join_later(topic, ids_by_topic[start:stop], slots_by_topic[start:stop])
         self._topic[at] = topics
         self._write(at, *values)
 

@@ -94,6 +94,39 @@ async def test_nothing_written_until_batch_is_full(world: World) -> None:
     assert world.checkpointer.flushes == 1
 
 
+async def test_a_new_term_writes_nothing_until_every_mapped_region_reported(world: World) -> None:
+    world.checkpointer.clear()  # a new term (`LeaderView`)
+    await world.checkpointer.start()
+    for region_id in range(1, 10):  # full batches, but region 10 of the map is not in
+        world.report(region_id, 20 + region_id)
+    await asyncio.sleep(0.5)
+    assert world.written == 0
+    world.report(10, 30)
+    await wait_for(lambda: world.written == 10)
+    assert [world.checkpoint(r) for r in (1, 10)] == [21, 30]
+
+
+async def test_a_new_terms_hold_ends_after_one_interval(
+    etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    w = await make_world(
+        etcd_endpoint, kafka_bootstrap, unique_prefix, checkpoint_interval="1s", checkpoint_batch=1
+    )
+    try:
+        w.checkpointer.clear()
+        await w.checkpointer.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        w.report(1, 33)  # one region of ten: the first round never completes
+        await wait_for(lambda: w.written == 1)
+        assert 0.9 <= loop.time() - started < 3.0
+        assert w.checkpoint(1) == 33
+    finally:
+        await w.checkpointer.stop()
+        w.kv.delete_prefix("")
+        w.kv.close()
+
+
 async def test_interval_flushes_a_partial_batch(
     etcd_endpoint: str, kafka_bootstrap: str, unique_prefix: str
 ) -> None:

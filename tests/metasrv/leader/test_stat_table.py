@@ -319,3 +319,21 @@ def test_lookup_by_bisection_agrees_with_the_index_through_discards_and_reuse() 
                     assert slot >= 0 and prepared.rows(np.array([slot]))[0] == expected, step
             assert slots[-2:] == [-1, -1]
     assert len(prepared) == len(plain)
+
+
+def test_first_reports_join_their_topics_when_the_topic_is_next_read() -> None:
+    # Bulk first reports leave their members to the topic's next reader: moves and
+    # discards made before that read still win.
+    table = StatTable()
+    table.prepare([("a", [1, 2, 3]), ("b", [4, 5])])
+    first = table.lookup([1, 2, 4])
+    table.insert(values([1, 2, 4]), ["a", "b"], np.array([0, 0, 1]), 7, 1.0, first)
+    table.discard(2)  # joined "a", not yet read
+    table.put(1, row(9, "b"))  # moves from "a" to "b"
+    table.insert(values([3]), ["a"], np.array([0]), 7, 2.0, table.lookup([3]))
+    assert sorted(table.topics()) == ["a", "b"] and len(table) == 3
+    assert sorted(table.topic_rows("a")) == [3]
+    assert sorted(table.topic_rows("b")) == [1, 4]
+    assert table.topic_rows("b")[1] == row(9, "b")
+    table.discard(3)
+    assert table.topics() == ["b"] and table.copy().topic_rows("b").keys() == {1, 4}
