@@ -49,6 +49,9 @@ class MapFollower:
         """True while the map is loaded and followed."""
         self.reloads = 0
         """Full loads since start (the first one included)."""
+        self.loaded_listeners: list[Callable[[], None]] = []
+        """Called after each full load, before the map is followed (`LeaderView` prepares
+        the next term's stat table)."""
 
     def start(self) -> None:
         """Load the map and follow it in the background (a no-op while following)."""
@@ -98,6 +101,8 @@ class MapFollower:
             try:
                 await self.region_map.load()
                 self.reloads += 1
+                for listener in self.loaded_listeners:
+                    listener()
                 region_map = self.region_map
                 watch = await asyncio.to_thread(
                     self._kv.watch,

@@ -152,6 +152,9 @@ class TopicRegionMap:
                 continue
             if existing is not None:
                 self._remove(existing)
+                if existing.topic != route.topic:  # what was known of it is not this route's
+                    for listener in self.removal_listeners:
+                        listener(existing)
             self._insert(route)
             self._created.add(route.topic)
 

@@ -194,6 +194,12 @@ class RegionRegistry:
 
     # --- leadership ------------------------------------------------------------------
 
+    @property
+    def untouched(self) -> bool:
+        """Nothing reported since `clear`: no region row, no topic report (prepared slots
+        at most)."""
+        return len(self.table) == 0 and not self._topic_acc
+
     def reserve(self, regions: int) -> None:
         """Size the table for `regions` rows (the mapped regions, when leadership begins)."""
         self.table.reserve(regions)

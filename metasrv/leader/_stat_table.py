@@ -394,7 +394,8 @@ class StatTable(StatColumns):
         self._slot.update(zip(column[order].tolist(), range(start, stop), strict=True))
         self._ids[start:stop] = column[order]
         self._expect[start:stop] = np.concatenate(codes)[order]
-        self._sorted = (start, stop)
+        if n > self._sorted[1] - self._sorted[0]:  # a later, smaller prepare: the index
+            self._sorted = (start, stop)
         self._prepared += n
         return n
 

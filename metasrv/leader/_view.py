@@ -3,8 +3,10 @@
 Starting it drops whatever an earlier term left, then brings the topic-region map current:
 from the follower's warm copy when it has one (`MapFollower.take_over`), else by a full
 load (retrying while this process still leads); then it reserves a stat slot for every
-mapped region. Dropping it hands the map back to the follower, which loads and follows it
-again. Its
+mapped region. A warm follower prepares those slots after each of its full loads, and
+its map's removals discard theirs, so a new term only adds slots for the regions mapped
+since (the million-slot table is built while following, not on the takeover path).
+Dropping it hands the map back to the follower, which loads and follows it again. Its
 objects live as long as the term, so they are moved out of the garbage collector's reach
 (`gc.freeze`): full collections then do not walk a million routes while heartbeats wait.
 """
@@ -49,16 +51,19 @@ class LeaderView:
         self._still_leading = still_leading
         self.follower = follower
         """Keeps the map warm while this process follows (None: full loads only)."""
+        if follower is not None:
+            follower.loaded_listeners.append(self._prepare_table)
         self.closed = False
         """Set on shutdown: a dropped view is not followed again."""
 
     async def load(self) -> bool:
         """Drop the old term's view and bring the map current; False if leadership went
         first."""
-        self._forget_term()
+        self._forget_term(keep_prepared=True)
         follower = self.follower
         if follower is not None and await follower.take_over(self._still_leading):
             return self._ready()
+        self.registry.clear()
         self.region_map.unload()
         delay = 0.25
         while self._still_leading():
@@ -82,12 +87,23 @@ class LeaderView:
             self.follower.start()
 
     def _ready(self) -> bool:
+        # Slots for the mapped regions that have none (all of them after a full load).
         self.registry.reserve(len(self.region_map))  # every mapped region reports soon
         self.registry.prepare(self.region_map.routes_by_topic().items())
         gc.freeze()
         return True
 
-    def _forget_term(self) -> None:
+    def _prepare_table(self) -> None:
+        """A fresh table with a slot for every region of the map just loaded (the
+        follower's full loads, while this process does not lead)."""
         self.registry.clear()
+        self.registry.reserve(len(self.region_map))
+        self.registry.prepare(self.region_map.routes_by_topic().items())
+
+    def _forget_term(self, *, keep_prepared: bool = False) -> None:
+        """Forget the last term's stats, mailbox and dirty checkpoints; `keep_prepared`
+        keeps a table that holds prepared slots only (no term has written to it)."""
+        if not (keep_prepared and self.registry.untouched):
+            self.registry.clear()
         self.mailbox.clear()
         self.checkpointer.clear()

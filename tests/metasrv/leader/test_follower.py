@@ -12,12 +12,22 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import KvBackend, WatchLost
-from metasrv.leader import MapFollower, TopicLocks, TopicRegionMap
+from metasrv.leader import (
+    Checkpointer,
+    LeaderView,
+    Mailbox,
+    MapFollower,
+    RegionRegistry,
+    TopicLocks,
+    TopicRegionMap,
+)
+from metasrv.metrics import Metrics
 from metasrv.settings import load_settings
 from tests.metasrv.kv.conftest import KvFactory
 
@@ -96,6 +106,78 @@ async def test_take_over_waits_for_a_first_load_still_running(world: World) -> N
 async def test_take_over_refuses_a_map_that_is_not_followed(world: World) -> None:
     await world.follower.stop()
     assert not await world.follower.take_over(lambda: True)
+
+
+async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removals(
+    kv_store: KvFactory, kafka_bootstrap: str
+) -> None:
+    # The next term's stat slots are built while following; a region deregistered or
+    # moved meanwhile keeps no slot for its old topic (its report there is not a first
+    # report of a mapped region), and one registered meanwhile gets one at take-over.
+    settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
+    writer, reader = kv_store("m/"), kv_store("m/")
+    _register(writer, "wal_0", range(1, 6))
+    region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
+    registry = RegionRegistry()
+    region_map.removal_listeners.append(lambda route: registry.discard(route.region_id))
+    follower = MapFollower(region_map, reader)
+    view = LeaderView(
+        region_map,
+        registry,
+        Mailbox(registry),
+        Checkpointer(region_map, registry, settings, Metrics()),
+        still_leading=lambda: True,
+        follower=follower,
+    )
+    follower.start()
+    try:
+        await _until(lambda: follower.warm)
+        prepared = registry.table
+        assert len(registry) == 0 and (prepared.lookup([1, 2, 3, 4, 5]) >= 0).all()
+
+        writer.delete(keys.topic_region("wal_0", 2))
+        writer.delete(keys.topic_region("wal_0", 3))  # moved
+        writer.put(keys.topic_region("wal_1", 3), keys.encode_route(1, None))
+        _register(writer, "wal_0", range(6, 8))
+        assert await view.load()
+        table = registry.table
+        slots = table.lookup([1, 2, 3, 6, 7])
+        assert slots[1] == -1  # deregistered: no slot
+        on_wal_0 = table.prepared_for(slots, ["wal_0"], np.zeros(5, np.int64))
+        assert on_wal_0.tolist() == [True, False, False, True, True]
+        assert table.prepared_for(slots[2:3], ["wal_1"], np.zeros(1, np.int64)).tolist() == [True]
+        assert len(registry) == 0 and registry.untouched
+    finally:
+        await follower.stop()
+
+
+async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
+    kv_store: KvFactory, kafka_bootstrap: str
+) -> None:
+    settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
+    writer, reader = kv_store("m/"), kv_store("m/")
+    _register(writer, "wal_0", range(1, 101))
+    region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
+    registry = RegionRegistry()
+    follower = MapFollower(region_map, reader)
+    view = LeaderView(
+        region_map,
+        registry,
+        Mailbox(registry),
+        Checkpointer(region_map, registry, settings, Metrics()),
+        still_leading=lambda: True,
+        follower=follower,
+    )
+    follower.start()
+    try:
+        await _until(lambda: follower.warm)
+        prepared = registry.table
+        assert (prepared.lookup(list(range(1, 101))) >= 0).all()  # while following
+        assert await view.load()
+        assert registry.table is prepared  # not rebuilt on the takeover path
+        assert (prepared.lookup(list(range(1, 101))) >= 0).all()
+    finally:
+        await follower.stop()
 
 
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)
