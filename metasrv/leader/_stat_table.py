@@ -374,30 +374,51 @@ class StatTable(StatColumns):
         """A slot for each (topic, its region ids) region that has none, before it
         reports (a new leader, from the map); return the slots prepared. Regions must be
         distinct."""
-        ids: list[int] = []
+        columns: list[np.ndarray] = []
         codes: list[np.ndarray] = []
-        index = self._slot
         for topic, regions in topic_regions:
-            known = list(regions) if not index else [r for r in regions if r not in index]
-            ids += known
-            codes.append(np.full(len(known), self._topics.code_of(topic), np.int32))
+            column = np.fromiter(regions, np.int64)
+            columns.append(column)
+            codes.append(np.full(len(column), self._topics.code_of(topic), np.int32))
+        if not columns:
+            return 0
+        # New slots in region id order, so `lookup` can find them by bisection.
+        ids = np.concatenate(columns)
+        order = np.argsort(ids, kind="stable")
+        ids, expect = ids[order], np.concatenate(codes)[order]
+        if self._slot:
+            # Those with a slot already (a warm follower's table at take-over) are
+            # found a column at a time, not by a million dict probes.
+            new = ~self._has_slot(ids)
+            ids, expect = ids[new], expect[new]
         n = len(ids)
         if not n:
             return 0
-        # New slots in region id order, so `lookup` can find them by bisection.
-        column = np.array(ids, np.int64)
-        order = np.argsort(column, kind="stable")
         start, stop = self._end, self._end + n
         if stop > len(self._ids):
             self._grow(stop)
         self._end = stop
-        self._slot.update(zip(column[order].tolist(), range(start, stop), strict=True))
-        self._ids[start:stop] = column[order]
-        self._expect[start:stop] = np.concatenate(codes)[order]
+        self._slot.update(zip(ids.tolist(), range(start, stop), strict=True))
+        self._ids[start:stop] = ids
+        self._expect[start:stop] = expect
         if n > self._sorted[1] - self._sorted[0]:  # a later, smaller prepare: the index
             self._sorted = (start, stop)
         self._prepared += n
         return n
+
+    def _has_slot(self, ids: np.ndarray) -> np.ndarray:
+        """Per region of sorted, distinct `ids`: whether it has a slot (a row or a
+        prepared one); by bisection in the prepared slots, the index for the others."""
+        start, stop = self._sorted
+        found = np.zeros(len(ids), bool)
+        if stop > start:
+            at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
+            found = (self._ids[at] == ids) & ((self._topic[at] >= 0) | (self._expect[at] >= 0))
+        missed = np.flatnonzero(~found)
+        if len(missed) and len(self._slot) > int(found.sum()):
+            index = self._slot
+            found[missed] = [rid in index for rid in ids[missed].tolist()]
+        return found
 
     def _unprepare(self, slots: np.ndarray) -> None:
         """Prepared `slots` now hold rows (or were discarded)."""

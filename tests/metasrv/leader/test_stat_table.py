@@ -337,3 +337,17 @@ def test_first_reports_join_their_topics_when_the_topic_is_next_read() -> None:
     assert table.topic_rows("b")[1] == row(9, "b")
     table.discard(3)
     assert table.topics() == ["b"] and table.copy().topic_rows("b").keys() == {1, 4}
+
+
+def test_a_second_prepare_adds_slots_only_for_regions_without_one() -> None:
+    # A warm follower's table at take-over: prepared before, changed since.
+    table = StatTable()
+    assert table.prepare([("a", [5, 1, 3]), ("b", [9])]) == 4
+    table.put(20, row(1, "a"))  # a region with a row outside the prepared slots
+    table.discard(3)  # deregistered: its slot is gone
+    before = table.lookup([1, 5, 9, 20]).tolist()
+    assert table.prepare([("a", [1, 3, 5, 20, 7]), ("b", [9])]) == 2  # 3 again, 7 new
+    assert table.lookup([1, 5, 9, 20]).tolist() == before
+    slots = table.lookup([3, 7])
+    assert (slots >= 0).all() and table.prepared_for(slots, ["a"], np.zeros(2, np.int64)).all()
+    assert len(table) == 1 and table.get(20) == row(1, "a")
