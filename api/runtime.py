@@ -133,7 +133,6 @@ class Runtime:
             region_map.removal_listeners.append(
                 lambda route: registry.discard(route.region_id, route.topic)
             )
-            region_map.removal_listeners.append(lambda route: checkpointer.discard(route.region_id))
             recon = settings.reconcile
             stat_history = (
                 StatHistoryWriter(

@@ -1,9 +1,8 @@
 """Batched persistence of region checkpoints (DESIGN §4).
 
-Heartbeats only mark regions dirty (a column of region ids kept as it came: a new term's
-first round marks a million regions, and a million set inserts would cost the heartbeats
-half a second; the marks are made distinct when a flush takes them, sorted on a worker
-thread). A background task writes each dirty
+Heartbeats only mark regions dirty: a flag per row of the stat table (`StatTable.mark_dirty`),
+so a region that changes on every heartbeat between two flushes is held once, and a
+flush takes the flagged rows' ids in one column pass. A background task writes each dirty
 region's `__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` when
 `wal.checkpoint_batch` regions are dirty or every `wal.checkpoint_interval`, whichever
 comes first, and once more on shutdown; a flush reads, encodes and writes (`batch_put`)
@@ -87,12 +86,6 @@ class Checkpointer:
         self._last_flush = float("-inf")
         self._may_write = may_write
         self._on_error = on_error or log_only("checkpointer")
-        self._marks: list[np.ndarray] = []
-        """Region ids marked since the last flush took them, repeats included."""
-        self._marked = 0
-        """Their count, repeats included."""
-        self._forgotten: set[int] = set()
-        """Regions `discard`ed since they were last marked."""
         self._cleared = 0
         """Times `clear` ran: a paced flush that sees it change drops what it holds."""
         self._term_began = float("-inf")
@@ -115,53 +108,29 @@ class Checkpointer:
     @property
     def dirty_count(self) -> int:
         """Regions waiting to be written."""
-        dirty = self._distinct()
-        self._marks = [dirty] if len(dirty) else []
-        self._marked = len(dirty)
-        return len(dirty)
+        return self._registry.table.dirty_count
 
     def mark(self, region_ids: Iterable[int] | np.ndarray) -> None:
-        """Note regions whose prunable entry id (or node) changed; wakes the writer early
-        once a batch is full."""
-        column = (
-            region_ids if isinstance(region_ids, np.ndarray) else np.fromiter(region_ids, np.int64)
-        )
-        if self._forgotten:
-            self._forgotten.difference_update(column.tolist())
-        self._marks.append(column)
-        self._marked += len(column)
-        if self._marked >= self._batch:
-            self._wake.set()
+        """Note regions (with a row in the registry) whose prunable entry id or node
+        changed; wakes the writer early once a batch is full."""
+        ids = region_ids.tolist() if isinstance(region_ids, np.ndarray) else list(region_ids)
+        if ids:
+            slots = self._registry.table.lookup(ids)
+            self.mark_slots(slots[slots >= 0])
 
-    def discard(self, region_id: int) -> None:
-        """Forget a region (deregistered)."""
-        self._forgotten.add(region_id)
+    def mark_slots(self, slots: np.ndarray) -> None:
+        """`mark` for rows known by their slots in the registry's table."""
+        table = self._registry.table
+        table.mark_dirty(slots)
+        if table.dirty_count >= self._batch:
+            self._wake.set()
 
     def clear(self) -> None:
         """Forget every dirty region (leadership changed; the new stats start empty),
         those of a paced flush under way included."""
-        self._marks = []
-        self._marked = 0
-        self._forgotten = set()
+        self._registry.table.take_dirty()
         self._cleared += 1
         self._term_began = time.monotonic()
-
-    def _take(self) -> list[np.ndarray]:
-        """The marks so far, which start again."""
-        marks, self._marks, self._marked = self._marks, [], 0
-        return marks
-
-    def _distinct(
-        self, marks: list[np.ndarray] | None = None, forgotten: list[int] | None = None
-    ) -> np.ndarray:
-        """The distinct regions of `marks` (those held when None), `forgotten` ones (the
-        `discard`ed ones when None) left out."""
-        marks = self._marks if marks is None else marks
-        forgotten = list(self._forgotten) if forgotten is None else forgotten
-        dirty = np.unique(np.concatenate(marks)) if marks else np.zeros(0, np.int64)
-        if forgotten:
-            dirty = dirty[~np.isin(dirty, np.array(forgotten, np.int64))]
-        return dirty
 
     async def flush(self, *, paced: bool = False) -> int:
         """Write every dirty region's checkpoint now; return the keys written.
@@ -173,20 +142,14 @@ class Checkpointer:
         """
         async with self._flush_lock:
             self._wake.clear()
-            if not self._marks:
+            table = self._registry.table
+            if not table.dirty_count:
                 return 0
+            taken = table.take_dirty()
             if not self._may_write():
-                self._take()
-                self._forgotten = set()
                 return 0
             cleared = self._cleared
-            taken = self._take()
-            # Sorting a million ids takes tens of milliseconds, without the GIL.
-            distinct = await asyncio.to_thread(self._distinct, taken, list(self._forgotten))
-            if self._cleared != cleared:
-                return 0
-            pending: list[int] = distinct.tolist()
-            self._forgotten = set()
+            pending: list[int] = taken.tolist()
             pace = paced and self._rate > 0
             step = max(1, min(self._slice, int(self._rate * PACE_STEP))) if pace else self._slice
             loop = asyncio.get_running_loop()

@@ -114,7 +114,8 @@ class HeartbeatHandler:
             table.assign(outcome.steady_slots, node_id, outcome.steady, now)
         if outcome.fresh is not None and outcome.fresh_topics is not None:
             names, topics = outcome.fresh_topics
-            table.insert(outcome.fresh, names, topics, node_id, now, outcome.fresh_slots)
+            inserted = table.insert(outcome.fresh, names, topics, node_id, now, outcome.fresh_slots)
+            self._checkpointer.mark_slots(inserted)  # a first checkpoint for each
         registry.put_topic_rows(outcome.accepted)
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
@@ -137,8 +138,8 @@ class HeartbeatHandler:
                 self._unknown_topic_reports.inc(ignored)
         if outcome.changed:
             self._checkpointer.mark(outcome.changed)
-        for column in outcome.changed_columns:
-            self._checkpointer.mark(column)
+        if outcome.changed_slots is not None:
+            self._checkpointer.mark_slots(outcome.changed_slots)
         mailbox = self._mailbox
         if mailbox.has_pending(node_id):
             mailbox.observe(node_id, self._accepted_rows(outcome))

@@ -68,8 +68,9 @@ class Judged:
     """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
     changed: list[int] = field(default_factory=list)
     """Regions whose prunable id or node changed: their checkpoints are dirty."""
-    changed_columns: list[np.ndarray] = field(default_factory=list)
-    """More of them, a column at a time."""
+    changed_slots: np.ndarray | None = None
+    """The slots of the steady rows whose prunable id or node changed (every `fresh`
+    region's first checkpoint is dirty too: `StatTable.insert` gives their slots)."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     misrouted: list[RegionStat] = field(default_factory=list)
     ignored_claims: int = 0
@@ -289,7 +290,7 @@ class HeartbeatJudge:
         # region dirty. Most heartbeats of an idle region change nothing.
         dirty = table.checkpoint_changed(held, node_id, accepted.prunable)
         if dirty.any():
-            out.changed_columns.append(accepted.ids[dirty])
+            out.changed_slots = held[dirty]
 
     def _first_reports(
         self, cols: Columns, new: np.ndarray, slots: np.ndarray, out: Judged
@@ -323,7 +324,6 @@ class HeartbeatJudge:
         out.fresh = _accepted(cols, new, out)
         out.fresh_topics = (names, cols.topic[new])
         out.fresh_slots = slots[new]
-        out.changed_columns.append(out.fresh.ids)  # a first checkpoint for each
         return new
 
 

@@ -47,6 +47,8 @@ class StatColumns:
         self._manifest = np.full(capacity, NULL, np.int64)
         self._prunable = np.zeros(capacity, np.int64)
         self._received = np.zeros(capacity, np.float64)
+        self._dirty = np.zeros(capacity, bool)
+        """Rows whose checkpoint is to be written (`StatTable.mark_dirty`)."""
 
     @property
     def capacity(self) -> int:
@@ -142,6 +144,7 @@ class StatColumns:
             ("_manifest", NULL),
             ("_prunable", 0),
             ("_received", 0),
+            ("_dirty", False),
         ):
             old: np.ndarray = getattr(self, name)
             new = np.full(capacity, fill, old.dtype)

@@ -73,6 +73,8 @@ class StatTable(StatColumns):
         """Slots prepared whose region has not reported (in `_slot`, not rows)."""
         self._sorted = (0, 0)
         """Slots `prepare` laid out in region id order (start, stop)."""
+        self._dirty_count = 0
+        """Slots flagged in `_dirty`."""
 
     # --- reading ---------------------------------------------------------------------
 
@@ -189,6 +191,30 @@ class StatTable(StatColumns):
         """Region id -> slot of the rows naming `topic` (live: do not modify)."""
         return self._topics.members(topic)
 
+    # --- dirty checkpoints -------------------------------------------------------------
+
+    @property
+    def dirty_count(self) -> int:
+        """Rows flagged dirty (`mark_dirty`) since they were last taken."""
+        return self._dirty_count
+
+    def mark_dirty(self, slots: np.ndarray) -> int:
+        """Flag the rows in distinct `slots` as having a checkpoint to write; return how
+        many were not flagged yet. A flag per slot: however often a region changes
+        between two flushes, it is held once."""
+        fresh = int(np.count_nonzero(~self._dirty[slots]))
+        self._dirty[slots] = True
+        self._dirty_count += fresh
+        return fresh
+
+    def take_dirty(self) -> np.ndarray:
+        """The region ids of the rows flagged dirty, in slot order; the flags are cleared."""
+        slots = np.flatnonzero(self._dirty[: self._end])
+        self._dirty[slots] = False
+        self._dirty_count = 0
+        held: np.ndarray = self._ids[slots[self._topic[slots] >= 0]]
+        return held
+
     # --- writing ---------------------------------------------------------------------
 
     def assign(self, slots: np.ndarray, node_id: int, values: RowValues, received: float) -> None:
@@ -267,19 +293,20 @@ class StatTable(StatColumns):
         node_id: int,
         received: float,
         slots: np.ndarray | None = None,
-    ) -> None:
+    ) -> np.ndarray:
         """Rows for distinct regions that have none (the caller checked), a column at a
         time: a datanode's first heartbeat, or every region's first report to a new
         leader. Region `values.ids[i]` names topic `topic_names[topics[i]]`; `slots`, when
-        given, are the regions' prepared slots (`prepared_for`), -1 where none."""
+        given, are the regions' prepared slots (`prepared_for`), -1 where none. Returns
+        the rows' slots."""
         if not len(values):
-            return
+            return np.zeros(0, np.intp)
         lut = np.full(len(topic_names), -1, np.int32)
         for i in np.unique(topics).tolist():
             lut[i] = self._topics.code_of(topic_names[i])
         if slots is not None:
             self._unprepare(slots[slots >= 0])
-        self._insert(
+        return self._insert(
             values.ids,
             lut[topics],
             slots,
@@ -298,13 +325,13 @@ class StatTable(StatColumns):
         topics: np.ndarray,
         prepared: np.ndarray | None,
         *values: int | float | np.ndarray,
-    ) -> None:
+    ) -> np.ndarray:
         """Rows for distinct regions without one; `topics` are codes (`TopicIndex`),
         `prepared` the regions' prepared slots (-1: none; None: none has one), `values`
-        the value columns (`VALUE_COLUMNS`, in that order)."""
+        the value columns (`VALUE_COLUMNS`, in that order). Returns their slots."""
         n = len(region_ids)
         if n == 0:
-            return
+            return np.zeros(0, np.intp)
         ids = np.asarray(region_ids, np.int64)
         if prepared is not None and bool((prepared >= 0).all()):
             at = prepared  # the index and the id column hold them already (`prepare`)
@@ -324,6 +351,7 @@ class StatTable(StatColumns):
             self._topics.join_later(topic, ids_by_topic[start:stop], slots_by_topic[start:stop])
         self._topic[at] = topics
         self._write(at, *values)
+        return at
 
     def _new_slots(self, region_ids: list[int], prepared: np.ndarray | None) -> np.ndarray:
         """Slots for `region_ids` (their `prepared` ones where they have one, -1 where
@@ -354,6 +382,9 @@ class StatTable(StatColumns):
             self._topics.leave(self._topics.names[self._topic[slot]], region_id)
         else:
             self._unprepare(np.array([slot], np.intp))
+        if self._dirty[slot]:
+            self._dirty[slot] = False
+            self._dirty_count -= 1
         self._topic[slot] = -1
         self._free.append(slot)
         self._discards += 1

@@ -351,3 +351,17 @@ def test_a_second_prepare_adds_slots_only_for_regions_without_one() -> None:
     slots = table.lookup([3, 7])
     assert (slots >= 0).all() and table.prepared_for(slots, ["a"], np.zeros(2, np.int64)).all()
     assert len(table) == 1 and table.get(20) == row(1, "a")
+
+
+def test_a_dirty_flag_per_row_holds_a_region_once_until_taken() -> None:
+    table = StatTable()
+    for rid in (1, 2, 3):
+        table.put(rid, row(rid))
+    slots = table.lookup([1, 2, 3])
+    for _ in range(5):  # changed on every heartbeat between two flushes
+        table.mark_dirty(slots[:2])
+    assert table.mark_dirty(slots[1:]) == 1 and table.dirty_count == 3
+    table.discard(2)  # deregistered: nothing to write for it
+    assert table.dirty_count == 2
+    assert sorted(table.take_dirty().tolist()) == [1, 3]
+    assert table.dirty_count == 0 and len(table.take_dirty()) == 0
