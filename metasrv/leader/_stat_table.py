@@ -260,6 +260,8 @@ class StatTable(StatColumns):
 
     def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
         """`put` for many rows at once, new regions a column at a time."""
+        if not region_ids:
+            return  # most heartbeats: every region judged a column at a time
         found = self.lookup(region_ids)
         fresh = found < 0
         if not fresh.all():
