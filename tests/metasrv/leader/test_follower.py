@@ -108,15 +108,20 @@ async def test_take_over_refuses_a_map_that_is_not_followed(world: World) -> Non
     assert not await world.follower.take_over(lambda: True)
 
 
-async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removals(
-    kv_store: KvFactory, kafka_bootstrap: str
-) -> None:
-    # The next term's stat slots are built while following; a region deregistered or
-    # moved meanwhile keeps no slot for its old topic (its report there is not a first
-    # report of a mapped region), and one registered meanwhile gets one at take-over.
+@dataclass
+class ViewWorld:
+    writer: KvBackend
+    registry: RegionRegistry
+    follower: MapFollower
+    view: LeaderView
+
+
+@pytest.fixture
+async def view_world(kv_store: KvFactory, kafka_bootstrap: str) -> AsyncIterator[ViewWorld]:
+    """A follower and the leader view it prepares a stat table for, wired as the daemon
+    wires them (a region removed from the map is discarded from the registry)."""
     settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
     writer, reader = kv_store("m/"), kv_store("m/")
-    _register(writer, "wal_0", range(1, 6))
     region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
     registry = RegionRegistry()
     region_map.removal_listeners.append(lambda route: registry.discard(route.region_id))
@@ -129,55 +134,49 @@ async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removal
         still_leading=lambda: True,
         follower=follower,
     )
-    follower.start()
-    try:
-        await _until(lambda: follower.warm)
-        prepared = registry.table
-        assert len(registry) == 0 and (prepared.lookup([1, 2, 3, 4, 5]) >= 0).all()
+    yield ViewWorld(writer, registry, follower, view)
+    await follower.stop()
 
-        writer.delete(keys.topic_region("wal_0", 2))
-        writer.delete(keys.topic_region("wal_0", 3))  # moved
-        writer.put(keys.topic_region("wal_1", 3), keys.encode_route(1, None))
-        _register(writer, "wal_0", range(6, 8))
-        assert await view.load()
-        table = registry.table
-        slots = table.lookup([1, 2, 3, 6, 7])
-        assert slots[1] == -1  # deregistered: no slot
-        on_wal_0 = table.prepared_for(slots, ["wal_0"], np.zeros(5, np.int64))
-        assert on_wal_0.tolist() == [True, False, False, True, True]
-        assert table.prepared_for(slots[2:3], ["wal_1"], np.zeros(1, np.int64)).tolist() == [True]
-        assert len(registry) == 0 and registry.untouched
-    finally:
-        await follower.stop()
+
+async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removals(
+    view_world: ViewWorld,
+) -> None:
+    # The next term's stat slots are built while following; a region deregistered or
+    # moved meanwhile keeps no slot for its old topic (its report there is not a first
+    # report of a mapped region), and one registered meanwhile gets one at take-over.
+    w = view_world
+    _register(w.writer, "wal_0", range(1, 6))
+    w.follower.start()
+    await _until(lambda: w.follower.warm)
+    prepared = w.registry.table
+    assert len(w.registry) == 0 and (prepared.lookup([1, 2, 3, 4, 5]) >= 0).all()
+
+    w.writer.delete(keys.topic_region("wal_0", 2))
+    w.writer.delete(keys.topic_region("wal_0", 3))  # moved
+    w.writer.put(keys.topic_region("wal_1", 3), keys.encode_route(1, None))
+    _register(w.writer, "wal_0", range(6, 8))
+    assert await w.view.load()
+    table = w.registry.table
+    slots = table.lookup([1, 2, 3, 6, 7])
+    assert slots[1] == -1  # deregistered: no slot
+    on_wal_0 = table.prepared_for(slots, ["wal_0"], np.zeros(5, np.int64))
+    assert on_wal_0.tolist() == [True, False, False, True, True]
+    assert table.prepared_for(slots[2:3], ["wal_1"], np.zeros(1, np.int64)).tolist() == [True]
+    assert len(w.registry) == 0 and w.registry.untouched
 
 
 async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
-    kv_store: KvFactory, kafka_bootstrap: str
+    view_world: ViewWorld,
 ) -> None:
-    settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
-    writer, reader = kv_store("m/"), kv_store("m/")
-    _register(writer, "wal_0", range(1, 101))
-    region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
-    registry = RegionRegistry()
-    follower = MapFollower(region_map, reader)
-    view = LeaderView(
-        region_map,
-        registry,
-        Mailbox(registry),
-        Checkpointer(region_map, registry, settings, Metrics()),
-        still_leading=lambda: True,
-        follower=follower,
-    )
-    follower.start()
-    try:
-        await _until(lambda: follower.warm)
-        prepared = registry.table
-        assert (prepared.lookup(list(range(1, 101))) >= 0).all()  # while following
-        assert await view.load()
-        assert registry.table is prepared  # not rebuilt on the takeover path
-        assert (prepared.lookup(list(range(1, 101))) >= 0).all()
-    finally:
-        await follower.stop()
+    w = view_world
+    _register(w.writer, "wal_0", range(1, 101))
+    w.follower.start()
+    await _until(lambda: w.follower.warm)
+    prepared = w.registry.table
+    assert (prepared.lookup(list(range(1, 101))) >= 0).all()  # while following
+    assert await w.view.load()
+    assert w.registry.table is prepared  # not rebuilt on the takeover path
+    assert (prepared.lookup(list(range(1, 101))) >= 0).all()
 
 
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)
