@@ -1,6 +1,7 @@
 """The storage of a `StatTable`: one numpy array per column, indexed by slot
-(`StatColumns`), which grow together; rows are read out of them a column at a time.
-Which region is in which slot is the table's business (`_stat_table.py`)."""
+(`StatColumns`), which grow together; rows are read out of them a column at a time, and so
+are the checkpoint's values compared and each row's dirty-checkpoint flag kept. Which
+region is in which slot is the table's business (`_stat_table.py`)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ class StatColumns:
         self._prunable = np.zeros(capacity, np.int64)
         self._received = np.zeros(capacity, np.float64)
         self._dirty = np.zeros(capacity, bool)
-        """Rows whose checkpoint is to be written (`StatTable.mark_dirty`)."""
+        """Rows whose checkpoint is to be written (`mark_dirty`)."""
+        self._dirty_count = 0
+        """Slots flagged in `_dirty`."""
 
     @property
     def capacity(self) -> int:
@@ -120,6 +123,42 @@ class StatColumns:
             self._received[used],
             self._prunable[used],
         )
+
+    def checkpoint_changed(
+        self, slots: np.ndarray, node_id: int, prunable: np.ndarray
+    ) -> np.ndarray:
+        """Per slot (each holding a row): whether the values a region checkpoint holds,
+        the prunable id and the node, differ from the stored ones."""
+        changed: np.ndarray = (self._prunable[slots] != prunable) | (self._node[slots] != node_id)
+        return changed
+
+    @property
+    def dirty_count(self) -> int:
+        """Rows flagged dirty (`mark_dirty`) since they were last taken."""
+        return self._dirty_count
+
+    def mark_dirty(self, slots: np.ndarray) -> int:
+        """Flag the rows in distinct `slots` as having a checkpoint to write; return how
+        many were not flagged yet. A flag per slot: however often a region changes
+        between two flushes, it is held once."""
+        fresh = int(np.count_nonzero(~self._dirty[slots]))
+        self._dirty[slots] = True
+        self._dirty_count += fresh
+        return fresh
+
+    def take_dirty(self) -> np.ndarray:
+        """The region ids of the rows flagged dirty, in slot order; the flags are cleared."""
+        slots = np.flatnonzero(self._dirty[: self._end])
+        self._dirty[slots] = False
+        self._dirty_count = 0
+        held: np.ndarray = self._ids[slots[self._topic[slots] >= 0]]
+        return held
+
+    def _clean(self, slot: int) -> None:
+        """Drop the dirty flag of `slot` (its row is discarded)."""
+        if self._dirty[slot]:
+            self._dirty[slot] = False
+            self._dirty_count -= 1
 
     def _write(self, slots: np.ndarray, *values: int | float | np.ndarray) -> None:
         """Set the value columns (`VALUE_COLUMNS`, in that order) of `slots`."""

@@ -73,8 +73,6 @@ class StatTable(StatColumns):
         """Slots prepared whose region has not reported (in `_slot`, not rows)."""
         self._sorted = (0, 0)
         """Slots `prepare` laid out in region id order (start, stop)."""
-        self._dirty_count = 0
-        """Slots flagged in `_dirty`."""
 
     # --- reading ---------------------------------------------------------------------
 
@@ -162,14 +160,6 @@ class StatTable(StatColumns):
         expected &= self._expect[held] >= 0
         return expected
 
-    def checkpoint_changed(
-        self, slots: np.ndarray, node_id: int, prunable: np.ndarray
-    ) -> np.ndarray:
-        """Per slot (each holding a row): whether the values a region checkpoint holds,
-        the prunable id and the node, differ from the stored ones."""
-        changed: np.ndarray = (self._prunable[slots] != prunable) | (self._node[slots] != node_id)
-        return changed
-
     def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
         a row, read a column at a time (no row is built)."""
@@ -190,30 +180,6 @@ class StatTable(StatColumns):
     def members(self, topic: str) -> dict[int, int]:
         """Region id -> slot of the rows naming `topic` (live: do not modify)."""
         return self._topics.members(topic)
-
-    # --- dirty checkpoints -------------------------------------------------------------
-
-    @property
-    def dirty_count(self) -> int:
-        """Rows flagged dirty (`mark_dirty`) since they were last taken."""
-        return self._dirty_count
-
-    def mark_dirty(self, slots: np.ndarray) -> int:
-        """Flag the rows in distinct `slots` as having a checkpoint to write; return how
-        many were not flagged yet. A flag per slot: however often a region changes
-        between two flushes, it is held once."""
-        fresh = int(np.count_nonzero(~self._dirty[slots]))
-        self._dirty[slots] = True
-        self._dirty_count += fresh
-        return fresh
-
-    def take_dirty(self) -> np.ndarray:
-        """The region ids of the rows flagged dirty, in slot order; the flags are cleared."""
-        slots = np.flatnonzero(self._dirty[: self._end])
-        self._dirty[slots] = False
-        self._dirty_count = 0
-        held: np.ndarray = self._ids[slots[self._topic[slots] >= 0]]
-        return held
 
     # --- writing ---------------------------------------------------------------------
 
@@ -384,9 +350,7 @@ class StatTable(StatColumns):
             self._topics.leave(self._topics.names[self._topic[slot]], region_id)
         else:
             self._unprepare(np.array([slot], np.intp))
-        if self._dirty[slot]:
-            self._dirty[slot] = False
-            self._dirty_count -= 1
+        self._clean(slot)
         self._topic[slot] = -1
         self._free.append(slot)
         self._discards += 1
