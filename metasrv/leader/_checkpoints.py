@@ -169,7 +169,7 @@ class Checkpointer:
                 try:
                     count = await self._region_map.set_checkpoints(updates)
                 except BaseException:
-                    self.mark(np.array(pending[start:], np.int64))
+                    self.mark(pending[start:])
                     raise
                 # Counted as written: a paced flush of a million regions takes minutes.
                 self._metrics.checkpoint_writes.inc(count)

@@ -87,18 +87,20 @@ class LeaderView:
             self.follower.start()
 
     def _ready(self) -> bool:
-        # Slots for the mapped regions that have none (all of them after a full load).
-        self.registry.reserve(len(self.region_map))  # every mapped region reports soon
-        self.registry.prepare(self.region_map.routes_by_topic().items())
+        self._add_slots()
         gc.freeze()
         return True
+
+    def _add_slots(self) -> None:
+        """Slots for the mapped regions that have none (all of them after a full load)."""
+        self.registry.reserve(len(self.region_map))  # every mapped region reports soon
+        self.registry.prepare(self.region_map.routes_by_topic().items())
 
     def _prepare_table(self) -> None:
         """A fresh table with a slot for every region of the map just loaded (the
         follower's full loads, while this process does not lead)."""
         self.registry.clear()
-        self.registry.reserve(len(self.region_map))
-        self.registry.prepare(self.region_map.routes_by_topic().items())
+        self._add_slots()
 
     def _forget_term(self, *, keep_prepared: bool = False) -> None:
         """Forget the last term's stats, mailbox and dirty checkpoints; `keep_prepared`
