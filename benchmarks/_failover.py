@@ -15,7 +15,9 @@ An attempt sends a heartbeat at most once to each address, starting at `current`
 An attempt that ends without a 200 is retried after capped exponential backoff with full
 jitter: a wait drawn uniformly from `[0, min(cap, base * 2**k))` after the k-th failed
 attempt in a row, with `base = min(0.1, interval / 2)` and `cap = interval / 2`, as the product's
-heartbeat loop does; a 200 resets `k`.
+heartbeat loop does; a 200 resets `k`. The 200 that ends a run of failed attempts is
+followed by a wait drawn from `[interval/2, 3*interval/2)`, a new phase in the interval,
+as the product's heartbeat loop does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Failover:
     def __init__(self, addrs: list[Addr], interval: float, rng: random.Random) -> None:
         self.addrs = list(dict.fromkeys(addrs))
         self.current = self.addrs[0]
+        self.interval = interval
         self.base = min(0.1, interval / 2)
         self.cap = interval / 2
         self.rng = rng
@@ -46,11 +49,16 @@ class Failover:
         self._answered = False
         self._resume: Addr | None = None
 
-    def served(self) -> None:
-        """`current` answered 200: the next heartbeat goes there on schedule."""
+    def served(self) -> float | None:
+        """`current` answered 200: the next heartbeat goes there, on schedule (None), or
+        after the returned wait when this 200 ends a run of failed attempts."""
         self._down.pop(self.current, None)
+        recovered = self.failures > 0
         self.failures = 0
         self._new_attempt()
+        if recovered:
+            return self.interval * (0.5 + self.rng.random())
+        return None
 
     def not_leader(self, named: Addr | None) -> float:
         """`current` answered 421 naming `named` (None: no leader known)."""

@@ -39,7 +39,8 @@ that its own CPU stays small beside the leader's on a 2-core box:
   421's named leader (`{"error": {"code": "not_leader", "leader": "host:port" | null}}`,
   api/errors.py) at once; past a refused, reset or timed-out connection to the next
   address; after a 503, or an attempt that found no leader, a retry after capped
-  exponential backoff with full jitter. After a 200 it sends on its schedule again.
+  exponential backoff with full jitter. After a 200 it sends on its schedule again; after
+  the 200 that ends failed attempts, on a phase drawn afresh (`_failover.py`).
 - **One thread that wakes once per heartbeat.** An epoll loop sleeps until the next
   heartbeat is due (at most 50 ms), then reads every socket with data and sends what is
   due, at its due time: answers never wake it, so at the design load it wakes about once
@@ -477,7 +478,9 @@ class Datanode:
             stats.times.append(sent_at)
             stats.latencies.append(max(0.0, arrived - self.sent_wall))
             stats.nodes.append(self.node)
-            self.route.served()
+            new_phase = self.route.served()
+            if new_phase is not None:
+                self.next_at = time.monotonic() + new_phase
             self._schedule()
             return
         stats.error(f"http_{status}", sent_at)

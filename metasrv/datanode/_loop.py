@@ -10,6 +10,12 @@ memtable), so the next report carries it; `wake()` sends that report at once.
 A failed heartbeat (no metasrv served it) is retried with a fresh report after capped
 exponential backoff with full jitter (`Backoff`; its cap defaults to half the interval,
 so a datanode reaches a new leader within half an interval of its serving).
+
+The answer that ends a run of failures is followed by a wait drawn uniformly from
+`[interval/2, 3*interval/2)` instead of `interval`: a new phase in the interval, drawn
+afresh. Every datanode that lost its leader reached the new one within one backoff
+window, so without it their heartbeats would stay bunched in that window for good,
+every round at twice the steady rate; the one longer wait is at most half an interval.
 """
 
 from __future__ import annotations
@@ -75,7 +81,10 @@ class _Schedule:
 
     def answered(self) -> float:
         self.sent += 1
+        recovered = self.failures > 0
         self.failures = 0
+        if recovered:
+            return self.interval * (0.5 + self.rng.random())  # a new phase (module doc)
         return self.interval
 
     def failed(self, exc: BaseException) -> float:

@@ -252,7 +252,7 @@ class HeartbeatJudge:
             id_list = ids.tolist()
             if len(set(id_list)) != n:
                 _refuse_duplicates(id_list)
-            slots = table.lookup(id_list)
+            slots = table.lookup(id_list, ids)
         flushed = cols.flushed
         latest = cols.latest
         claims = None if latest is None else latest != NULL
@@ -278,11 +278,12 @@ class HeartbeatJudge:
             if rest.any():  # answer in the heartbeat's order, as region by region would
                 position = dict(zip(ids.tolist(), range(n), strict=True))
                 out.rejected.sort(key=lambda item: position[item["region_id"]])
+        if id_list is not None and not rest.any() and _all_prepared(out.fresh_slots):
+            # Every region has a row, or a prepared slot that its first report fills now
+            # (`StatTable.insert` keeps it): worth recalling, from the next heartbeat on.
+            table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
         if not steady.any():
             return
-        if id_list is not None and not rest.any() and out.fresh is None:
-            # Every region has a row (none is new or judged one by one): worth recalling.
-            table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
 
         out.steady = accepted = _accepted(cols, steady, out)
         out.steady_slots = held = slots if bool(steady.all()) else slots[steady]
@@ -325,6 +326,11 @@ class HeartbeatJudge:
         out.fresh_topics = (names, cols.topic[new])
         out.fresh_slots = slots[new]
         return new
+
+
+def _all_prepared(fresh_slots: np.ndarray | None) -> bool:
+    """No first report, or each one's region has a prepared slot (None: no first report)."""
+    return fresh_slots is None or bool((fresh_slots >= 0).all())
 
 
 def _refuse_duplicates(ids: Iterable[int]) -> None:

@@ -19,7 +19,7 @@ not a row until its region reports: it is in no topic's members, not counted, no
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import pairwise, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Final
 
@@ -92,9 +92,10 @@ class StatTable(StatColumns):
         slot = self._slot.get(region_id)
         return None if slot is None or self._topic[slot] < 0 else self.row(slot)
 
-    def lookup(self, region_ids: list[int]) -> np.ndarray:
+    def lookup(self, region_ids: list[int], as_array: np.ndarray | None = None) -> np.ndarray:
         """Each region's slot, -1 for a region without one (one C-level pass). A
         prepared slot (no row yet) is a slot: `judge` and `prepared_for` tell them apart.
+        `as_array`: the same ids as an int64 array, when the caller has one.
 
         Regions `prepare`d are found by bisection in their sorted slots, a column at a
         time (a million-entry dict costs a cache miss or two per region); the others, and
@@ -104,7 +105,7 @@ class StatTable(StatColumns):
             return np.fromiter(
                 map(self._slot.get, region_ids, repeat(-1)), np.intp, len(region_ids)
             )
-        ids = np.array(region_ids, np.int64)
+        ids = np.array(region_ids, np.int64) if as_array is None else as_array
         at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
         # A slot in use whose region is the one sought is that region's slot.
         held = (self._ids[at] == ids) & ((self._topic[at] >= 0) | (self._expect[at] >= 0))
@@ -269,9 +270,9 @@ class StatTable(StatColumns):
         the rows' slots."""
         if not len(values):
             return np.zeros(0, np.intp)
-        lut = np.full(len(topic_names), -1, np.int32)
-        for i in np.unique(topics).tolist():
-            lut[i] = self._topics.code_of(topic_names[i])
+        lut = self._topics.codes_of(topic_names)
+        for i in np.unique(topics[lut[topics] < 0]).tolist():
+            lut[i] = self._topics.code_of(topic_names[i])  # a topic no row named before
         if slots is not None:
             self._unprepare(slots[slots >= 0])
         return self._insert(
@@ -307,16 +308,8 @@ class StatTable(StatColumns):
             listed = region_ids if isinstance(region_ids, list) else ids.tolist()
             at = self._new_slots(listed, prepared)
             self._ids[at] = ids
-        # Membership by topic: one join per run of a topic, its dict filled when read.
-        order = np.argsort(topics, kind="stable")
-        codes = topics[order]
-        ids_by_topic = ids[order]
-        slots_by_topic = at[order]
-        cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), n]
-        names = self._topics.names
-        for start, stop in pairwise(cuts):
-            topic = names[int(codes[start])]
-            self._topics.join_later(topic, ids_by_topic[start:stop], slots_by_topic[start:stop])
+        # Membership by topic: sorted into the topics' dicts by their next reader.
+        self._topics.join_later(topics, ids, at)
         self._topic[at] = topics
         self._write(at, *values)
         return at

@@ -75,9 +75,29 @@ def test_failures_are_retried_after_jittered_backoff_then_the_interval_resumes()
         loop.stop()
     gaps = [b - a for a, b in itertools.pairwise(calls)]
     assert all(g < 0.04 + 0.03 for g in gaps[:3]), gaps  # backoff windows, plus scheduling
-    assert gaps[3] >= 0.5 - 0.01, gaps  # answered: back to the interval
+    assert 0.25 - 0.01 <= gaps[3] < 0.75 + 0.05, gaps  # the first answer: a new phase
     assert (loop.errors, loop.failures, loop.sent) == (3, 0, 2)
     assert isinstance(loop.last_error, Unavailable)
+
+
+def answer_any(_body: object) -> HeartbeatResponse:
+    return answer()
+
+
+def test_the_answer_after_failures_draws_a_new_phase_in_the_interval() -> None:
+    """Datanodes that reached a new leader within one backoff window spread out again:
+    the wait after the answer that ends their failures is uniform over one interval
+    (from half to one and a half), the waits after later answers are the interval."""
+    waits = []
+    for seed in range(400):
+        schedule = HeartbeatLoop(answer_any, report, interval=3.0, rng=random.Random(seed))
+        schedule.failed(Unavailable("no leader"))
+        waits.append(schedule.answered())
+        assert schedule.answered() == 3.0
+    assert all(1.5 <= w < 4.5 for w in waits), (min(waits), max(waits))
+    # Uniform over the interval: each third of it holds about a third of the waits.
+    thirds = [sum(1.5 + k <= w < 2.5 + k for w in waits) for k in range(3)]
+    assert all(100 <= n <= 170 for n in thirds), thirds
 
 
 def test_wake_sends_the_next_heartbeat_at_once() -> None:

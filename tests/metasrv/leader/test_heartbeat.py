@@ -384,6 +384,44 @@ async def test_a_region_reporting_first_next_to_known_ones_gets_one_row(hb: Setu
     assert sorted(hb.registry.topic_snapshot("t_0")) == [1, 2]
 
 
+async def test_a_new_terms_first_reports_are_recalled_on_the_next_heartbeat(
+    kafka_bootstrap: str,
+) -> None:
+    # A new term's table is prepared from the map: a first report fills its region's
+    # prepared slot, so the datanode's region list is recalled from its second heartbeat
+    # on (a million second reports would otherwise each look up every region again).
+    kv = SqlKv.open("sqlite://", create=True)
+    try:
+        kv.batch_put(
+            [(keys.topic_region(f"t_{i % 2}", i), keys.encode_route(1, None)) for i in range(6)]
+        )
+        setup = Setup(kv, kafka_bootstrap, "columns")
+        await setup.region_map.load()
+        setup.registry.prepare(setup.region_map.routes_by_topic().items())
+        table = setup.registry.table
+
+        def beat(flushed: int, regions: int = 6) -> list[Any]:
+            setup.clock.now += 1
+            reports = [region(i, flushed, topic=f"t_{i % 2}") for i in range(regions)]
+            return list(setup.beat(reports)["rejected"])
+
+        assert beat(10) == []
+        recalled = table.recall(1, np.arange(6))
+        assert recalled is not None
+        assert recalled.tolist() == table.lookup(list(range(6))).tolist()
+        assert beat(11) == []
+        assert [setup.registry.get(i).flushed_entry_id for i in range(6)] == [11] * 6  # type: ignore[union-attr]
+        # A region mapped during the term has no prepared slot: its first report is
+        # stored, and the list is recalled once every region has a row.
+        await setup.region_map.register(6, 1, "t_0")
+        assert beat(12, regions=7) == []
+        assert table.recall(1, np.arange(7)) is None
+        assert beat(13, regions=7) == []
+        assert table.recall(1, np.arange(7)) is not None
+    finally:
+        kv.close()
+
+
 async def test_big_heartbeat_round_trip(kafka_bootstrap: str) -> None:
     # Guards the hot loop against per-region state leaking between iterations.
     kv = SqlKv.open("sqlite://", create=True)
