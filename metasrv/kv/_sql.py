@@ -222,10 +222,13 @@ class SqlKv:
             rev = conn.execute(stmt.with_for_update()).scalar_one()
         return int(rev)
 
-    def _bump_revision(self, conn: Connection, revision: int) -> None:
-        conn.execute(
-            update(kv_revision_table).where(kv_revision_table.c.id == 1).values(revision=revision)
-        )
+    def _bump_revision(self, conn: Connection, revision: int, *, deleted: bool = False) -> None:
+        """The store's revision is now `revision`; `deleted`: this write removed a key
+        (`deleted_revision`, which a watch reads instead of counting keys)."""
+        values = {"revision": revision}
+        if deleted:
+            values["deleted_revision"] = revision
+        conn.execute(update(kv_revision_table).where(kv_revision_table.c.id == 1).values(values))
 
     def _insert(self, table: Any) -> Any:
         return postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
@@ -260,7 +263,8 @@ class SqlKv:
             for op in collapse_ops(ops)
         ]
 
-    def _apply(self, conn: Connection, ops: Sequence[TxnOp], revision: int) -> None:
+    def _apply(self, conn: Connection, ops: Sequence[TxnOp], revision: int) -> bool:
+        """Write `ops` at `revision`; True when a key was removed."""
         rows = [
             {"key": op.key, "value": op.value, "mod_revision": revision}
             for op in ops
@@ -269,8 +273,7 @@ class SqlKv:
         deletes = [op.key for op in ops if isinstance(op, Delete)]
         if rows:
             self._upsert(conn, rows)
-        if deletes:
-            self._delete_keys(conn, deletes)
+        return bool(deletes) and self._delete_keys(conn, deletes) > 0
 
     # --- KvBackend -------------------------------------------------------------------
 
@@ -347,7 +350,7 @@ class SqlKv:
             rev = self._lock_revision(conn)
             removed = self._delete_keys(conn, [full])
             if removed:
-                self._bump_revision(conn, rev + 1)
+                self._bump_revision(conn, rev + 1, deleted=True)
             return removed > 0
 
         return self.run_in_transaction(do, write=True)
@@ -359,7 +362,7 @@ class SqlKv:
             rev = self._lock_revision(conn)
             removed = conn.execute(delete(kv_table).where(cond)).rowcount
             if removed:
-                self._bump_revision(conn, rev + 1)
+                self._bump_revision(conn, rev + 1, deleted=True)
             return int(removed)
 
         return self.run_in_transaction(do, write=True)
@@ -381,8 +384,8 @@ class SqlKv:
             ops = branches[ok]
             if ops:
                 rev += 1
-                self._apply(conn, ops, rev)
-                self._bump_revision(conn, rev)
+                deleted = self._apply(conn, ops, rev)
+                self._bump_revision(conn, rev, deleted=deleted)
             return TxnResult(succeeded=ok, revision=rev)
 
         return self.run_in_transaction(do, write=True)

@@ -65,6 +65,8 @@ kv_revision_table = Table(
     # Always exactly one row, id = 1; locked by every writing transaction.
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("revision", BigInteger, nullable=False),
+    # Migration 0005: the revision of the latest write that removed a key (0: none since).
+    Column("deleted_revision", BigInteger, nullable=False, server_default="0"),
 )
 
 election_table = Table(

@@ -54,8 +54,8 @@ def test_migrated_schema_matches_metadata(empty_db_url: str) -> None:
     finally:
         engine.dispose()
     assert diff == []
-    # The kv backend's global revision counter starts at 0 in its single row.
-    assert [tuple(r) for r in revision_rows] == [(1, 0)]
+    # The kv backend's global revision counter starts at 0 in its single row, no delete yet.
+    assert [tuple(r) for r in revision_rows] == [(1, 0, 0)]
 
 
 def test_upgrade_is_idempotent(empty_db_url: str) -> None:

@@ -11,13 +11,15 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import delete
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import KvBackend, WatchLost
+from metasrv.kv import KvBackend, SqlKv, WatchLost
 from metasrv.leader import (
     Checkpointer,
     LeaderView,
@@ -29,6 +31,7 @@ from metasrv.leader import (
 )
 from metasrv.metrics import Metrics
 from metasrv.settings import load_settings
+from metasrv.sql import kv_table
 from tests.metasrv.kv.conftest import KvFactory
 
 
@@ -189,5 +192,46 @@ def test_an_etcd_watch_from_a_compacted_revision_is_lost(kv_store: KvFactory) ->
     try:
         with pytest.raises(WatchLost, match="compacted"):
             watch.next(5.0)
+    finally:
+        watch.close()
+
+
+def test_a_sql_watch_counts_keys_only_after_a_marked_delete_or_periodically(
+    kv_store: KvFactory,
+) -> None:
+    # A take-over's `sync` counts the keys under the prefix (to find deletes, which leave
+    # nothing to poll) only when a write removed a key since the last matching count
+    # (`deleted_revision`); a delete not marked, as a metasrv older than migration 0005
+    # makes, is found by the periodic count while following.
+    kv = kv_store("w/")
+    if not isinstance(kv, SqlKv):
+        pytest.skip("the SQL kv's polling watch")
+    kv.batch_put([("p/a", b"1"), ("p/b", b"1"), ("p/c", b"1")])
+    held = {"p/a", "p/b", "p/c"}
+
+    def holds_after(changes: list[Any]) -> int:
+        return len(held | {c.key for c in changes if c.value is not None})
+
+    watch = kv.watch("p/", kv.revision(), holds_after=holds_after)
+    try:
+        kv.put("p/d", b"1")
+        assert [c.key for c in watch.sync(5.0)[0]] == ["p/d"]
+        held.add("p/d")  # as the reader applies it
+        with kv.engine.begin() as conn:  # an unmarked delete
+            removed = conn.execute(delete(kv_table).where(kv_table.c.key == kv.key_prefix + "p/a"))
+            assert removed.rowcount == 1
+        watch.sync(5.0)  # nothing marked: no count, the delete is not seen here
+        deadline = time.monotonic() + 10.0
+        with pytest.raises(WatchLost, match="deleted"):  # the periodic count (5 s) finds it
+            while time.monotonic() < deadline:
+                watch.next(0.1)
+    finally:
+        watch.close()
+    held.discard("p/a")
+    watch = kv.watch("p/", kv.revision(), holds_after=holds_after)
+    try:
+        kv.delete("p/b")  # marked: the next sync counts
+        with pytest.raises(WatchLost, match="deleted"):
+            watch.sync(5.0)
     finally:
         watch.close()

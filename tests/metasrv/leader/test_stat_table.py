@@ -329,11 +329,14 @@ def test_first_reports_join_their_topics_when_the_topic_is_next_read() -> None:
     first = table.lookup([1, 2, 4])
     table.insert(values([1, 2, 4]), ["a", "b"], np.array([0, 0, 1]), 7, 1.0, first)
     table.discard(2)  # joined "a", not yet read
+    table.put(6, row(9, "c"))  # a new row, in the slot 2 freed
     table.put(1, row(9, "b"))  # moves from "a" to "b"
     table.insert(values([3]), ["a"], np.array([0]), 7, 2.0, table.lookup([3]))
-    assert sorted(table.topics()) == ["a", "b"] and len(table) == 3
+    assert sorted(table.topics()) == ["a", "b", "c"] and len(table) == 4
     assert sorted(table.topic_rows("a")) == [3]
     assert sorted(table.topic_rows("b")) == [1, 4]
+    assert sorted(table.topic_rows("c")) == [6]
+    table.discard(6)
     assert table.topic_rows("b")[1] == row(9, "b")
     table.discard(3)
     assert table.topics() == ["b"] and table.copy().topic_rows("b").keys() == {1, 4}
