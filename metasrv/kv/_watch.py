@@ -10,17 +10,16 @@ full and watches again from the reload's revision.
 - etcd: a gRPC watch stream (`_etcd_watch.py`); `sync` asks for a progress notification,
   which etcd sends once every event up to its current revision is on the stream.
 - SQL: polling (`SqlWatch`): puts are the keys whose `mod_revision` passed the last one
-  read (an index on it keeps that cheap); a row delete leaves nothing to find, so the
-  watch compares the prefix's key count with the keys its reader would hold once it
-  applied the puts (`holds_after`), and raises `WatchLost` when keys went missing. It
-  counts when the store's `deleted_revision` (the latest write that removed a key,
-  migration 0005) is past the revision of its last count that matched, and at least
-  every `count_every` seconds while following; `sync` counts only in the first case, so a
-  take-over with no delete since skips a count of every key under the prefix (0.5 - 1 s
-  at a million routes on PostgreSQL). The periodic count is for a writer that does not
-  mark its deletes (a metasrv older than the migration, during an upgrade). Deletes
-  under the topic-region prefix are deregistrations, rare next to puts, so a reload for
-  each costs a follower little.
+  read (an index on it, migration 0005, keeps that cheap); a row delete leaves nothing to
+  find, so the watch compares the prefix's key count with the keys its reader would hold
+  once it applied the puts (`holds_after`), and raises `WatchLost` when keys went missing.
+  It counts when the store's `deleted_revision` (the latest write that removed a key,
+  migration 0005) is past the revision of its last count that matched, and at least every
+  `count_every` seconds while following; `sync` counts only in the first case, so a
+  take-over with no delete since does not count every key under the prefix. The periodic
+  count is for a writer that does not mark its deletes (a metasrv older than migration
+  0005, during an upgrade). Deletes under the topic-region prefix are deregistrations,
+  rare next to puts, so a reload for each costs a follower little.
 """
 
 from __future__ import annotations
