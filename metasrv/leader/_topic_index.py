@@ -11,12 +11,14 @@ time and yields in between, does the inserts a topic at a time."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import pairwise, repeat
+from itertools import repeat
 from typing import Final
 
 import numpy as np
 
 _NO_MEMBERS: Final[dict[int, int]] = {}
+_INT16_CODES: Final = 32_767
+"""Topic codes that fit an int16, which numpy sorts by radix."""
 
 
 class TopicIndex:
@@ -30,9 +32,9 @@ class TopicIndex:
         self._later: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         """(topic codes, region ids, slots) columns joined and not yet sorted by topic,
         one entry per bulk join (arrays are not tracked by the GC)."""
-        self._sorted: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-        """Topic -> (region id columns, slot columns) sorted out of `_later` and not yet
-        in the topic's dict."""
+        self._sorted: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        """Topic -> (region ids, slots, the positions in them of its rows) sorted out of
+        `_later` and not yet in the topic's dict."""
         self._codes: dict[str, int] = {}
         self._names: list[str] = []
 
@@ -93,33 +95,31 @@ class TopicIndex:
                 del self._members[topic]
 
     def _sort(self) -> None:
-        """Sort the rows joined in bulk by topic, into `_sorted` (one pass over them all)."""
+        """Sort the rows joined in bulk by topic, into `_sorted`: one pass over their codes
+        (a radix sort while there are fewer than 32,768 topics); the ids and slots are
+        gathered a topic at a time, by `_settle`."""
         if not self._later:
             return
         later, self._later = self._later, []
         codes = np.concatenate([part[0] for part in later])
-        order = np.argsort(codes, kind="stable")
-        codes = codes[order]
-        ids = np.concatenate([part[1] for part in later])[order]
-        slots = np.concatenate([part[2] for part in later])[order]
-        cuts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
-        for start, stop in pairwise(cuts):
-            topic = self._names[int(codes[start])]
+        ids = np.concatenate([part[1] for part in later])
+        slots = np.concatenate([part[2] for part in later])
+        narrow = codes.astype(np.int16) if len(self._names) <= _INT16_CODES else codes
+        order = np.argsort(narrow, kind="stable")
+        counts = np.bincount(codes, minlength=len(self._names))
+        stop = 0
+        for code in np.flatnonzero(counts).tolist():
+            start, stop = stop, stop + int(counts[code])
+            topic = self._names[code]
             if topic not in self._members:
                 self._members[topic] = {}
-            waiting = self._sorted.setdefault(topic, ([], []))
-            waiting[0].append(ids[start:stop])
-            waiting[1].append(slots[start:stop])
+            self._sorted.setdefault(topic, []).append((ids, slots, order[start:stop]))
 
     def _settle(self, topic: str) -> None:
         """Put the topic's rows joined in bulk in its dict."""
         self._sort()
         waiting = self._sorted.pop(topic, None)
-        if waiting is not None:
-            self._members[topic].update(
-                zip(
-                    np.concatenate(waiting[0]).tolist(),
-                    np.concatenate(waiting[1]).tolist(),
-                    strict=True,
-                )
-            )
+        if waiting:
+            members = self._members[topic]  # `_sort` made it
+            for ids, slots, at in waiting:
+                members.update(zip(ids[at].tolist(), slots[at].tolist(), strict=True))
