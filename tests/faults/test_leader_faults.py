@@ -24,7 +24,8 @@ pytestmark = pytest.mark.faults
 FINISHED_OK = (ProcedureState.SUCCEEDED, ProcedureState.SKIPPED)
 # What a leader logs when it commits something: a deposed one must log none of these
 # (until it wins a later term, which "elected leader" marks).
-COMMITS = {"procedure submitted", "procedure finished", "deleted WAL records"}
+COMMITS = {"procedure submitted", "procedure finished"}
+DELETED = "deleted WAL records"
 NEW_TERM = "elected leader"
 
 
@@ -94,6 +95,17 @@ def test_paused_leader_commits_nothing_after_it_continues(
             )
         ]
         assert committed == [], committed
+        # Deleting is not a commit of its own: the purge deletes below the topic's marker,
+        # written first and fenced (invariant 5). A DeleteRecords in flight when the
+        # process was paused, or sent right after a marker its own term wrote, is logged
+        # after SIGCONT; it must be at or below a marker some term committed.
+        markers = cluster.monitor.markers
+        above = [
+            r
+            for r in deposed
+            if r.get("msg") == DELETED and r.get("offset", 0) > markers.get(str(r.get("topic")), -1)
+        ]
+        assert above == [], (above, markers)
         refused = [r.get("msg") for r in deposed if r.get("level") in ("warning", "error")]
         print(
             f"SIGSTOP {old.name} ({len(interrupted)} unfinished): {new.name} took over; "
