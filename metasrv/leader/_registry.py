@@ -127,7 +127,7 @@ class RegionRegistry:
     def topic_snapshot(self, topic: str) -> TopicRows:
         """The latest stats naming `topic`, as of now: a copy of one topic's rows only
         (later heartbeats do not show)."""
-        return self.table.copy([topic]).topic_rows(topic)
+        return self.table.snapshot(topic)
 
     def __contains__(self, region_id: object) -> bool:
         return region_id in self.table

@@ -28,6 +28,7 @@ import numpy as np
 from metasrv.leader._slot_memo import SlotMemo
 from metasrv.leader._stat_columns import INITIAL_CAPACITY, VALUE_COLUMNS, StatColumns
 from metasrv.leader._stat_rows import RowValues, StatRow, or_null
+from metasrv.leader._topic_copy import TopicCopy
 from metasrv.leader._topic_rows import TopicRows
 from metasrv.model import NULL
 
@@ -416,6 +417,10 @@ class StatTable(StatColumns):
         self._prepared -= len(slots)
 
     # --- copies ----------------------------------------------------------------------
+
+    def snapshot(self, topic: str) -> TopicRows:
+        """The rows naming `topic`, copied as of now (`TopicCopy`: a purge plans from it)."""
+        return TopicCopy(topic, self._topics.members(topic), self).topic_rows(topic)
 
     def copy(self, topics: Iterable[str] | None = None) -> StatTable:
         """A table of its own holding the rows of `topics` (all rows when None), as of now."""

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, KeysView, Mapping
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, Protocol, overload
 
 import numpy as np
 
 from metasrv.leader._stat_rows import StatRow
 
-if TYPE_CHECKING:
-    from metasrv.leader._stat_table import StatTable
+
+class RowSource(Protocol):
+    """What `TopicRows` reads: a `StatTable`, or one topic's rows copied (`TopicCopy`)."""
+
+    def members(self, topic: str) -> dict[int, int]: ...
+    def row(self, slot: int) -> StatRow: ...
+    def rows(self, slots: np.ndarray) -> list[StatRow]: ...
+    def received_at(self, slots: np.ndarray) -> np.ndarray: ...
+    def prunable_at(self, slots: np.ndarray) -> np.ndarray: ...
 
 
 class TopicRows(Mapping[int, StatRow]):
-    """Live, read-only `region id -> StatRow` over one topic's rows in a `StatTable`.
+    """Live, read-only `region id -> StatRow` over one topic's rows in a `RowSource`.
 
     Rows are built on access; `keys()` is the table's own key view (so comparing it
     with another dict's keys is one C-level pass), and `lowest_prunable` answers the
@@ -25,7 +32,7 @@ class TopicRows(Mapping[int, StatRow]):
 
     __slots__ = ("_table", "topic")
 
-    def __init__(self, table: StatTable, topic: str) -> None:
+    def __init__(self, table: RowSource, topic: str) -> None:
         self._table = table
         self.topic = topic
 

@@ -186,6 +186,29 @@ def test_topic_snapshot_copies_one_topic() -> None:
     assert reg.topic_snapshot("zzz") == {}
 
 
+def test_a_topic_snapshot_reads_rows_whose_slots_are_out_of_region_order() -> None:
+    """The copy finds a row by the slot it had in the table: slots freed and reused, and
+    ids that do not follow slot order, read the same through every accessor."""
+    reg = RegionRegistry()
+    put(reg, stat(6, 60, at=6.0, topic="b"))  # slot 0 is another topic's
+    put(reg, *(stat(r, r * 10, at=float(r)) for r in (9, 3, 7, 1, 5)))
+    reg.discard(3)
+    reg.discard(7)
+    put(reg, stat(8, 80, at=8.0), stat(2, 20, at=2.0))
+    snap = reg.topic_snapshot("t_0")
+    put(reg, stat(9, 99, at=10.0), stat(4, 40))  # later writes do not show
+    expected = {r: row_of(stat(r, r * 10, at=float(r))) for r in (9, 1, 5, 8, 2)}
+    assert snap == expected
+    assert [snap[r] for r in (2, 9, 1)] == [expected[2], expected[9], expected[1]]
+    assert snap.rows_of([5, 4, 8]) == [expected[5], None, expected[8]]
+    found, received, prunable = snap.columns_of([6, 1, 9, 4])
+    assert found.tolist() == [False, True, True, False]
+    assert received[found].tolist() == [1.0, 9.0]
+    assert prunable[found].tolist() == [expected[1].prunable_entry_id, expected[9].prunable_entry_id]
+    assert snap.lowest_prunable(fresh_after=0.5) == min(r.prunable_entry_id for r in expected.values())
+    assert snap.lowest_prunable(fresh_after=1.5) is None  # region 1's stat is older
+
+
 def test_a_region_has_one_row_whichever_topic_it_names() -> None:
     reg = RegionRegistry()
     put(reg, stat(1, 5, topic="a"), stat(2, 6, topic="b"))
