@@ -204,8 +204,9 @@ def test_a_topic_snapshot_reads_rows_whose_slots_are_out_of_region_order() -> No
     found, received, prunable = snap.columns_of([6, 1, 9, 4])
     assert found.tolist() == [False, True, True, False]
     assert received[found].tolist() == [1.0, 9.0]
-    assert prunable[found].tolist() == [expected[1].prunable_entry_id, expected[9].prunable_entry_id]
-    assert snap.lowest_prunable(fresh_after=0.5) == min(r.prunable_entry_id for r in expected.values())
+    prunable_of = {r: row.prunable_entry_id for r, row in expected.items()}
+    assert prunable[found].tolist() == [prunable_of[1], prunable_of[9]]
+    assert snap.lowest_prunable(fresh_after=0.5) == min(prunable_of.values())
     assert snap.lowest_prunable(fresh_after=1.5) is None  # region 1's stat is older
 
 
