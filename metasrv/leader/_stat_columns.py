@@ -149,7 +149,7 @@ class StatColumns:
     def take_dirty(self) -> np.ndarray:
         """The region ids of the rows flagged dirty, in slot order; the flags are cleared."""
         slots = np.flatnonzero(self._dirty[: self._end])
-        self._dirty[slots] = False
+        self._dirty[: self._end] = False  # every flag is taken: no scatter
         self._dirty_count = 0
         held: np.ndarray = self._ids[slots[self._topic[slots] >= 0]]
         return held
