@@ -94,6 +94,8 @@ class TopicRegionMap:
         """Called (synchronously, right after the map changed) with each removed route;
         the registry and the checkpointer forget the region there, so no state of an
         unmapped region survives its removal whoever removes it."""
+        self.apply_listeners: list[Callable[[RegionRoute], None]] = []
+        """Called with each route `apply` adds, or moves to another topic."""
 
     # --- loading ---------------------------------------------------------------------
 
@@ -157,6 +159,8 @@ class TopicRegionMap:
                         listener(existing)
             self._insert(route)
             self._created.add(route.topic)
+            for listener in self.apply_listeners:
+                listener(route)
 
     def holds_after(self, changes: Sequence[KvChange]) -> int:
         """Route keys (malformed ones included) this map would hold after `apply(changes)`

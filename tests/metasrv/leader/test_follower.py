@@ -182,6 +182,35 @@ async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
     assert (prepared.lookup(list(range(1, 101))) >= 0).all()
 
 
+async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
+    view_world: ViewWorld,
+) -> None:
+    # The take-over adds slots for what the followed map gained, not a pass over every
+    # route: a checkpoint written meanwhile is no new region, nor is one mapped and
+    # removed again.
+    w = view_world
+    _register(w.writer, "wal_0", range(1, 101))
+    w.follower.start()
+    await _until(lambda: w.follower.warm)
+    asked: list[tuple[str, list[int]]] = []
+    prepare = w.registry.prepare
+
+    def recording(topic_regions: Any) -> int:
+        listed = [(topic, list(regions)) for topic, regions in topic_regions]
+        asked.extend(listed)
+        return prepare(listed)
+
+    w.registry.prepare = recording  # type: ignore[method-assign]
+    w.writer.put(keys.topic_region("wal_0", 5), keys.encode_route(1, 42))
+    _register(w.writer, "wal_1", range(200, 202))
+    _register(w.writer, "wal_0", range(300, 301))
+    w.writer.delete(keys.topic_region("wal_0", 300))
+    assert await w.view.load()
+    assert asked == [("wal_1", [200, 201])]
+    assert (w.registry.table.lookup([*range(1, 101), 200, 201]) >= 0).all()
+    assert w.registry.table.lookup([300]).tolist() == [-1]
+
+
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)
 def test_an_etcd_watch_from_a_compacted_revision_is_lost(kv_store: KvFactory) -> None:
     kv = kv_store("w/")
