@@ -7,7 +7,9 @@ for the map and, where the code has it, `RegionRegistry.prepare`d from it), then
 `HeartbeatHandler.handle_columns` one columns heartbeat per datanode, `--rounds` times.
 Reported per round: the handler's total time, the median and p99 per heartbeat. Round 0 is
 every region's first report to the new leader (no row yet); round 1 the second (no slot
-recalled yet); later rounds the steady state.
+recalled yet); later rounds the steady state. Then what a purge round reads on the event
+loop: every topic's stat snapshot (`RegionRegistry.topic_snapshot`), the term's first pass
+(which also sorts the first reports into the topics' member dicts) and a second one.
 
 `PYTHONPATH=DIR` runs another checkout's code (a `git worktree` of an older commit) with
 this script, for the baseline in the same run. No service is needed.
@@ -95,6 +97,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "p99_ms": round(float(np.percentile(ms, 99)), 3),
             }
         )
+    snapshots_ms = []
+    topics = list(region_map.routes_by_topic())
+    for _ in range(2):
+        started = time.perf_counter()
+        for topic in topics:
+            registry.topic_snapshot(topic)
+        snapshots_ms.append(round((time.perf_counter() - started) * 1000, 1))
     kv.close()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
@@ -110,6 +119,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "term_ready_ms": round(ready_s * 1000, 1),
         "prepared": prepare is not None,
         "rounds": rounds,
+        "topic_snapshots_ms": snapshots_ms,
     }
 
 
@@ -133,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             f"round {n}: total {r['total_ms']} ms, per heartbeat median {r['median_ms']} ms, "
             f"p99 {r['p99_ms']} ms"
         )
+    first, second = result["topic_snapshots_ms"]
+    print(f"a purge round's topic snapshots: first pass {first} ms, second {second} ms")
     return 0
 
 
