@@ -4,6 +4,11 @@ A datanode reports the same regions in the same order heartbeat after heartbeat,
 comparing two arrays replaces a dict lookup per region (a cache miss each, at a million
 regions). A memo is valid only while no row of the table has been discarded since: a
 freed slot may be handed to another region.
+
+Before a datanode's first heartbeat of a term, the map's word is kept instead (`expect`):
+the regions mapped to it, ascending, and their prepared slots. A first heartbeat that names
+exactly those, in any order, is matched by one sort instead of a lookup and a duplicate
+check of every region; it is then remembered as sent.
 """
 
 from __future__ import annotations
@@ -20,14 +25,43 @@ class SlotMemo:
         """Key -> (discards then, its region ids, their slots)."""
         self._remembered = 0
         """Region ids held in `_recent` (16 bytes each with their slots)."""
+        self._expected: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+        """Key -> (discards then, its mapped region ids ascending, their slots), until its
+        first `recall`."""
 
-    def recall(self, key: int, region_ids: np.ndarray, discards: int) -> np.ndarray | None:
+    def recall(
+        self, key: int, region_ids: np.ndarray, discards: int, rows: int
+    ) -> np.ndarray | None:
         """The slots remembered under `key` if `region_ids` are the same ids in the same
-        order and the table's discard count is still `discards`; else None."""
+        order and the table's discard count (of `rows` rows) is still `discards`, or
+        those `expect`ed if they are the same ids; else None."""
         kept = self._recent.get(key)
-        if kept is None or kept[0] != discards or not np.array_equal(kept[1], region_ids):
+        if kept is not None and kept[0] == discards and np.array_equal(kept[1], region_ids):
+            return kept[2]
+        expected = self._expected.pop(key, None)
+        if expected is None or expected[0] != discards or len(expected[1]) != len(region_ids):
             return None
-        return kept[2]
+        order = np.argsort(region_ids, kind="stable")
+        if not np.array_equal(region_ids[order], expected[1]):
+            return None
+        slots = np.empty(len(order), np.intp)
+        slots[order] = expected[2]
+        self.remember(key, region_ids, slots, discards, rows)
+        return slots
+
+    def expect(
+        self, keys: np.ndarray, region_ids: np.ndarray, slots: np.ndarray, discards: int
+    ) -> None:
+        """Keep, per key of `keys`, the distinct `region_ids` (ascending) it is mapped
+        and their `slots`, all three aligned, for its first `recall`."""
+        if not len(keys):
+            return
+        order = np.argsort(keys, kind="stable")
+        keys, region_ids, slots = keys[order], region_ids[order], slots[order]
+        firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]).tolist()
+        ends = [*firsts[1:], len(keys)]
+        for first, end, key in zip(firsts, ends, keys[firsts].tolist(), strict=True):
+            self._expected[key] = (discards, region_ids[first:end], slots[first:end])
 
     def remember(
         self, key: int, region_ids: np.ndarray, slots: np.ndarray, discards: int, rows: int

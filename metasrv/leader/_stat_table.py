@@ -18,7 +18,7 @@ not a row until its region reports: it is in no topic's members, not counted, no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import Final
@@ -120,7 +120,7 @@ class StatTable(StatColumns):
     def recall(self, key: int, region_ids: np.ndarray) -> np.ndarray | None:
         """The slots `remember`ed under `key` if `region_ids` are the same ids in the same
         order and no row was discarded since; else None (`SlotMemo`)."""
-        return self._memo.recall(key, region_ids, self._discards)
+        return self._memo.recall(key, region_ids, self._discards, len(self._slot))
 
     def remember(self, key: int, region_ids: np.ndarray, slots: np.ndarray) -> None:
         """Keep `slots` (every one holding a row) of distinct `region_ids` for `recall`."""
@@ -367,21 +367,25 @@ class StatTable(StatColumns):
         distinct."""
         columns: list[np.ndarray] = []
         codes: list[np.ndarray] = []
+        nodes: list[np.ndarray] = []  # given routes, their datanodes (`SlotMemo.expect`)
         for topic, regions in topic_regions:
             column = np.fromiter(regions, np.int64)
             columns.append(column)
             codes.append(np.full(len(column), self._topics.code_of(topic), np.int32))
+            if isinstance(regions, Mapping):
+                nodes.append(np.fromiter(map(_NODE_OF, regions.values()), np.int64, len(column)))
         if not columns:
             return 0
         # New slots in region id order, so `lookup` can find them by bisection.
         ids = np.concatenate(columns)
         order = np.argsort(ids, kind="stable")
         ids, expect = ids[order], np.concatenate(codes)[order]
+        node = np.concatenate(nodes)[order] if len(nodes) == len(columns) else None
         if self._slot:
-            # Those with a slot already (a warm follower's table at take-over) are
-            # found a column at a time, not by a million dict probes.
+            # Those with a slot already (a warm follower's table at take-over) are found a
+            # column at a time, not by a million dict probes; no datanode's list is whole.
             new = ~self._has_slot(ids)
-            ids, expect = ids[new], expect[new]
+            ids, expect, node = ids[new], expect[new], None
         n = len(ids)
         if not n:
             return 0
@@ -395,6 +399,8 @@ class StatTable(StatColumns):
         if n > self._sorted[1] - self._sorted[0]:  # a later, smaller prepare: the index
             self._sorted = (start, stop)
         self._prepared += n
+        if node is not None:
+            self._memo.expect(node, ids, np.arange(start, stop), self._discards)
         return n
 
     def _has_slot(self, ids: np.ndarray) -> np.ndarray:

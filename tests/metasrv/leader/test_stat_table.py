@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from metasrv.leader import NULL, RowValues, StatRow, StatTable, regresses
@@ -368,3 +370,35 @@ def test_a_dirty_flag_per_row_holds_a_region_once_until_taken() -> None:
     assert table.dirty_count == 2
     assert sorted(table.take_dirty().tolist()) == [1, 3]
     assert table.dirty_count == 0 and len(table.take_dirty()) == 0
+
+
+def test_a_datanodes_first_heartbeat_is_matched_to_its_mapped_regions_in_any_order() -> None:
+    # Prepared from routes, the table expects each datanode's mapped regions: a first
+    # heartbeat naming exactly them, in any order, is recalled without a lookup, and
+    # then as sent; any other list (a region more or less, a duplicate) is not.
+    class Route(NamedTuple):
+        node_id: int
+
+    table = StatTable()
+    mapped = {"a": {11: Route(1), 12: Route(2), 13: Route(1)}, "b": {21: Route(1), 22: Route(2)}}
+    assert table.prepare(mapped.items()) == 5
+    first = np.array([21, 13, 11], np.int64)
+    slots = table.recall(1, first)
+    assert slots is not None and slots.tolist() == table.lookup([21, 13, 11]).tolist()
+    again = table.recall(1, first.copy())
+    assert again is not None and again.tolist() == slots.tolist()  # remembered as sent
+    assert table.recall(2, np.array([12, 22, 22], np.int64)) is None  # a duplicate
+    assert table.recall(2, np.array([12, 22], np.int64)) is None  # one chance only
+
+    more = StatTable()
+    more.prepare(mapped.items())
+    more.prepare([("a", {30: Route(2)})])  # mapped since: datanode 2's list is not whole
+    assert more.recall(2, np.array([22, 12, 30], np.int64)) is None
+    assert more.lookup([30]).tolist() != [-1]
+    freed = StatTable()
+    freed.prepare(mapped.items())
+    freed.discard(12)  # a slot freed since may be another region's
+    assert freed.recall(1, np.array([21, 13, 11], np.int64)) is None
+    plain = StatTable()
+    plain.prepare([("a", [11, 13]), ("b", [21])])  # ids without routes
+    assert plain.recall(1, np.array([11, 13, 21], np.int64)) is None
