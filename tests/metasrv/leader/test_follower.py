@@ -141,6 +141,13 @@ async def view_world(kv_store: KvFactory, kafka_bootstrap: str) -> AsyncIterator
     await follower.stop()
 
 
+async def _follow(w: ViewWorld, topic: str, region_ids: range) -> None:
+    """Regions the old leader registered, then the follower loading and following them."""
+    _register(w.writer, topic, region_ids)
+    w.follower.start()
+    await _until(lambda: w.follower.warm)
+
+
 async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removals(
     view_world: ViewWorld,
 ) -> None:
@@ -148,9 +155,7 @@ async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removal
     # moved meanwhile keeps no slot for its old topic (its report there is not a first
     # report of a mapped region), and one registered meanwhile gets one at take-over.
     w = view_world
-    _register(w.writer, "wal_0", range(1, 6))
-    w.follower.start()
-    await _until(lambda: w.follower.warm)
+    await _follow(w, "wal_0", range(1, 6))
     prepared = w.registry.table
     assert len(w.registry) == 0 and (prepared.lookup([1, 2, 3, 4, 5]) >= 0).all()
 
@@ -172,9 +177,7 @@ async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
     view_world: ViewWorld,
 ) -> None:
     w = view_world
-    _register(w.writer, "wal_0", range(1, 101))
-    w.follower.start()
-    await _until(lambda: w.follower.warm)
+    await _follow(w, "wal_0", range(1, 101))
     prepared = w.registry.table
     assert (prepared.lookup(list(range(1, 101))) >= 0).all()  # while following
     assert await w.view.load()
@@ -189,9 +192,7 @@ async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
     # route: a checkpoint written meanwhile is no new region, nor is one mapped and
     # removed again.
     w = view_world
-    _register(w.writer, "wal_0", range(1, 101))
-    w.follower.start()
-    await _until(lambda: w.follower.warm)
+    await _follow(w, "wal_0", range(1, 101))
     asked: list[tuple[str, list[int]]] = []
     prepare = w.registry.prepare
 
