@@ -395,6 +395,10 @@ def test_a_datanodes_first_heartbeat_is_matched_to_its_mapped_regions_in_any_ord
     more.prepare([("a", {30: Route(2)})])  # mapped since: datanode 2's list is not whole
     assert more.recall(2, np.array([22, 12, 30], np.int64)) is None
     assert more.lookup([30]).tolist() != [-1]
+    same_length = StatTable()
+    same_length.prepare(mapped.items())
+    assert same_length.recall(2, np.array([22, 22], np.int64)) is None  # a duplicate
+    assert same_length.recall(1, np.array([21, 13, 99], np.int64)) is None  # another region
     freed = StatTable()
     freed.prepare(mapped.items())
     freed.discard(12)  # a slot freed since may be another region's
