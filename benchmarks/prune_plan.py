@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     plans: dict[str, TopicPlan] = {}
     for _ in range(args.runs):
         start = time.perf_counter()
-        stats = table.copy()  # what the leader's stats are copied into for a plan
+        stats = table.copy()  # every topic in one copy (the leader copies a topic at a time)
         taken = time.perf_counter()
         plans = plan_topics(
             by_topic,
