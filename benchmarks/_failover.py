@@ -12,10 +12,11 @@ An attempt sends a heartbeat at most once to each address, starting at `current`
   usable leader goes on the same way;
 - a 503 (a leader loading its map) or any other answer ends the attempt there.
 
-An attempt that ends without a 200 is retried after capped exponential backoff with full
-jitter: a wait drawn uniformly from `[0, min(cap, base * 2**k))` after the k-th failed
-attempt in a row, with `base = min(0.1, interval / 2)` and `cap = interval / 2`, as the product's
-heartbeat loop does; a 200 resets `k`. The 200 that ends a run of failed attempts is
+An attempt that ends without a 200 is retried after the product's backoff
+(`metasrv.datanode.Backoff`, with `base = min(0.1, interval / 2)` and `cap = interval / 2`,
+as the product's heartbeat loop has it): after the k-th failed attempt in a row, a wait
+drawn from `[0, min(cap, base * 2**k))` below the cap and from `[0.9 cap, cap)` at it (its
+default `cap_jitter`); a 200 resets `k`. The 200 that ends a run of failed attempts is
 followed by a wait drawn from `[interval/2, 3*interval/2)`, a new phase in the interval,
 as the product's heartbeat loop does.
 """
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import random
 import time
+
+from metasrv.datanode import Backoff
 
 Addr = tuple[str, int]
 
@@ -35,12 +38,17 @@ class Failover:
     """One datanode's addresses and retry state. Each method returns the seconds to wait
     before the next send (0: at once) and leaves the address to send to in `current`."""
 
-    def __init__(self, addrs: list[Addr], interval: float, rng: random.Random) -> None:
+    def __init__(
+        self,
+        addrs: list[Addr],
+        interval: float,
+        rng: random.Random,
+        cap_jitter: float = Backoff().cap_jitter,
+    ) -> None:
         self.addrs = list(dict.fromkeys(addrs))
         self.current = self.addrs[0]
         self.interval = interval
-        self.base = min(0.1, interval / 2)
-        self.cap = interval / 2
+        self.backoff = Backoff(min(0.1, interval / 2), interval / 2, cap_jitter)
         self.rng = rng
         self.failures = 0
         """Attempts in a row that ended without a 200."""
@@ -110,7 +118,7 @@ class Failover:
             ring = addrs[start:] + addrs[:start]
             resume = next((a for a in ring if not self._is_down(a)), self.current)
         self.current = resume
-        delay = self.rng.random() * min(self.cap, self.base * 2.0 ** min(self.failures, 64))
+        delay = self.backoff.delay(self.failures, self.rng)
         self.failures += 1
         self._new_attempt()
         return delay

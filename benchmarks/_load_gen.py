@@ -38,9 +38,10 @@ that its own CPU stays small beside the leader's on a 2-core box:
   (`--url`, then `--urls`) and keeps the product's datanode policy (`_failover.py`): a
   421's named leader (`{"error": {"code": "not_leader", "leader": "host:port" | null}}`,
   api/errors.py) at once; past a refused, reset or timed-out connection to the next
-  address; after a 503, or an attempt that found no leader, a retry after capped
-  exponential backoff with full jitter. After a 200 it sends on its schedule again; after
-  the 200 that ends failed attempts, on a phase drawn afresh (`_failover.py`).
+  address; after a 503, or an attempt that found no leader, a retry after the product's
+  backoff (`metasrv.datanode.Backoff`; `--cap-jitter` sets its spread at the cap). After
+  a 200 it sends on its schedule again; after the 200 that ends failed attempts, on a
+  phase drawn afresh (`_failover.py`).
 - **One thread that wakes once per heartbeat.** An epoll loop sleeps until the next
   heartbeat is due (at most 50 ms), then reads every socket with data and sends what is
   due, at its due time: answers never wake it, so at the design load it wakes about once
@@ -424,7 +425,9 @@ class Datanode:
         self.gen = gen
         self.node = node
         self.body = gen.nodes[node]
-        self.route = Failover(gen.addrs, gen.args.interval, random.Random(node))
+        self.route = Failover(
+            gen.addrs, gen.args.interval, random.Random(node), gen.args.cap_jitter
+        )
         self.wire = Wire(gen.loop, self.route.current, self._answered, self._failed)
         rng = np.random.default_rng(node)
         self.next_at = gen.start + float(rng.random()) * gen.args.interval

@@ -56,6 +56,7 @@ import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
 
+from metasrv.datanode import Backoff
 from metasrv.model import NULL
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -918,6 +919,12 @@ def main(argv: list[str] | None = None) -> int:
         help="load generator: pre-encoded bodies over raw connections, or asyncio + httpx",
     )
     parser.add_argument("--follower-rate", type=float, default=2.0, help="heartbeats/s to it")
+    parser.add_argument(
+        "--cap-jitter",
+        type=float,
+        default=Backoff().cap_jitter,
+        help="raw generator's datanodes' Backoff cap_jitter (1: full jitter at the cap too)",
+    )
     parser.add_argument("--prune-interval", default="30s")
     parser.add_argument("--writer-nodes", type=int, default=4)
     parser.add_argument("--writer-regions", type=int, default=8)

@@ -24,11 +24,14 @@ Reported, from the datanodes' own records of each 200 (send time, latency, datan
 
 `--code DIR` runs the daemons from a worktree of another commit with this virtualenv (its
 own migrations too), for the baseline in the same run; the generators are this tree's.
+`--cap-jitter` sets the spread of the generators' datanodes' backoff at its cap
+(`metasrv.datanode.Backoff`; 1 is full jitter at the cap too).
 Results: `benchmarks/results/takeover-load-<kv>-<time>.json`, and a table. Uses the stack
 (`metasrv stack up`): its Kafka, etcd and PostgreSQL.
 
     python benchmarks/takeover_load.py [--kv etcd|postgresql] [--nodes 1000] [--regions 1000]
-        [--interval 3] [--steady 120] [--after 120] [--lease 5] [--code DIR] [--keep]
+        [--interval 3] [--steady 120] [--after 120] [--lease 5] [--cap-jitter J]
+        [--code DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from load import NODE_BASE, RESULTS, Sampler, region_id, rss_mb, topic_of, wait_
 from takeover import ROOT, kv_store, start_daemon, status
 
 from metasrv import keys
+from metasrv.datanode import Backoff
 from metasrv.kafka import KafkaAdmin
 from toolbox.stack import StackConfig, endpoints_of
 
@@ -148,6 +152,7 @@ def generators(
         argv += ["--topics", str(TOPICS), "--interval", str(args.interval)]
         argv += ["--change", str(args.change), "--duration", str(args.steady + args.after)]
         argv += ["--follower-rate", "0", "--encoding", args.encoding]
+        argv += ["--cap-jitter", str(args.cap_jitter)]
         procs.append(subprocess.Popen(argv))
     return procs
 
@@ -432,6 +437,12 @@ def main() -> int:
     parser.add_argument("--after", type=float, default=120.0, help="load seconds after the kill")
     parser.add_argument("--lease", type=int, default=5, help="election lease seconds")
     parser.add_argument("--prune-interval", default="300s", help="wal.auto_prune_interval")
+    parser.add_argument(
+        "--cap-jitter",
+        type=float,
+        default=Backoff().cap_jitter,
+        help="the datanodes' Backoff cap_jitter (1: full jitter at the cap too)",
+    )
     parser.add_argument("--code", default=None, help="checkout to run the daemons from")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")

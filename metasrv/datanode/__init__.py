@@ -6,7 +6,7 @@ In the order a heartbeat flows:
   written with the standard library only).
 - `_route.py`: which metasrv gets a request: the current leader, a 421's named leader at
   once, the next address after a failure; a 503 (a new leader loading) is retried there.
-- `_backoff.py`: capped exponential backoff with full jitter between failed tries.
+- `_backoff.py`: capped exponential backoff between failed tries (full jitter below the cap).
 - `_client.py`: `DatanodeClient` (blocking) and `AsyncDatanodeClient`: `heartbeat` and
   `replay_start` against whichever metasrv leads.
 - `_loop.py`: `HeartbeatLoop` (a thread) and `AsyncHeartbeatLoop`: report, send, hand new

@@ -8,8 +8,9 @@ metasrv counts an instruction applied when a later report shows each region's
 memtable), so the next report carries it; `wake()` sends that report at once.
 
 A failed heartbeat (no metasrv served it) is retried with a fresh report after capped
-exponential backoff with full jitter (`Backoff`; its cap defaults to half the interval,
-so a datanode reaches a new leader within half an interval of its serving).
+exponential backoff (`Backoff`: full jitter below the cap, a jittered period at it; the
+cap defaults to half the interval, so a datanode reaches a new leader within half an
+interval of its serving).
 
 The answer that ends a run of failures is followed by a wait drawn uniformly from
 `[interval/2, 3*interval/2)` instead of `interval`: a new phase in the interval, drawn
