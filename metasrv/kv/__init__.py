@@ -17,7 +17,7 @@ from metasrv.kv._protocol import (
     TxnResult,
 )
 from metasrv.kv._sql import SqlKv
-from metasrv.kv._watch import KvChange, KvWatch, WatchLost
+from metasrv.kv._watch import KvChange, KvWatch, SqlWatch, WatchLost
 
 __all__ = [
     "Compare",
@@ -34,6 +34,7 @@ __all__ = [
     "Put",
     "Snapshot",
     "SqlKv",
+    "SqlWatch",
     "TxnOp",
     "TxnResult",
     "WatchLost",

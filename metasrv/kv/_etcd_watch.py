@@ -30,6 +30,8 @@ _PROGRESS_RETRY = 0.5
 """Seconds between two progress requests while `sync` waits for an answer."""
 
 _DONE = object()
+_WAKE = object()
+"""Put among the responses by `wake`: the read waiting for one returns without."""
 
 
 class EtcdWatch:
@@ -93,6 +95,9 @@ class EtcdWatch:
                     return changes, int(response.header.revision)
         raise WatchLost(f"etcd sent no progress notification within {timeout:.1f}s")
 
+    def wake(self) -> None:
+        self._responses.put(_WAKE)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -127,6 +132,8 @@ class EtcdWatch:
                 else self._responses.get_nowait()
             )
         except queue.Empty:
+            return None
+        if item is _WAKE:
             return None
         if isinstance(item, BaseException):
             self._responses.put(item)  # every later call fails the same way

@@ -24,6 +24,7 @@ full and watches again from the reload's revision.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,11 @@ class KvWatch(Protocol):
         when `sync` was called, such that every change up to R is now returned."""
         ...
 
+    def wake(self) -> None:
+        """Make the `next` that waits now, or else the next one, return at once (maybe
+        empty); any thread may call it. A reader that must `sync` calls it first."""
+        ...
+
     def close(self) -> None:
         """Stop watching; safe to call twice."""
         ...
@@ -97,14 +103,20 @@ class SqlWatch:
         """No key under the prefix was removed at or below this revision without the
         reader seeing it (the load's revision, then each matching count's)."""
         self._closed = False
+        self._woken = threading.Event()
 
     def next(self, timeout: float) -> list[KvChange]:
-        time.sleep(min(self._poll_interval, max(timeout, 0.0)))
+        if self._woken.wait(min(self._poll_interval, max(timeout, 0.0))):
+            self._woken.clear()
+            return []
         changes, _ = self._poll(periodic=time.monotonic() - self._counted_at >= self._count_every)
         return changes
 
     def sync(self, timeout: float) -> tuple[list[KvChange], int]:
         return self._poll(periodic=False)
+
+    def wake(self) -> None:
+        self._woken.set()
 
     def close(self) -> None:
         self._closed = True

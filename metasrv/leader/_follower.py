@@ -6,11 +6,12 @@ load's revision (`KvBackend.watch`: an etcd watch, or polling the SQL kv). When 
 cannot go on (etcd compacted the revision, the member went away, keys deleted behind the
 SQL poll) the follower loads in full again and watches from there.
 
-On election, `take_over` stops following and brings the map to a revision read after the
-election (`KvWatch.sync`): a region registered by the old leader was committed before the
-new leader's election revision (afterwards the old leader's fenced writes fail), so it is
-in the map before the new leader plans any purge (DESIGN §2 invariant 4). A map that is
-not warm, or a catch-up that fails, makes the caller load in full instead.
+On election, `take_over` wakes the watch from its wait for changes (`KvWatch.wake`), stops
+following and brings the map to a revision read after the election (`KvWatch.sync`): a
+region registered by the old leader was committed before the new leader's election
+revision (afterwards the old leader's fenced writes fail), so it is in the map before the
+new leader plans any purge (DESIGN §2 invariant 4). A map that is not warm, or a catch-up
+that fails, makes the caller load in full instead.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from metasrv.leader._region_map import TopicRegionMap
 logger = logging.getLogger(__name__)
 
 POLL_SECS = 0.25
-"""Longest wait for changes between two checks for a take-over request."""
+"""Longest wait for changes in one call (a take-over wakes the watch)."""
 SYNC_SECS = 5.0
 """How long one catch-up waits for the store to confirm the map is current (then the
 follower loads in full, still for the same take-over)."""
@@ -45,10 +46,14 @@ class MapFollower:
         self._kv = kv
         self._task: asyncio.Task[None] | None = None
         self._handover: asyncio.Future[bool] | None = None
+        self._watch: KvWatch | None = None
+        """The watch being followed, woken for a take-over."""
         self.warm = False
         """True while the map is loaded and followed."""
         self.reloads = 0
         """Full loads since start (the first one included)."""
+        self.poll_secs = POLL_SECS
+        """Longest wait for changes in one call to the watch."""
         self.loaded_listeners: list[Callable[[], None]] = []
         """Called after each full load, before the map is followed (`LeaderView` prepares
         the next term's stat table)."""
@@ -87,6 +92,8 @@ class MapFollower:
             return False
         handover = asyncio.get_running_loop().create_future()
         self._handover = handover
+        if self._watch is not None:
+            self._watch.wake()  # the catch-up starts now, not when the wait ends
         while not handover.done() and still_leading():
             await asyncio.wait({handover}, timeout=0.1)
         current = handover.done() and handover.result()
@@ -112,6 +119,7 @@ class MapFollower:
                 )
                 self.warm = True
                 delay = 0.5
+                self._watch = watch
                 await self._follow(watch)
                 return  # handed over
             except MetasrvError as exc:
@@ -125,6 +133,7 @@ class MapFollower:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECS)
             finally:
+                self._watch = None
                 if watch is not None:
                     watch.close()
 
@@ -149,6 +158,6 @@ class MapFollower:
                 if not handover.done():
                     handover.set_result(True)
                 return
-            changes = await asyncio.to_thread(watch.next, POLL_SECS)
+            changes = await asyncio.to_thread(watch.next, self.poll_secs)
             if changes:
                 region_map.apply(changes)

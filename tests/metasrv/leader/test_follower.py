@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy import delete
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import KvBackend, SqlKv, WatchLost
+from metasrv.kv import KvBackend, KvWatch, SqlKv, SqlWatch, WatchLost
 from metasrv.leader import (
     Checkpointer,
     LeaderView,
@@ -210,6 +211,48 @@ async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
     assert asked == [("wal_1", [200, 201])]
     assert (w.registry.table.lookup([*range(1, 101), 200, 201]) >= 0).all()
     assert w.registry.table.lookup([300]).tolist() == [-1]
+
+
+@pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)
+async def test_take_over_does_not_wait_out_the_watch(
+    world: World,
+) -> None:
+    # The follower's watch waits up to `poll_secs` for changes; a take-over wakes it.
+    world.follower.poll_secs = 30.0
+    _register(world.kv, "wal_0", range(1, 3))
+    await _until(lambda: world.region_map.region_count() == 2)
+    await asyncio.sleep(0.5)  # the wait under way is now a 30 s one, with nothing to come
+    started = time.monotonic()
+    assert await world.follower.take_over(lambda: True)
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_woken_watch_returns_from_its_wait_at_once_and_loses_no_change(
+    kv_store: KvFactory,
+) -> None:
+    # A take-over wakes the follower's watch so that its catch-up does not wait out the
+    # current `next`: here a 30 s one (and a 30 s poll interval on the SQL kv).
+    kv = kv_store("w/")
+    start = kv.put("p/a", b"1")
+    watch: KvWatch = (
+        SqlWatch(kv, "p/", start, holds_after=lambda changes: 1, poll_interval=30.0)
+        if isinstance(kv, SqlKv)
+        else kv.watch("p/", start, holds_after=lambda changes: 1)
+    )
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(watch.next, 30.0)
+            time.sleep(0.3)
+            assert not waiting.done()
+            woken = time.monotonic()
+            watch.wake()
+            assert waiting.result(timeout=10.0) == []
+        assert time.monotonic() - woken < 5.0
+        kv.put("p/b", b"2")
+        changes, revision = watch.sync(5.0)
+        assert [c.key for c in changes] == ["p/b"] and revision >= start + 1
+    finally:
+        watch.close()
 
 
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)
