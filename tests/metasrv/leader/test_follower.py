@@ -107,6 +107,39 @@ async def test_take_over_waits_for_a_first_load_still_running(world: World) -> N
     assert world.region_map.region_count() == 50
 
 
+async def test_a_follower_whose_watch_broke_reloads_in_full_before_it_serves(
+    kv_store: KvFactory, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The watch ends under the follower (etcd restarted or its member went away; the SQL
+    # poll failing), regions are registered meanwhile and then the follower is elected:
+    # the map it serves is a full reload holding every one of them.
+    settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
+    writer, reader = kv_store("m/"), kv_store("m/")
+    watches: list[KvWatch] = []
+    open_watch = reader.watch
+
+    def watch(*args: Any, **kwargs: Any) -> KvWatch:
+        watches.append(open_watch(*args, **kwargs))
+        return watches[-1]
+
+    monkeypatch.setattr(reader, "watch", watch)
+    region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
+    follower = MapFollower(region_map, reader)
+    _register(writer, "wal_0", range(1, 11))
+    follower.start()
+    try:
+        await _until(lambda: follower.warm)
+        watches[0].close()  # the stream breaks: its next read fails
+        _register(writer, "wal_0", range(11, 21))
+        _register(writer, "wal_1", range(21, 23))  # a moment before the election
+        assert await follower.take_over(lambda: True)
+        assert follower.reloads == 2 and len(watches) == 2
+        assert region_map.region_count() == 22
+        assert {r.region_id for r in region_map.regions_of("wal_1")} == {21, 22}
+    finally:
+        await follower.stop()
+
+
 async def test_take_over_refuses_a_map_that_is_not_followed(world: World) -> None:
     await world.follower.stop()
     assert not await world.follower.take_over(lambda: True)
