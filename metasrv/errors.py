@@ -148,6 +148,14 @@ class WalDataLoss(MetasrvError):
     code = "wal_data_loss"
 
 
+class TopicReset(Conflict):
+    """A topic's offsets went backwards under metasrv, or its Kafka topic id is not the one
+    its marker records (DESIGN §2 invariant 8): nothing is deleted from it and no offset
+    of it is answered until an operator resolves the reset."""
+
+    code = "topic_reset"
+
+
 class ConfigError(MetasrvError):
     """The configuration file or environment holds an invalid value."""
 

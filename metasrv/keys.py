@@ -7,6 +7,7 @@ the only code that reads those values back.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import orjson
 
@@ -21,24 +22,90 @@ ELECTION_KEY = "__metasrv_election"
 LOCK_PREFIX = "__remote_wal_lock/"
 
 
-# --- `__topic_name/kafka/{topic}` -> {"pruned_entry_id": int|null} ---------------------
+# --- `__topic_name/kafka/{topic}` -> {"pruned_entry_id": int|null, "topic_id": str|null,
+#     "reset": {...}|null} ----------------------------------------------------------------
 
 
 def topic_name(topic: str) -> str:
-    """`__topic_name/kafka/{topic}` -> {"pruned_entry_id": int|null}"""
+    """`__topic_name/kafka/{topic}` -> {"pruned_entry_id": int|null, "topic_id": str|null,
+    "reset": {"detected_topic_id": str|null, "high_watermark": int|null, "reason": str}|null}"""
     return f"{TOPIC_NAME_PREFIX}{topic}"
 
 
-def decode_pruned(value: bytes) -> int | None:
-    """A marker value's `pruned_entry_id` (None: never purged); `ValueError` for a value
-    of any other shape (not JSON, not an object, an entry id that is not an int)."""
+@dataclass(frozen=True, slots=True)
+class ResetLatch:
+    """A topic reset (DESIGN §2 invariant 8) as the marker keeps it until an operator
+    resolves it: what Kafka showed when the reset was found."""
+
+    reason: str
+    detected_topic_id: str | None = None
+    """Kafka's topic id when the reset was found (None when Kafka gave none)."""
+    high_watermark: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A topic's marker value. `topic_id` is the Kafka topic id (UUID, as Kafka prints it)
+    of the topic the marker's offsets belong to: a topic deleted and recreated under the
+    same name gets a new id and starts again at offset 0. None: not recorded yet (a
+    marker written before metasrv recorded ids, or never purged)."""
+
+    pruned_entry_id: int | None = None
+    topic_id: str | None = None
+    reset: ResetLatch | None = None
+
+
+def decode_marker(value: bytes) -> Marker:
+    """A marker value; `ValueError` for a value of any other shape (not JSON, not an
+    object, an entry id that is not an int, a topic id that is not a string, a reset
+    that is not an object with a string reason)."""
     decoded = orjson.loads(value)
     if not isinstance(decoded, dict):
         raise ValueError(f"marker value is not a JSON object: {value!r}")
     pruned = decoded.get("pruned_entry_id")
-    if pruned is None or type(pruned) is int:
-        return pruned
-    raise ValueError(f"pruned_entry_id is not an int: {pruned!r}")
+    if pruned is not None and type(pruned) is not int:
+        raise ValueError(f"pruned_entry_id is not an int: {pruned!r}")
+    topic_id = decoded.get("topic_id")
+    if topic_id is not None and not isinstance(topic_id, str):
+        raise ValueError(f"topic_id is not a string: {topic_id!r}")
+    raw_reset = decoded.get("reset")
+    reset: ResetLatch | None = None
+    if raw_reset is not None:
+        if not isinstance(raw_reset, dict) or not isinstance(raw_reset.get("reason"), str):
+            raise ValueError(f"reset is not an object with a reason: {raw_reset!r}")
+        detected = raw_reset.get("detected_topic_id")
+        high = raw_reset.get("high_watermark")
+        if detected is not None and not isinstance(detected, str):
+            raise ValueError(f"reset.detected_topic_id is not a string: {detected!r}")
+        if high is not None and type(high) is not int:
+            raise ValueError(f"reset.high_watermark is not an int: {high!r}")
+        reset = ResetLatch(raw_reset["reason"], detected, high)
+    return Marker(pruned, topic_id, reset)
+
+
+def encode_marker(marker: Marker, stored: bytes | None = None) -> bytes:
+    """The value for `marker`, keeping any other field of the `stored` value it replaces
+    (one another writer of the key may have added)."""
+    value = orjson.loads(stored) if stored is not None else {}
+    value["pruned_entry_id"] = marker.pruned_entry_id
+    value["topic_id"] = marker.topic_id
+    reset = marker.reset
+    value["reset"] = (
+        None
+        if reset is None
+        else {
+            "reason": reset.reason,
+            "detected_topic_id": reset.detected_topic_id,
+            "high_watermark": reset.high_watermark,
+        }
+    )
+    return orjson.dumps(value)
+
+
+def decode_pruned(value: bytes) -> int | None:
+    """A marker value's `pruned_entry_id` (None: never purged); `ValueError` for a value
+    of any other shape (`decode_marker`)."""
+    return decode_marker(value).pruned_entry_id
 
 
 def encode_pruned(pruned_entry_id: int, stored: bytes | None = None) -> bytes:

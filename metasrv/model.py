@@ -161,6 +161,9 @@ class PartitionOffsets:
     """Earliest readable offset (low watermark)."""
     high_watermark: int
     """Offset the next record will get."""
+    topic_id: str | None = None
+    """Kafka's id of the topic (a UUID as Kafka prints it); a topic deleted and recreated
+    under the same name gets a new one. None when the adapter did not learn it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +201,7 @@ class TopicPlan:
     kafka_unavailable: str | None = None
     """Why Kafka's offsets of the topic could not be read when they were asked; the plan
     then has no prune point (a purge started now would wait for Kafka)."""
+    topic_reset: str | None = None
+    """Why the topic is a topic reset (DESIGN §2 invariant 8: its offsets went backwards
+    under metasrv, or its Kafka topic id is not the marker's), or None. A reset topic has
+    no prune point until an operator resolves it."""

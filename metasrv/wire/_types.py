@@ -62,6 +62,11 @@ class EventKind(enum.StrEnum):
 
     WAL_DATA_LOSS = "wal_data_loss"
     """Kafka's log start is above entries a region still needs (invariant 7); one per region."""
+    TOPIC_RESET = "topic_reset"
+    """A topic's offsets went backwards under metasrv or its Kafka topic id changed
+    (invariant 8): WAL data loss; nothing is deleted from it until an operator resolves it."""
+    TOPIC_RESET_RESOLVED = "topic_reset_resolved"
+    """An operator resolved a topic reset (`details`: the topic id now recorded)."""
     PURGE_STARTED = "purge_started"
     """A purge began running (again, when a new leader resumed it)."""
     PURGE_DELETED = "purge_deleted"
@@ -130,6 +135,9 @@ class BlockReason(enum.StrEnum):
     """The region's last report is older than `region_stat_ttl`."""
     RETENTION_OVERRUN = "retention_overrun"
     """Kafka no longer holds entries the region still needs (WAL data loss)."""
+    TOPIC_RESET = "topic_reset"
+    """The topic's offsets went backwards under metasrv (deleted and recreated, or its
+    log truncated): the region's reported entries are not in it (WAL data loss)."""
 
 
 class FindingKind(enum.StrEnum):
