@@ -52,6 +52,9 @@ class MapFollower:
         """True while the map is loaded and followed."""
         self.reloads = 0
         """Full loads since start (the first one included)."""
+        self.routes_read = 0
+        """Routes the full load under way has read so far (the last load's count once it is
+        done). Written by the loading worker thread; read for `/readyz`."""
         self.poll_secs = POLL_SECS
         """Longest wait for changes in one call to the watch."""
         self.loaded_listeners: list[Callable[[], None]] = []
@@ -101,12 +104,16 @@ class MapFollower:
         self._handover = None
         return current
 
+    def _note_read(self, routes: int) -> None:
+        self.routes_read = routes
+
     async def _run(self) -> None:
         delay = 0.5
         while True:
             watch: KvWatch | None = None
             try:
-                await self.region_map.load()
+                self.routes_read = 0
+                await self.region_map.load(self._note_read)
                 self.reloads += 1
                 for listener in self.loaded_listeners:
                     listener()

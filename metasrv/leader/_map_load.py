@@ -7,10 +7,11 @@ million routes that is seconds of work the event loop must not wait behind).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from metasrv import keys
-from metasrv.kv import KvBackend
+from metasrv.kv import KeyPage, KvBackend
 from metasrv.model import RegionRoute
 
 logger = logging.getLogger(__name__)
@@ -30,13 +31,15 @@ class Loaded(NamedTuple):
     """The kv revision every route was read at."""
 
 
-def read_map(kv: KvBackend) -> Loaded:
+def read_map(kv: KvBackend, progress: Callable[[int], None] | None = None) -> Loaded:
     by_id: dict[int, RegionRoute] = {}
     by_topic: dict[str, dict[int, RegionRoute]] = {}
     malformed: set[str] = set()
     with kv.snapshot() as snap:
         revision = snap.revision
         pages = snap.pages(keys.TOPIC_REGION_PREFIX, page_size=SCAN_PAGE)
+        if progress is not None:
+            pages = _counted(pages, progress)
         for key, value in (kv for page in pages for kv in zip(page.keys, page.values, strict=True)):
             route = keys.decode_route(key, value)
             if route is None:
@@ -56,3 +59,12 @@ def read_map(kv: KvBackend) -> Loaded:
             by_id[route.region_id] = route
             by_topic.setdefault(route.topic, {})[route.region_id] = route
     return Loaded(by_id, by_topic, malformed, revision)
+
+
+def _counted(pages: Iterator[KeyPage], progress: Callable[[int], None]) -> Iterator[KeyPage]:
+    """`pages`, calling `progress` with the keys read so far after each one is indexed."""
+    read = 0
+    for page in pages:
+        yield page
+        read += len(page.keys)
+        progress(read)

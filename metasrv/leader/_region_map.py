@@ -99,15 +99,16 @@ class TopicRegionMap:
 
     # --- loading ---------------------------------------------------------------------
 
-    async def load(self) -> int:
+    async def load(self, progress: Callable[[int], None] | None = None) -> int:
         """Replace the in-memory map with the kv backend's; return the region count.
+        `progress` is called (on the worker thread) with the routes read so far.
 
         Reading, decoding and indexing all happen on a worker thread: at a million
         routes that is seconds of work the event loop must not wait behind.
         """
 
         async with self._mutate:
-            loaded = await asyncio.to_thread(read_map, self._kv)
+            loaded = await asyncio.to_thread(read_map, self._kv, progress)
             self._routes = loaded.by_id
             self._by_topic = loaded.by_topic
             self._malformed = loaded.malformed
