@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._listoffsets import OffsetSpec
@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _MIN_REBUILD_INTERVAL = 5.0
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+"""Kafka's all-zero topic id as it prints it: a broker that keeps no topic ids (before
+Kafka 2.8) answers it."""
 _READ_TIMEOUT = 5.0
 """Default seconds an offsets read waits: ListOffsets is answered in milliseconds by a live
 leader, and one sent to a dead leader spins librdkafka until it expires (`_conf`)."""
@@ -291,8 +294,8 @@ class KafkaAdmin:
     def offsets(
         self, topics: Iterable[str], *, timeout: float | None = None
     ) -> dict[str, PartitionOffsets]:
-        """Log start and high watermark of partition 0 of each topic (`offsets_each`);
-        raises the first topic's error."""
+        """Log start and high watermark of partition 0 of each topic, with its topic id
+        (`offsets_each`); raises the first topic's error."""
         answers = self.offsets_each(topics, timeout=timeout)
         found: dict[str, PartitionOffsets] = {}
         for topic, answer in answers.items():
@@ -304,11 +307,15 @@ class KafkaAdmin:
     def offsets_each(
         self, topics: Iterable[str], *, timeout: float | None = None
     ) -> dict[str, PartitionOffsets | MetasrvError]:
-        """Each topic's partition-0 offsets, or the error that stopped them, from one
-        batched request per offset kind, all answered within `timeout` seconds (default:
-        `_READ_TIMEOUT`, at most the request timeout). A topic whose answer made the client
-        rebuild (stale metadata, a negative offset, a timeout) is asked once more on the
-        fresh client."""
+        """Each topic's partition-0 offsets and Kafka topic id, or the error that stopped
+        them, from one batched request per offset kind and one batched DescribeTopics, all
+        in flight at once and answered within `timeout` seconds (default: `_READ_TIMEOUT`,
+        at most the request timeout). A topic whose answer made the client rebuild (stale
+        metadata, a negative offset, a timeout) is asked once more on the fresh client.
+
+        The topic id is read with the offsets every time, never cached by name: a topic
+        deleted and recreated under the same name answers a new id (DESIGN §2 invariant 8),
+        and that is how its marker's offsets are known to belong to another topic."""
         names = sorted(set(topics))
         if not names:
             return {}
@@ -342,15 +349,50 @@ class KafkaAdmin:
                 failed = translate_kafka_error(exc, "list_offsets")
                 return dict.fromkeys(topics, failed)
             pending[kind] = {tp.topic: f for tp, f in futures.items() if tp.partition == 0}
+        # The ids in one DescribeTopics, in flight with the offsets (no extra round trip).
+        # A topic recreated between the answers pairs old offsets with the new id (a reset
+        # seen by its id) or new offsets with the old id (seen by the high watermark below
+        # the marker, short of a new topic taking that many records within milliseconds).
+        timeout = max(0.1, deadline - time.monotonic())
+        try:
+            described = self._client.describe_topics(
+                TopicCollection(topics), request_timeout=timeout
+            )
+        except KafkaException as exc:
+            failed = translate_kafka_error(exc, "describe_topics")
+            return dict.fromkeys(topics, failed)
         answers: dict[str, PartitionOffsets | MetasrvError] = {}
         for topic in topics:
             try:
                 low, high = (self._offset(pending[kind], topic, kind, deadline) for kind in specs)
+                topic_id = self._topic_id(described, topic, deadline)
             except MetasrvError as exc:
                 answers[topic] = exc
             else:
-                answers[topic] = PartitionOffsets(log_start_offset=low, high_watermark=high)
+                answers[topic] = PartitionOffsets(
+                    log_start_offset=low, high_watermark=high, topic_id=topic_id
+                )
         return answers
+
+    def _topic_id(
+        self, futures: Mapping[str, Future[Any]], topic: str, deadline: float
+    ) -> str | None:
+        """Kafka's id of `topic` (base64, as `kafka-topics.sh --describe` prints it), or None
+        from a broker that keeps no topic ids."""
+        what = f"describe_topics {topic}"
+        future = futures.get(topic)
+        if future is None:
+            raise self._no_answer(what, "topic missing from Kafka's answer")
+        try:
+            description = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            self._refresh_if_stale(exc)
+            raise self._unavailable(what, exc) from exc
+        except TimeoutError as exc:
+            self._rebuild("timed out")
+            raise self._unavailable(what, KafkaUnavailable("timed out")) from exc
+        topic_id = str(description.topic_id)
+        return None if topic_id == _NO_TOPIC_ID else topic_id
 
     def _offset(
         self, futures: Mapping[str, Future[Any]], topic: str, kind: str, deadline: float

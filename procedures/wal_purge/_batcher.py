@@ -129,14 +129,16 @@ class KafkaBatcher:
         self._deletes: Coalescer[int, int] = Coalescer(admin.delete_records, max, window=window)
 
     async def offsets(self, topic: str) -> PartitionOffsets:
-        """Log start offset and high watermark of the topic's partition 0."""
+        """Log start offset and high watermark of the topic's partition 0, and Kafka's
+        topic id, read with them in the same batch (never cached: a recreated topic shows)."""
         return await self._offsets.submit(topic, None)
 
     async def offsets_tolerant(
         self, topics: list[str], *, timeout: float
     ) -> tuple[dict[str, PartitionOffsets], dict[str, MetasrvError]]:
-        """Offsets of many topics in one batched admin call (the ticker's and the API's view
-        of every topic), answered within `timeout` seconds: (offsets of the topics Kafka
+        """Offsets and topic ids of many topics in one batched admin call (the ticker's and
+        the API's view of every topic; one DescribeTopics for all of them, in flight with
+        the offsets requests), answered within `timeout` seconds: (offsets of the topics Kafka
         answered, the error of each topic it did not). Never raises a Kafka error: a topic
         without offsets is planned as Kafka unavailable."""
         try:

@@ -1,0 +1,53 @@
+"""Delete a Kafka topic and create it again under the same name, as an operator, a
+clean-up script or a broker's auto-create would: the topic a WAL's offsets belonged to is
+gone, and a new one starts again at offset 0 with a new topic id."""
+
+from __future__ import annotations
+
+import time
+
+from metasrv.errors import MetasrvError
+from metasrv.kafka import KafkaAdmin
+
+
+def topic_id(admin: KafkaAdmin, topic: str) -> str:
+    """Kafka's current id of `topic` (read with its offsets)."""
+    found = admin.offsets([topic])[topic].topic_id
+    assert found is not None, f"Kafka gave no topic id for {topic}"
+    return found
+
+
+def delete_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> None:
+    """Delete `topic` and wait until Kafka's metadata no longer lists it."""
+    admin.delete_topics([topic])
+    deadline = time.monotonic() + timeout
+    while topic in admin.list_topics():
+        assert time.monotonic() < deadline, f"{topic} still listed {timeout}s after its deletion"
+        time.sleep(0.1)
+
+
+def create_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> str:
+    """Create `topic` (retrying while Kafka still finishes deleting an older one of that
+    name) and wait until its offsets are readable; returns its topic id."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if admin.ensure_topics([topic]) == [topic]:
+                break
+        except MetasrvError:
+            pass
+        assert time.monotonic() < deadline, f"{topic} not created within {timeout}s"
+        time.sleep(0.2)
+    while True:
+        try:
+            return topic_id(admin, topic)
+        except MetasrvError:
+            assert time.monotonic() < deadline, f"{topic} not readable within {timeout}s"
+            time.sleep(0.1)
+
+
+def recreate_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> tuple[str, str]:
+    """Delete `topic` and create it again; returns (old id, new id)."""
+    old = topic_id(admin, topic)
+    delete_topic(admin, topic, timeout=timeout)
+    return old, create_topic(admin, topic, timeout=timeout)
