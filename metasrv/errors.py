@@ -156,6 +156,14 @@ class TopicReset(Conflict):
     code = "topic_reset"
 
 
+class DamagedMarker(MetasrvError):
+    """A topic's stored marker does not decode: metasrv's own state is damaged, no retry or
+    other request can succeed until an operator repairs the key (500, logged as an error;
+    not 503, which datanodes retry as a leader loading, and never read as "never purged")."""
+
+    code = "damaged_marker"
+
+
 class ConfigError(MetasrvError):
     """The configuration file or environment holds an invalid value."""
 
