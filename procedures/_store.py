@@ -141,18 +141,39 @@ class ProcedureStore:
     # -- writes -------------------------------------------------------------------------
 
     async def create(self, record: ProcedureRecord) -> Created:
-        """Create the record and its kv locks atomically, unless a lock is taken."""
+        """Create the record and its kv locks atomically, unless a lock is taken.
+
+        A write whose answer was lost (`KvUnavailable`: it may or may not have landed) is
+        settled by reading the record back: found, the create is done (nothing else
+        writes a new id's key); absent, it is tried again. When the record cannot be
+        read either, `KvUnavailable` is raised: a landed record is then run by the
+        manager's adoption (`ProcedureManager.adopt`), never left to the next leader.
+        """
         key = state_key(record.id)
         holder_value = orjson.dumps({"procedure_id": record.id})
         ops: list[TxnOp] = [Put(key, record.to_json())]
         ops += [Put(lock, holder_value) for lock in record.kv_locks]
+        unknown: KvUnavailable | None = None
         for _ in range(_CREATE_ATTEMPTS):
             compares = [Compare(key, revision=0)]
             compares += [Compare(lock, revision=0) for lock in record.kv_locks]
             compares += list(self._fence())
-            result = await self._txn(compares, ops)
+            try:
+                result = await self._txn(compares, ops)
+            except KvUnavailable as exc:
+                unknown = exc
+                landed = await self._landed(record)
+                if landed is None:
+                    continue  # the write did not land: try it again
+                return landed
             if result.succeeded:
                 return Created(True, record.id, result.revision)
+            if unknown is not None:
+                # An earlier try's write may have landed after all (its compare fails
+                # this one): the locks then name us, and the record is ours.
+                landed = await self._landed(record)
+                if landed is not None:
+                    return landed
             for lock in record.kv_locks:
                 holder = await self.lock_holder(lock)
                 if holder is not None:
@@ -164,7 +185,24 @@ class ProcedureStore:
             # (its procedure finished). Only the fence alone tells which.
             if not (await self._txn(list(self._fence()), [])).succeeded:
                 break
+        else:
+            if unknown is not None:
+                raise unknown
         raise LeadershipLost("not leader any more; procedure not submitted")
+
+    async def _landed(self, record: ProcedureRecord) -> Created | None:
+        """The create of `record` as stored, if its write landed (read back after an
+        unknown outcome); None if its key is absent."""
+        stored = await self.load(record.id)
+        if stored is None:
+            return None
+        if stored.record.submitted_at != record.submitted_at or stored.record.kind != record.kind:
+            raise RecordConflict(f"procedure {record.id} already exists")
+        logger.warning(
+            "procedure create had an unknown outcome; its record is stored",
+            extra={"procedure_id": record.id, "topic": record.topic},
+        )
+        return Created(True, record.id, stored.revision)
 
     async def save(self, record: ProcedureRecord, revision: int) -> int:
         """Write `record` if its key is still at `revision`; return the new revision.

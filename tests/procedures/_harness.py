@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from sqlalchemy import Engine, create_engine
 
-from metasrv.election import EtcdElection
+from metasrv.election import Election, EtcdElection, SqlElection
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import EtcdKv, KvBackend
+from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.leader import (
     Leadership,
     Mailbox,
@@ -43,8 +44,17 @@ def make_settings(
     wal: dict[str, Any] | None = None,
     procedure: dict[str, Any] | None = None,
     lease_secs: int = 2,
+    sql_url: str | None = None,
 ) -> Settings:
-    """Settings for one test: its own topic pool and kv key prefix, fast retries."""
+    """Settings for one test: its own topic pool and kv key prefix, fast retries; the kv
+    on etcd, or on the SQL database at `sql_url` (migrated) when given."""
+    kv: dict[str, Any] = {
+        "backend": "etcd",
+        "etcd_endpoints": [etcd] if isinstance(etcd, str) else etcd,
+        "key_prefix": f"{prefix}/",
+    }
+    if sql_url is not None:
+        kv = {"backend": "sql", "sql_url": sql_url, "key_prefix": f"{prefix}/"}
     return load_settings(
         wal={
             "broker_endpoints": [kafka],
@@ -56,17 +66,18 @@ def make_settings(
             **(wal or {}),
         },
         procedure={"retry_delay": "50ms", "max_retry_times": 12, **(procedure or {})},
-        kv={
-            "backend": "etcd",
-            "etcd_endpoints": [etcd] if isinstance(etcd, str) else etcd,
-            "key_prefix": f"{prefix}/",
-        },
+        kv=kv,
         election={"lease_secs": lease_secs},
     )
 
 
 class Harness:
-    """One would-be leader: build, `start()`, use, `close()`."""
+    """One would-be leader: build, `start()`, use, `close()`.
+
+    Its kv and election are etcd's, or the SQL ones (`SqlKv`, `SqlElection`) when the
+    settings name a SQL kv. `kv` replaces the kv the procedures use; `wrap` wraps the real
+    one (a test's fault injection); the election always uses the real store.
+    """
 
     def __init__(
         self,
@@ -75,19 +86,31 @@ class Harness:
         *,
         name: str | None = None,
         kv: KvBackend | None = None,
+        wrap: Callable[[KvBackend], KvBackend] | None = None,
         kafka: KafkaAdmin | None = None,
     ) -> None:
         self.settings = settings
         self.prefix = settings.wal.topic_name_prefix
         self.bootstrap = settings.wal.broker_endpoints[0]
         self.name = name or f"node-{uuid.uuid4().hex[:6]}"
-        etcd_kv = EtcdKv(settings.kv.etcd_endpoints, settings.kv.key_prefix)
-        self._etcd_kv = etcd_kv
-        self.kv: KvBackend = kv or etcd_kv
+        lease_secs = settings.election.lease_secs
+        self.election: Election
+        base_kv: KvBackend
+        if settings.kv.backend == "etcd":
+            etcd_kv = EtcdKv(settings.kv.etcd_endpoints, settings.kv.key_prefix)
+            self.election = EtcdElection(
+                etcd_kv, node_name=self.name, addr=self.name, lease_secs=lease_secs
+            )
+            base_kv = etcd_kv
+        else:
+            url, key_prefix = settings.kv.sql_url, settings.kv.key_prefix
+            base_kv = SqlKv(url, key_prefix)
+            self.election = SqlElection(
+                url, key_prefix, node_name=self.name, addr=self.name, lease_secs=lease_secs
+            )
+        self._base_kv = base_kv
+        self.kv: KvBackend = kv or (wrap(base_kv) if wrap is not None else base_kv)
         self.kafka = kafka or KafkaAdmin.from_settings(settings.wal)
-        self.election = EtcdElection(
-            etcd_kv, node_name=self.name, addr=self.name, lease_secs=settings.election.lease_secs
-        )
         self.locks = TopicLocks()
         self.registry = RegionRegistry()
         self.metrics = Metrics()
@@ -139,8 +162,8 @@ class Harness:
         await self.services.events.flush(5.0)
         self.services.close()
         await self.election.stop()
-        self._etcd_kv.close()
-        if self.kv is not self._etcd_kv:
+        self._base_kv.close()
+        if self.kv is not self._base_kv:
             self.kv.close()
         self.engine.dispose()
 
