@@ -205,3 +205,5 @@ class TopicPlan:
     """Why the topic is a topic reset (DESIGN §2 invariant 8: its offsets went backwards
     under metasrv, or its Kafka topic id is not the marker's), or None. A reset topic has
     no prune point until an operator resolves it."""
+    topic_id: str | None = None
+    """Kafka's topic id when the plan read the offsets (None when unknown)."""

@@ -2,11 +2,14 @@
 
 How one purge decision flows, module by module:
 
-- `_plan.py`: the pure planner. P(topic) = min over every mapped region of
-  max(prunable_entry_id, marker), at most Kafka's high watermark - 1, or None when a
-  region blocks it (no stat, stale stat, WAL data loss). P is exactly where a purge
-  cuts and what the marker becomes: the dry run and the purge agree.
-  It also says when a plan leaves nothing to cut (`nothing_to_cut`).
+- `_plan.py`: the pure planner and every decision of the purge. P(topic) = min over
+  every mapped region of max(prunable_entry_id, marker), at most Kafka's high
+  watermark - 1, or None when a region blocks it (no stat, stale stat, WAL data loss)
+  or the topic is a reset (invariant 8). P is exactly where a purge cuts and what the
+  marker becomes: the dry run and the purge agree. Each step's decision is a pure
+  function of one snapshot (`decide_prepare`, `decide_after_flush`, `decide_purge`,
+  `flush_deadline`, `reset_marker`, `advanced_marker`), returning a frozen value
+  (`Skip`, `Lost`, `Reset`, `Flush`, `Cut`, `Wait`, `Advance`, `CatchUp`).
 - `_inputs.py`: gathers the plan's inputs at one instant (map, stats, marker, offsets)
   for every reader: the procedure, the ticker and the API's plan and metrics; and the
   regions worth asking to flush (`flush_targets`).
@@ -34,12 +37,31 @@ from procedures.wal_purge._plan import (
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
+    TOPIC_RESET,
+    Advance,
+    AfterFlushDecision,
+    CatchUp,
+    Cut,
+    Flush,
+    Lost,
+    PrepareDecision,
+    PurgeDecision,
+    Reset,
+    Skip,
     StatsByTopic,
     TopicStats,
+    Wait,
+    advanced_marker,
+    decide_after_flush,
+    decide_prepare,
+    decide_purge,
     flush_candidates,
+    flush_deadline,
+    flushed_regions,
     nothing_to_cut,
     plan_topic,
     plan_topics,
+    reset_marker,
 )
 from procedures.wal_purge._procedure import DATA_LOSS_EVENT, PurgeStep, WalPurge
 from procedures.wal_purge._services import FlushMailbox, PurgeServices, StatSource, TopicMap
@@ -53,17 +75,28 @@ __all__ = [
     "NO_STAT",
     "RETENTION_OVERRUN",
     "STALE_STAT",
+    "TOPIC_RESET",
+    "Advance",
+    "AfterFlushDecision",
+    "CatchUp",
     "Coalescer",
+    "Cut",
+    "Flush",
     "FlushMailbox",
     "FlushTarget",
     "KafkaBatcher",
+    "Lost",
     "PlanInputs",
+    "PrepareDecision",
     "PurgeData",
+    "PurgeDecision",
     "PurgeMark",
     "PurgeServices",
     "PurgeStep",
     "PurgeTicker",
+    "Reset",
     "Retained",
+    "Skip",
     "StatSource",
     "StatsByTopic",
     "TickResult",
@@ -73,11 +106,18 @@ __all__ = [
     "TrendRing",
     "TrendSampler",
     "TrendView",
+    "Wait",
     "WalPurge",
     "advance_marker",
+    "advanced_marker",
+    "decide_after_flush",
+    "decide_prepare",
+    "decide_purge",
     "export_gauges",
     "flush_candidates",
+    "flush_deadline",
     "flush_targets",
+    "flushed_regions",
     "gather_one",
     "gather_plans",
     "nothing_to_cut",
@@ -85,6 +125,7 @@ __all__ = [
     "plan_topics",
     "purge_manager",
     "read_marker",
+    "reset_marker",
     "submit_purges",
     "trend_capacity",
 ]

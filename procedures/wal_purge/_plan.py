@@ -26,19 +26,60 @@ is one of DESIGN §2's invariants:
   delete". (Kafka reads a DeleteRecords offset of -1 as "everything"; the Kafka adapter
   refuses negative offsets outright.)
 
+- A **topic reset** (invariant 8) is a topic whose offsets went backwards under metasrv
+  (deleted and recreated, truncated): its marker has a reset latched (`Marker.reset`), or
+  its Kafka topic id is not the one the marker records (both known), or its high watermark
+  is below `pruned_entry_id + 1`, or a region reported a prunable entry id above the high
+  watermark - 1 (its entries are not in this topic; only stats received before Kafka was
+  asked are compared: a later one may describe entries written after Kafka answered). Such
+  a plan has `topic_reset` (the reason), no prune point, nothing reclaimable, and the
+  regions concerned in `blocked_by` as `topic_reset`. `nothing_to_cut` never calls a reset
+  topic's marker ahead of its log start work (ef11397 deleted 29 acknowledged entries so).
+
 The purge procedure deletes below exactly this P and moves the marker to it, so a dry
 run (`GET /v1/plan`) shows the P a purge started now would use.
+
+The purge's decisions (pure: one snapshot of inputs in, one frozen decision value out;
+the procedure in `_procedure.py` gathers, calls one, and does what it says; the
+protocol model in the tests calls exactly these):
+
+- `decide_prepare(plan, flush_targets, *, logical_delete) -> Reset | Lost | Skip | Flush
+  | Cut`: the prepare step, from a plan made under the topic's write lock and the
+  regions worth asking to flush (`FlushTarget`s).
+- `decide_after_flush(plan, *, logical_delete) -> Reset | Lost | Skip | Cut`: the flush
+  step once its wait is over, from a fresh plan.
+- `decide_purge(target, plan, *, logical_delete) -> Reset | Lost | Skip | Wait | Advance
+  | CatchUp`: the purge step, from the persisted `target` and a fresh plan made from the
+  marker and Kafka's offsets as read now (`plan.pruned_entry_id` is that marker,
+  `plan.log_start_offset` / `high_watermark` / `topic_id` those offsets).
+  `Advance(target, lowered)`: move the marker to `target` (lowered below the persisted
+  one when `lowered`: persist it first), then delete below it; `CatchUp(target)`: the
+  marker is at or past the target, only Kafka's deletion is left; `Wait`: blocked, retry
+  later (`Unavailable`); `Reset` / `Lost`: fail, delete nothing.
+- `flush_deadline(sent_at, timeout, *, wall_now, mono_now) -> float`: the monotonic
+  instant the flush wait ends: the persisted wall-clock send time only shortens it (a
+  resume), a clock stepped back never lengthens it past `timeout`.
+- `flushed_regions(waiting, stats) -> frozenset[int]`: the flush candidates that
+  reported a higher prunable id than when they were asked.
+- `reset_marker(marker, reset) -> Marker | None`: the marker value that latches a
+  reset, None when one is latched already.
+- `advanced_marker(marker, target, topic_id) -> Marker | None`: the marker value that
+  moves it to `target` (recording Kafka's topic id when known), None when it is already
+  at or past it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, KeysView, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
 
+from metasrv.errors import TopicReset
+from metasrv.keys import Marker, ResetLatch
 from metasrv.leader import StatRow
 from metasrv.model import (
     BlockingRegion,
@@ -48,10 +89,24 @@ from metasrv.model import (
     TopicStat,
 )
 from metasrv.wire import BlockReason
+from procedures.wal_purge._data import FlushTarget
 
 NO_STAT = BlockReason.NO_STAT.value
 STALE_STAT = BlockReason.STALE_STAT.value
 RETENTION_OVERRUN = BlockReason.RETENTION_OVERRUN.value
+TOPIC_RESET = BlockReason.TOPIC_RESET.value
+
+# Why a topic is a reset: the first word of `TopicPlan.topic_reset` (then ": " and details).
+RESET_LATCHED = "latched"
+"""The marker has a reset latched; it stays until an operator resolves it."""
+RESET_TOPIC_ID = "topic_id_changed"
+"""Kafka's topic id is not the one the marker records: deleted and recreated."""
+RESET_BELOW_MARKER = "high_watermark_below_marker"
+"""The high watermark is below `pruned_entry_id + 1`: offsets the marker covers are gone."""
+RESET_REGIONS_AHEAD = "regions_ahead_of_high_watermark"
+"""Regions reported entries the topic does not have (above the high watermark - 1)."""
+RESET_BELOW_TARGET = "high_watermark_below_target"
+"""The high watermark fell below the purge's persisted target since it was planned."""
 
 
 class TopicStats(Protocol):
@@ -99,6 +154,8 @@ def plan_topic(
     stat_ttl: float,
     pruned_entry_id: int | None,
     offsets: PartitionOffsets | None,
+    marker: Marker | None = None,
+    offsets_asked_at: float | None = None,
 ) -> TopicPlan:
     """Plan one topic from the regions mapped to it and their latest stats.
 
@@ -106,7 +163,12 @@ def plan_topic(
     id -> RegionRoute as the topic-region map keeps them); `stats` are the stats that
     name `topic` (a region whose stat names another topic has none here). `now` and each
     stat's `received_at` are `time.monotonic()` values. Returns `prune_point=None` when
-    the topic has no regions or is blocked.
+    the topic has no regions, is blocked or is a topic reset.
+
+    `marker` is the stored marker whose entry id is `pruned_entry_id`: its Kafka topic id
+    and reset latch are checked (None: neither known). `offsets_asked_at` is the monotonic
+    instant before Kafka was asked for `offsets`: a stat received after it is not compared
+    with the high watermark (None: every stat is).
     """
     log_start = offsets.log_start_offset if offsets is not None else None
     high_watermark = offsets.high_watermark if offsets is not None else None
@@ -139,6 +201,27 @@ def plan_topic(
             else:
                 lowest, blocked, lost = _scan(ids, stats, fresh_after, loss_below)
 
+    topic_id = offsets.topic_id if offsets is not None else None
+    reset = _topic_reset(
+        ids, stats, marker, pruned_entry_id, high_watermark, topic_id, offsets_asked_at
+    )
+    if reset is not None:
+        # Invariant 8: nothing is cut from a topic whose offsets went backwards; the
+        # entries regions reported are not in it, so no loss below the log start either.
+        reason, concerned = reset
+        return TopicPlan(
+            topic=topic,
+            prune_point=None,
+            pruned_entry_id=pruned_entry_id,
+            log_start_offset=log_start,
+            high_watermark=high_watermark,
+            blocked_by=tuple(map(BlockingRegion, concerned, repeat(TOPIC_RESET))),
+            reclaimable_entries=0,
+            region_count=count,
+            topic_reset=reason,
+            topic_id=topic_id,
+        )
+
     prune_point: int | None = None
     if count and not blocked and lowest is not None:
         # min(max(prunable_i, marker)) == max(min(prunable_i), marker).
@@ -157,6 +240,53 @@ def plan_topic(
         reclaimable_entries=_reclaimable(prune_point, log_start, pruned_entry_id),
         data_loss=tuple(lost),
         region_count=count,
+        topic_id=topic_id,
+    )
+
+
+def _topic_reset(
+    region_ids: list[int],
+    stats: TopicStats,
+    marker: Marker | None,
+    pruned_entry_id: int | None,
+    high_watermark: int | None,
+    topic_id: str | None,
+    offsets_asked_at: float | None,
+) -> tuple[str, list[int]] | None:
+    """(why the topic is a reset, the regions concerned), or None (module docstring)."""
+    if marker is not None and marker.reset is not None:
+        return f"{RESET_LATCHED}: {marker.reset.reason}", region_ids
+    recorded = marker.topic_id if marker is not None else None
+    if recorded is not None and topic_id is not None and recorded != topic_id:
+        return (
+            f"{RESET_TOPIC_ID}: Kafka's topic id {topic_id} is not the marker's {recorded}",
+            region_ids,
+        )
+    if high_watermark is None:
+        return None
+    if pruned_entry_id is not None and high_watermark < pruned_entry_id + 1:
+        return (
+            f"{RESET_BELOW_MARKER}: high watermark {high_watermark} is below "
+            f"pruned_entry_id {pruned_entry_id} + 1",
+            region_ids,
+        )
+    if not region_ids or not len(stats):
+        return None
+    found, received, prunable = stats.columns_of(region_ids)
+    ahead = found & (prunable > high_watermark - 1)
+    if offsets_asked_at is not None:
+        # A stat received after Kafka was asked may name entries written since.
+        ahead &= received <= offsets_asked_at
+    if not ahead.any():
+        return None
+    at = np.flatnonzero(ahead).tolist()
+    regions = list(map(region_ids.__getitem__, at))
+    highest = int(prunable[ahead].max())
+    shown = ", ".join(map(str, regions[:10])) + (" and more" if len(regions) > 10 else "")
+    return (
+        f"{RESET_REGIONS_AHEAD}: regions {shown} reported entries up to {highest}, "
+        f"above the high watermark {high_watermark} - 1",
+        regions,
     )
 
 
@@ -219,14 +349,18 @@ def plan_topics(
     pruned_entry_ids: Mapping[str, int | None],
     offsets: Mapping[str, PartitionOffsets] | None = None,
     topics: Iterable[str] | None = None,
+    markers: Mapping[str, Marker] | None = None,
+    offsets_asked_at: float | None = None,
 ) -> dict[str, TopicPlan]:
     """Plan many topics at once: `topics` (default: every key of `routes_by_topic`).
 
     A topic absent from `routes_by_topic` has no regions; one absent from `offsets`
-    is planned without Kafka's offsets.
+    is planned without Kafka's offsets; `markers` give each topic's stored marker
+    (`plan_topic`'s `marker`).
     """
     names = list(routes_by_topic) if topics is None else list(topics)
     known = offsets or {}
+    stored = markers or {}
     return {
         topic: plan_topic(
             topic,
@@ -236,6 +370,8 @@ def plan_topics(
             stat_ttl=stat_ttl,
             pruned_entry_id=pruned_entry_ids.get(topic),
             offsets=known.get(topic),
+            marker=stored.get(topic),
+            offsets_asked_at=offsets_asked_at,
         )
         for topic in names
     }
@@ -285,6 +421,10 @@ def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | No
     after the marker moved, or a log start that moved back with partition leadership)
     is work: the purge deletes up to the marker.
     """
+    if plan.topic_reset is not None:
+        # A reset topic's log start is not the marker's: never "work" (ef11397 deleted 29
+        # acknowledged entries of a recreated topic so).
+        return f"topic reset: {plan.topic_reset}"
     p = plan.prune_point
     if p is None:
         return None
@@ -296,3 +436,235 @@ def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | No
             return None
         return f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}"
     return None
+
+
+# --- the purge's decisions ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """End the purge as `skipped`: nothing to cut, or blocked."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """WAL data loss (invariant 7): Kafka's log start is above entries these regions need.
+    Report it, fail the purge, move nothing."""
+
+    regions: tuple[int, ...]
+    log_start_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """A topic reset (invariant 8): latch it in the marker, report it, fail the purge,
+    delete nothing."""
+
+    reason: str
+    regions: tuple[int, ...]
+    """The regions concerned (every mapped region, or the ones whose reports are ahead)."""
+    topic_id: str | None
+    """Kafka's topic id as read now."""
+    high_watermark: int | None
+    """Kafka's high watermark as read now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Ask these regions to flush, then plan again (the flush step)."""
+
+    prune_point: int
+    targets: tuple[FlushTarget, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Go on to the purge step with this prune point."""
+
+    prune_point: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing may move now (a region has not reported, Kafka gave no offsets): retry the
+    step later (`Unavailable`)."""
+
+    reason: str
+    regions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """Move the marker to `target` by fenced CAS, then delete below it (unless logical
+    deletion). `lowered`: the fresh P is below the persisted target; persist the new
+    target before the marker moves."""
+
+    target: int
+    lowered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """The marker is at or past `target` already: only Kafka's deletion below it (and the
+    history) is left; nobody replays below the marker, so no stats are needed."""
+
+    target: int
+
+
+PrepareDecision = Reset | Lost | Skip | Flush | Cut
+AfterFlushDecision = Reset | Lost | Skip | Cut
+PurgeDecision = Reset | Lost | Skip | Wait | Advance | CatchUp
+
+
+def _reset(plan: TopicPlan) -> Reset:
+    assert plan.topic_reset is not None
+    return Reset(
+        reason=plan.topic_reset,
+        regions=tuple(b.region_id for b in plan.blocked_by if b.reason == TOPIC_RESET),
+        topic_id=plan.topic_id,
+        high_watermark=plan.high_watermark,
+    )
+
+
+def decide_prepare(
+    plan: TopicPlan, flush_targets: Sequence[FlushTarget], *, logical_delete: bool
+) -> PrepareDecision:
+    """The prepare step's decision, from a plan made under the topic's write lock and the
+    regions worth asking to flush.
+
+    An up-to-date topic may still have regions far behind that flush only when asked;
+    skipping before asking them would pin the prune point forever, so candidates win
+    over "nothing to cut" (not over a blocked plan: a flush cannot unblock it).
+    """
+    if plan.topic_reset is not None:
+        return _reset(plan)
+    if plan.data_loss:
+        return Lost(plan.data_loss, plan.log_start_offset)
+    p = plan.prune_point
+    if p is None:
+        return Skip(describe_blocked(plan))
+    if flush_targets:
+        return Flush(p, tuple(flush_targets))
+    idle = nothing_to_cut(plan, logical_delete=logical_delete)
+    if idle is not None:
+        return Skip(idle)
+    return Cut(p)
+
+
+def decide_after_flush(plan: TopicPlan, *, logical_delete: bool) -> AfterFlushDecision:
+    """The flush step's decision once its wait is over, from a fresh plan: the new P must
+    pass every check again."""
+    if plan.topic_reset is not None:
+        return _reset(plan)
+    if plan.data_loss:
+        return Lost(plan.data_loss, plan.log_start_offset)
+    p = plan.prune_point
+    if p is None:
+        return Skip(describe_blocked(plan))
+    idle = nothing_to_cut(plan, logical_delete=logical_delete)
+    if idle is not None:
+        return Skip(idle)
+    return Cut(p)
+
+
+NOTHING_LEFT = "prune point fell to the marker after regions changed; nothing to purge"
+
+
+def decide_purge(target: int, plan: TopicPlan, *, logical_delete: bool) -> PurgeDecision:
+    """The purge step's decision (the only step that destroys data), from the persisted
+    `target` and a plan made now from the marker and Kafka's offsets as read now.
+
+    - A reset topic (the plan's, or a high watermark now below the target, which was at
+      most the high watermark - 1 when planned) is `Reset`: nothing is deleted.
+    - A marker at or past the target: `CatchUp`, delete below the target only; nobody
+      replays below the marker, so this needs no stats (a new leader finishes it).
+    - Otherwise the target is re-validated against the fresh plan (resume rule, module
+      docstring of `_procedure.py`): data loss is `Lost`; a blocked plan (after a leader
+      change every region must report again) is `Wait`; a P at or above the target keeps
+      it; a lower P lowers it (`Advance(lowered=True)`), or ends the purge (`Skip`) when
+      it is at or below the marker.
+    """
+    if plan.topic_reset is not None:
+        return _reset(plan)
+    high_watermark = plan.high_watermark
+    if high_watermark is None or plan.log_start_offset is None:
+        return Wait(f"topic {plan.topic}: Kafka's offsets unknown")
+    if target > high_watermark:
+        return Reset(
+            reason=f"{RESET_BELOW_TARGET}: high watermark {high_watermark} is below the "
+            f"purge's target {target}",
+            regions=(),
+            topic_id=plan.topic_id,
+            high_watermark=high_watermark,
+        )
+    marker = plan.pruned_entry_id
+    if marker is not None and marker >= target:
+        return CatchUp(target)
+    if plan.data_loss:
+        return Lost(plan.data_loss, plan.log_start_offset)
+    fresh = plan.prune_point
+    if fresh is None:
+        return Wait(
+            f"cannot re-validate target {target}: {describe_blocked(plan)}; "
+            "waiting for regions to report",
+            tuple(b.region_id for b in plan.blocked_by),
+        )
+    if fresh >= target:
+        return Advance(target)
+    if fresh < 0 or (marker is not None and fresh <= marker):
+        return Skip(NOTHING_LEFT)
+    return Advance(fresh, lowered=True)
+
+
+def flush_deadline(sent_at: float, timeout: float, *, wall_now: float, mono_now: float) -> float:
+    """The monotonic instant the flush wait of instructions sent at wall-clock `sent_at`
+    ends. The wall clock only shortens the wait (a resume after the persisted send); a
+    clock stepped back never holds the topic's lock past `timeout` from now."""
+    remaining = min(timeout, max(0.0, sent_at + timeout - wall_now))
+    return mono_now + remaining
+
+
+def flushed_regions(waiting: Mapping[int, int], stats: TopicStats) -> frozenset[int]:
+    """The regions of `waiting` (region id -> prunable id when asked to flush) whose stat
+    in `stats` now has a higher prunable id."""
+    ids = list(waiting)
+    rows = stats.rows_of(ids)
+    return frozenset(
+        region_id
+        for region_id, row in zip(ids, rows, strict=True)
+        if row is not None and row.prunable_entry_id > waiting[region_id]
+    )
+
+
+def reset_marker(marker: Marker | None, reset: Reset) -> Marker | None:
+    """The marker value that latches `reset` (keeping the entry id and topic id), or None
+    when a reset is latched already (the first one found stays)."""
+    if marker is not None and marker.reset is not None:
+        return None
+    latch = ResetLatch(reset.reason, reset.topic_id, reset.high_watermark)
+    if marker is None:
+        return Marker(reset=latch)
+    return Marker(marker.pruned_entry_id, marker.topic_id, latch)
+
+
+def advanced_marker(marker: Marker | None, target: int, topic_id: str | None) -> Marker | None:
+    """The marker value moved to `target`, recording Kafka's `topic_id` when known; None
+    when the marker is at or past `target` already (monotonic, invariant 5).
+
+    Raises `TopicReset` when the marker has a reset latched or records another topic id:
+    a marker never moves on a reset topic, even one latched since the step planned.
+    """
+    if marker is not None:
+        if marker.reset is not None:
+            raise TopicReset(f"topic reset latched: {marker.reset.reason}; marker not moved")
+        if marker.topic_id is not None and topic_id is not None and marker.topic_id != topic_id:
+            raise TopicReset(
+                f"Kafka's topic id {topic_id} is not the marker's {marker.topic_id}; "
+                "marker not moved"
+            )
+        if marker.pruned_entry_id is not None and marker.pruned_entry_id >= target:
+            return None
+    recorded = topic_id if topic_id is not None else (marker.topic_id if marker else None)
+    return Marker(target, recorded, None)

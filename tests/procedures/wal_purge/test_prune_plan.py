@@ -14,6 +14,7 @@ from procedures.wal_purge import (
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
+    TOPIC_RESET,
     nothing_to_cut,
     plan_topic,
     plan_topics,
@@ -61,6 +62,7 @@ def plan(
     *,
     pruned: int | None = None,
     offsets: PartitionOffsets | None = None,
+    offsets_asked_at: float | None = None,
 ) -> TopicPlan:
     return plan_topic(
         TOPIC,
@@ -70,6 +72,7 @@ def plan(
         stat_ttl=TTL,
         pruned_entry_id=pruned,
         offsets=offsets,
+        offsets_asked_at=offsets_asked_at,
     )
 
 
@@ -158,14 +161,19 @@ def test_every_blocking_region_is_named() -> None:
 
 
 def test_prune_point_is_at_most_the_latest_written_entry() -> None:
-    # P is also the new marker ("no region needs an entry <= P"): at most HWM - 1.
-    p = plan([route(1)], [stat(1, 500, latest=900)], offsets=PartitionOffsets(0, 300))
+    # P is also the new marker ("no region needs an entry <= P"): at most HWM - 1. A stat
+    # received after Kafka was asked (NOW - 5) may name entries written since.
+    offsets = PartitionOffsets(0, 300)
+    p = plan([route(1)], [stat(1, 500, latest=900)], offsets=offsets, offsets_asked_at=NOW - 5)
     assert p.prune_point == 299
     assert p.reclaimable_entries == 299
+    # Received before Kafka was asked, the same report names entries the topic lacks.
+    reset = plan([route(1)], [stat(1, 500, latest=900)], offsets=offsets, offsets_asked_at=NOW)
+    assert reset.prune_point is None and reset.topic_reset is not None
 
 
 def test_an_empty_partition_has_nothing_to_purge() -> None:
-    p = plan([route(1)], [stat(1, 5, latest=5)], offsets=PartitionOffsets(0, 0))
+    p = plan([route(1)], [stat(1, -1)], offsets=PartitionOffsets(0, 0))
     assert p.prune_point == -1
     assert p.reclaimable_entries == 0
 
@@ -296,6 +304,7 @@ def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs()
         pruned_entry_ids={"a": 5},
         offsets={"b": PartitionOffsets(0, 15)},
         topics=["a", "b", "c"],
+        offsets_asked_at=NOW - 5,  # b's stat came after Kafka answered
     )
     assert list(plans) == ["a", "b", "c"]
     assert plans["a"].prune_point == 10 and plans["a"].pruned_entry_id == 5
@@ -375,6 +384,26 @@ def test_properties(
         offsets=offsets,
     )
 
+    # Invariant 8: a high watermark below the marker + 1, or a region that reported
+    # entries above the high watermark - 1, is a topic reset: no P, the regions named.
+    hwm = None if offsets is None else offsets.high_watermark
+    below_marker = hwm is not None and pruned is not None and hwm < pruned + 1
+    ahead = [
+        i
+        for i in range(len(cases))
+        if hwm is not None and i in by_id and by_id[i].prunable_entry_id > hwm - 1
+    ]
+    if below_marker or ahead:
+        assert p.topic_reset is not None
+        concerned = list(range(len(cases))) if below_marker else ahead
+        assert [(b.region_id, b.reason) for b in p.blocked_by] == [
+            (i, TOPIC_RESET) for i in concerned
+        ]
+        assert p.prune_point is None and p.reclaimable_entries == 0 and p.data_loss == ()
+        assert nothing_to_cut(p) is not None
+        return
+    assert p.topic_reset is None
+
     # The rules region by region: every blocker named once, in the map's order, with
     # its reason; data loss only for a fresh stat below Kafka's log start.
     expected: list[tuple[int, str]] = []
@@ -402,9 +431,8 @@ def test_properties(
     needs = [max(s.prunable_entry_id, marker) for s in stats]
     for need in needs:
         assert p.prune_point <= need
-    assert p.prune_point == max(min(needs), -1) or (
-        offsets is not None and p.prune_point == max(offsets.high_watermark - 1, -1)
-    )
+    # No report is above the high watermark - 1 (else a reset), so nothing is clamped.
+    assert p.prune_point == max(min(needs), -1)
     # Invariant 6, and the marker never names an entry not written yet.
     if offsets is not None:
         assert p.prune_point <= max(offsets.high_watermark - 1, -1)
