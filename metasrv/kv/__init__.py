@@ -6,6 +6,7 @@ from metasrv.kv._etcd_members import Stubs as EtcdStubs
 from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._factory import open_kv
 from metasrv.kv._protocol import (
+    BatchUpdate,
     Compare,
     Delete,
     KeyPage,
@@ -20,6 +21,7 @@ from metasrv.kv._sql import SqlKv
 from metasrv.kv._watch import KvChange, KvWatch, SqlWatch, WatchLost
 
 __all__ = [
+    "BatchUpdate",
     "Compare",
     "Delete",
     "EtcdKv",

@@ -19,7 +19,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 from pyetcd import etcdrpc
@@ -30,7 +30,16 @@ from metasrv.kv._common import check_txn_size, collapse_ops, prefix_range_end, s
 from metasrv.kv._etcd_members import EtcdMembers, Stubs, is_connection_failure, never_sent
 from metasrv.kv._etcd_security import EtcdSecurity
 from metasrv.kv._etcd_watch import EtcdWatch
-from metasrv.kv._protocol import Compare, KeyPage, KeyValue, Put, Snapshot, TxnOp, TxnResult
+from metasrv.kv._protocol import (
+    BatchUpdate,
+    Compare,
+    KeyPage,
+    KeyValue,
+    Put,
+    Snapshot,
+    TxnOp,
+    TxnResult,
+)
 from metasrv.kv._watch import KvChange, KvWatch
 
 logger = logging.getLogger(__name__)
@@ -96,6 +105,27 @@ def translate_etcd_error(exc: Exception) -> MetasrvError:
     if isinstance(exc, ValueError) and "failed node" in str(exc):
         return KvUnavailable("etcd endpoint marked failed")
     raise exc
+
+
+class _Chunk(NamedTuple):
+    """One batch transaction's keys (with the key prefix) and their put operations."""
+
+    keys: list[bytes]
+    puts: list[Any]
+
+
+def _exists(key: bytes) -> Any:
+    """The compare "`key` exists" (its version, 0 for an absent key, is above 0)."""
+    return etcdrpc.Compare(
+        key=key, result=etcdrpc.Compare.GREATER, target=etcdrpc.Compare.VERSION, version=0
+    )
+
+
+def _holds(compare: Compare, kvs: Any) -> bool:
+    """Whether `compare` holds for a key a range read answered with `kvs` (0 or 1 key)."""
+    if compare.value is not None:
+        return len(kvs) > 0 and bytes(kvs[0].value) == compare.value
+    return (int(kvs[0].mod_revision) if len(kvs) else 0) == compare.revision
 
 
 class _Unsent(Exception):
@@ -308,35 +338,99 @@ class EtcdKv:
         return TxnResult(succeeded=bool(resp.succeeded), revision=int(resp.header.revision))
 
     def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
+        # Deduplicate first so chunks touch disjoint keys and may commit in any order.
+        chunks = list(self._chunks(dict(items), self.max_txn_ops))
+        self._send_all(chunks, lambda chunk: etcdrpc.TxnRequest(success=chunk.puts))
+
+    def batch_update(
+        self, items: Sequence[tuple[str, bytes]], fence: Sequence[Compare]
+    ) -> BatchUpdate:
+        # One transaction per chunk: the fence and "the key exists" (version > 0) for each
+        # key as compares, the puts as success; the failure branch reads the fence keys
+        # and the chunk's keys, so a failed chunk says, atomically with its compares,
+        # whether the fence broke (nothing more to write) or a key was deleted (the rest
+        # is sent again). Same chunks in flight as `batch_put`: the steady state costs
+        # one compare per key more, and nothing else.
+        fences = [self._compare(c) for c in fence]
+        fence_reads = [self._range_op(c.key, keys_only=False) for c in fence]
+        room = self.max_txn_ops - len(fence)
+        if room <= 0:
+            raise TxnTooLarge(f"a fence of {len(fence)} compares leaves no room for a key")
+
+        def request(chunk: _Chunk) -> Any:
+            return etcdrpc.TxnRequest(
+                compare=[*fences, *(_exists(key) for key in chunk.keys)],
+                success=chunk.puts,
+                failure=[*fence_reads, *(self._range_op(key) for key in chunk.keys)],
+            )
+
+        written: list[str] = []
+        fenced = False
+        todo = list(self._chunks(dict(items), room))
+        while todo:
+            again: list[_Chunk] = []
+            for chunk, resp in self._send_all(todo, request):
+                if resp.succeeded:
+                    written.extend(self._bare(key) for key in chunk.keys)
+                    continue
+                answers = [r.response_range.kvs for r in resp.responses]
+                held = [answers[i] for i in range(len(fence))]
+                if not all(_holds(c, kvs) for c, kvs in zip(fence, held, strict=True)):
+                    fenced = True
+                    continue
+                present = [i for i, kvs in enumerate(answers[len(fence) :]) if len(kvs) > 0]
+                if present:
+                    again.append(
+                        _Chunk([chunk.keys[i] for i in present], [chunk.puts[i] for i in present])
+                    )
+            todo = again
+        return BatchUpdate(written, fenced)
+
+    def _range_op(self, key: str | bytes, *, keys_only: bool = True) -> Any:
+        full = key if isinstance(key, bytes) else self._full(key)
+        return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=full, keys_only=keys_only))
+
+    def _send_all(
+        self, chunks: list[_Chunk], request: Callable[[_Chunk], Any]
+    ) -> list[tuple[_Chunk, Any]]:
+        """Send each chunk as the transaction `request(chunk)`; return every chunk with
+        its response. A chunk that reached no member goes to the next one; any other
+        failure raises (its outcome unknown)."""
         if self._closed:
             raise KvUnavailable("kv backend is closed")
-        # Deduplicate first so chunks touch disjoint keys and may commit in any order.
-        chunks = list(self._chunks(dict(items)))
+        answered: list[tuple[_Chunk, Any]] = []
         for _ in self.endpoints:  # one round per member at most
             stubs = self._members.pick()
             try:
-                chunks = self._send_chunks(stubs, chunks)
+                chunks = self._send_chunks(stubs, chunks, request, answered)
             except (grpc.RpcError, etcd_exc.Etcd3Exception, ValueError) as exc:
                 if is_connection_failure(exc):
                     self._members.fail(stubs.member, exc)
                 raise translate_etcd_error(exc) from exc
             if not chunks:
-                return
+                return answered
             # What is left never reached a member: send it to the next one.
             self._members.fail(stubs.member, _Unsent(len(chunks)))
-        raise KvUnavailable(f"etcd unreachable: {len(chunks)} batch_put transactions not sent")
+        raise KvUnavailable(f"etcd unreachable: {len(chunks)} batch transactions not sent")
 
-    def _send_chunks(self, stubs: Stubs, chunks: list[list[Any]]) -> list[list[Any]]:
-        """Send each chunk as one transaction, `_BATCH_IN_FLIGHT` at a time; return the
-        chunks that reached no member, raise on any other failure (its outcome unknown:
-        put-only chunks carry no compare to re-evaluate, so they are not replayed)."""
-        unsent: list[list[Any]] = []
-        pending: deque[tuple[list[Any], Any]] = deque()
+    def _send_chunks(
+        self,
+        stubs: Stubs,
+        chunks: list[_Chunk],
+        request: Callable[[_Chunk], Any],
+        answered: list[tuple[_Chunk, Any]],
+    ) -> list[_Chunk]:
+        """Send each chunk as one transaction, `_BATCH_IN_FLIGHT` at a time, appending
+        each answered one to `answered`; return the chunks that reached no member, raise
+        on any other failure (its outcome unknown: a put-only chunk carries no compare to
+        re-evaluate, and a fenced one may have applied, so neither is replayed)."""
+        unsent: list[_Chunk] = []
+        pending: deque[tuple[_Chunk, Any]] = deque()
 
         def settle() -> None:
             chunk, future = pending.popleft()
             try:
-                future.result()
+                answered.append((chunk, future.result()))
             except grpc.RpcError as exc:
                 if not never_sent(exc):
                     raise
@@ -344,8 +438,7 @@ class EtcdKv:
 
         try:
             for chunk in chunks:
-                req = etcdrpc.TxnRequest(success=chunk)
-                pending.append((chunk, stubs.kv.Txn.future(req, self.timeout)))
+                pending.append((chunk, stubs.kv.Txn.future(request(chunk), self.timeout)))
                 if len(pending) >= _BATCH_IN_FLIGHT:
                     settle()
             while pending:
@@ -355,19 +448,22 @@ class EtcdKv:
                 future.cancel()
         return unsent
 
-    def _chunks(self, items: dict[str, bytes]) -> Iterator[list[Any]]:
-        chunk: list[Any] = []
+    def _chunks(self, items: dict[str, bytes], per_chunk: int) -> Iterator[_Chunk]:
+        chunk = _Chunk([], [])
         size = 0
         for key, value in items.items():
             full = self._full(key)
-            if chunk and (
-                len(chunk) >= self.max_txn_ops or size + len(full) + len(value) > _BATCH_BYTES
+            if chunk.keys and (
+                len(chunk.keys) >= per_chunk or size + len(full) + len(value) > _BATCH_BYTES
             ):
                 yield chunk
-                chunk, size = [], 0
-            chunk.append(etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=full, value=value)))
+                chunk, size = _Chunk([], []), 0
+            chunk.keys.append(full)
+            chunk.puts.append(
+                etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=full, value=value))
+            )
             size += len(full) + len(value)
-        if chunk:
+        if chunk.keys:
             yield chunk
 
     def close(self) -> None:

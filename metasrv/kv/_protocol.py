@@ -77,6 +77,17 @@ class TxnResult:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchUpdate:
+    """Outcome of `KvBackend.batch_update`."""
+
+    written: Sequence[str]
+    """Keys written (each existed when its chunk was applied)."""
+    fenced: bool
+    """True when a chunk found a fence compare false: nothing of that chunk was written
+    (the writer was deposed; chunks applied before it may have landed)."""
+
+
+@dataclass(frozen=True, slots=True)
 class KeyPage:
     """One page of a snapshot read: keys and their values, index for index.
 
@@ -175,6 +186,17 @@ class KvBackend(Protocol):
 
     def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
         """Write many keys, chunked under `max_txn_ops`; atomic per chunk only."""
+        ...
+
+    def batch_update(
+        self, items: Sequence[tuple[str, bytes]], fence: Sequence[Compare]
+    ) -> BatchUpdate:
+        """Overwrite the keys of `items` that exist, chunked as `batch_put` (at the same
+        throughput: several transactions in flight on etcd, one statement per chunk on
+        SQL). Each chunk is applied only while every `fence` compare holds, else none of
+        it; a key absent when its chunk is applied is skipped, never created. Atomic per
+        chunk only. The leader's checkpoint writes: a deposed leader's late slice never
+        lands, and a route deleted behind it is never brought back."""
         ...
 
     def close(self) -> None:

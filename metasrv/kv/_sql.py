@@ -17,7 +17,18 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 import sqlalchemy.exc as sa_exc
-from sqlalchemy import Engine, and_, create_engine, delete, event, select, update
+from sqlalchemy import (
+    Engine,
+    String,
+    and_,
+    any_,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import StaticPool
@@ -25,6 +36,7 @@ from sqlalchemy.pool import StaticPool
 from metasrv.errors import InvalidArgument, KvUnavailable
 from metasrv.kv._common import check_txn_size, collapse_ops, prefix_upper_bound, scan_pages
 from metasrv.kv._protocol import (
+    BatchUpdate,
     Compare,
     Delete,
     KeyValue,
@@ -404,6 +416,51 @@ class SqlKv:
 
             self.run_in_transaction(do, write=True)
 
+    def batch_update(
+        self, items: Sequence[tuple[str, bytes]], fence: Sequence[Compare]
+    ) -> BatchUpdate:
+        fences = [(self._full(c.key), c) for c in fence]
+        written: list[str] = []
+        fenced = False
+        step = self.max_txn_ops
+        for i in range(0, len(items), step):
+            chunk = {self._full(k): v for k, v in items[i : i + step]}
+
+            def do(conn: Connection, chunk: dict[str, bytes] = chunk) -> list[str] | None:
+                # Under the revision row's lock no other writer runs: what is read here
+                # (the fence, which keys exist) holds until the upsert.
+                rev = self._lock_revision(conn)
+                current = self._current(conn, sorted({full for full, _ in fences}))
+                if not all(_holds(c, current.get(full)) for full, c in fences):
+                    return None
+                present = self._present(conn, list(chunk))
+                if present:
+                    rows = [{"key": k, "value": chunk[k], "mod_revision": rev + 1} for k in present]
+                    self._upsert(conn, rows)
+                    self._bump_revision(conn, rev + 1)
+                return present
+
+            present = self.run_in_transaction(do, write=True)
+            if present is None:
+                fenced = True  # and every later chunk would be: the fence does not change
+                break
+            written.extend(self._bare(k) for k in present)
+        return BatchUpdate(written, fenced)
+
+    def _present(self, conn: Connection, keys: list[str]) -> list[str]:
+        """Those of `keys` that exist."""
+        if self._dialect == "postgresql":
+            # One array parameter: one statement for the whole chunk.
+            stmt = select(kv_table.c.key).where(kv_table.c.key == any_(_text_array(keys)))
+            return list(conn.execute(stmt).scalars())
+        found: list[str] = []
+        for i in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[i : i + _IN_CHUNK]
+            found.extend(
+                conn.execute(select(kv_table.c.key).where(kv_table.c.key.in_(chunk))).scalars()
+            )
+        return found
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -420,6 +477,10 @@ class SqlKv:
 
     def __repr__(self) -> str:
         return f"SqlKv({make_url(self.url)!r}, key_prefix={self.key_prefix!r})"
+
+
+def _text_array(keys: list[str]) -> Any:
+    return bindparam("keys", keys, type_=postgresql.ARRAY(String))
 
 
 def _holds(compare: Compare, current: tuple[bytes, int] | None) -> bool:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from metasrv.errors import MetasrvError
+from metasrv.errors import LeadershipLost, MetasrvError
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry
 from metasrv.metrics import Metrics
@@ -135,8 +135,11 @@ class Checkpointer:
     async def flush(self, *, paced: bool = False) -> int:
         """Write every dirty region's checkpoint now; return the keys written.
 
-        `paced` (the background writer) keeps to `wal.checkpoint_rate` regions a second
-        until `stop` is called, then writes the rest at once. Regions marked
+        Each slice is written only while `may_write()` says this process leads, and
+        carries the election's fence (`TopicRegionMap.set_checkpoints`); once either
+        fails, the rest of the flush is dropped. `paced` (the background writer) keeps
+        to `wal.checkpoint_rate` regions a second until `stop` is called, then writes
+        the rest at once. Regions marked
         during a flush wait for the next one. On a kv error the regions not yet written
         stay dirty for the next attempt and the error propagates.
         """
@@ -148,8 +151,6 @@ class Checkpointer:
             # An array: its ids become ints a slice at a time (a term's first flush takes
             # every mapped region, a million at once: 40 ms to list them in one go).
             pending = table.take_dirty()
-            if not self._may_write():
-                return 0
             cleared = self._cleared
             pace = paced and self._rate > 0
             step = max(1, min(self._slice, int(self._rate * PACE_STEP))) if pace else self._slice
@@ -166,9 +167,19 @@ class Checkpointer:
                             await asyncio.wait_for(self._halt.wait(), ahead)
                     if self._cleared != cleared:
                         break
+                # Asked before every slice, not once per flush: a paced flush lasts
+                # minutes, and leadership can end in any of them. The kv fence each
+                # slice carries stops a leader that does not know yet it was deposed.
+                if not self._may_write():
+                    break
                 updates = self._registry.checkpoints(pending[start : start + step].tolist())
                 try:
                     count = await self._region_map.set_checkpoints(updates)
+                except LeadershipLost:
+                    # Deposed: nothing of this term is written any more (the next term
+                    # starts from empty stats, `clear`).
+                    logger.warning("checkpoint flush stopped: leadership lost")
+                    break
                 except BaseException:
                     self.mark(pending[start:])
                     raise

@@ -380,7 +380,11 @@ class TopicRegionMap:
         """Persist `region_id -> (node_id, prunable entry id)` checkpoints; return keys written.
 
         Regions no longer mapped are skipped (a removed region is never resurrected), and
-        so are unchanged checkpoints. One `batch_put`, chunked by the backend.
+        so are unchanged checkpoints. One `batch_update`, chunked by the backend: every
+        chunk carries the election's fence and writes only route keys that still exist,
+        so a deposed leader's late slice never lands and a route deleted behind this
+        map (by a new leader, or by hand) is never recreated. Raises `LeadershipLost`
+        when a chunk found the fence broken (chunks before it may have landed).
         """
         async with self._mutate:
             items: list[tuple[str, bytes]] = []
@@ -403,13 +407,26 @@ class TopicRegionMap:
                 changed.append((region_id, route.topic, checkpoint))
             if not items:
                 return 0
-            await asyncio.to_thread(self._kv.batch_put, items)
-            for region_id, topic, checkpoint in changed:
+            result = await asyncio.to_thread(self._kv.batch_update, items, self.fence())
+            landed = set(result.written)
+            gone = 0
+            for (key, _), (region_id, topic, checkpoint) in zip(items, changed, strict=True):
+                if key not in landed:
+                    gone += not result.fenced
+                    continue
                 # `unload()` may have run during the write (leadership lost): re-check.
                 current = self._routes.get(region_id)
                 if current is not None and current.topic == topic:
                     written[region_id] = _Written(*checkpoint)
-        return len(items)
+        if result.fenced:
+            raise LeadershipLost("lost leadership while writing checkpoints")
+        if gone:
+            # The map holds routes the kv no longer has: removed behind this leader.
+            logger.warning(
+                "checkpoints of routes absent from the kv not written",
+                extra={"regions": gone},
+            )
+        return len(landed)
 
     # --- internals -------------------------------------------------------------------
 

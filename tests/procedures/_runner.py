@@ -29,6 +29,7 @@ import orjson
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import (
+    BatchUpdate,
     Compare,
     EtcdKv,
     KeyValue,
@@ -124,6 +125,11 @@ class FreezingKv:
 
     def batch_put(self, items: Sequence[tuple[str, bytes]]) -> None:
         self._inner.batch_put(items)
+
+    def batch_update(
+        self, items: Sequence[tuple[str, bytes]], fence: Sequence[Compare]
+    ) -> BatchUpdate:
+        return self._inner.batch_update(items, fence)
 
     def close(self) -> None:
         self._inner.close()
