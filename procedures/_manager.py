@@ -38,7 +38,7 @@ from procedures._finished import FinishedRecords
 from procedures._history import History
 from procedures._leader import LeaderFence
 from procedures._procedure import Procedure, ProcedureRecord, ProcedureView
-from procedures._runner import ProcedureRun, run_until_settled
+from procedures._runner import ProcedureRun, retry_budget, run_until_settled
 from procedures._store import ProcedureStore, Stored
 
 logger = logging.getLogger(__name__)
@@ -275,6 +275,13 @@ class ProcedureManager(Generic[S]):
                     views.append(view)
         views.sort(key=lambda v: v.submitted_at, reverse=True)
         return views[:limit]
+
+    @property
+    def retry_budget(self) -> float:
+        """Seconds the retries of one step can sleep in all (`procedure.max_retry_times`
+        backoffs of `procedure.retry_delay`, each at its longest): what a caller waiting
+        on a procedure allows for its retries."""
+        return retry_budget(self._settings)
 
     def in_flight(self, topic: str) -> str | None:
         """Id of the unfinished procedure on `topic` known to this manager, if any."""

@@ -51,6 +51,17 @@ def backoff_delay(attempt: int, base: float, *, rng: random.Random | None = None
     return float(min(MAX_RETRY_DELAY, exp * jitter))
 
 
+def retry_budget(settings: ProcedureSettings) -> float:
+    """The longest the backoff sleeps of one step's retries add up to: every one of
+    `max_retry_times` retries at its upper jitter, each capped at `MAX_RETRY_DELAY`."""
+    return float(
+        sum(
+            min(MAX_RETRY_DELAY, float(settings.retry_delay) * 2 ** min(attempt - 1, 30) * 1.5)
+            for attempt in range(1, settings.max_retry_times + 1)
+        )
+    )
+
+
 class ProcedureRun(Generic[S]):
     """Runs `procedure` from its stored record until it is terminal or stopped."""
 

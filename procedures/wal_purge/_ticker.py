@@ -11,6 +11,12 @@ purges it submitted run at once, and never two on one topic (the manager returns
 in-flight purge instead). Topics with WAL data loss get a purge too, once per distinct
 loss, so the procedure records the event and fails loudly (invariant 7).
 
+A round waits for the purges it submitted, each for at most `wait_timeout` (by default
+twice `wal.flush_wait_timeout` plus the retry budget of one step, `ProcedureManager
+.retry_budget`): a purge still running then is logged, counted
+(`metasrv_wal_purge_errors{kind="not_finished"}`) and left to run, and the round ends,
+so no single purge holds back every topic's next round.
+
 Each round also refreshes the per-topic plan gauges (`export_gauges`).
 Follows the Worker shape: one task plus a shutdown event, repeat-safe `shutdown()`,
 `async with` support. Only the leader's rounds do anything.
@@ -38,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 SIZE_CHECK_INTERVAL = 10.0
 """Seconds between size-trigger checks (bounded by the interval when that is shorter)."""
+NOT_FINISHED = "not_finished"
+"""`metasrv_wal_purge_errors` kind of a purge a round stopped waiting for."""
 FIRST_ROUND_CHECK = 1.0
 """Seconds between checks, in a new term, for every mapped region having reported: the
 first round runs then, not one interval after the election."""
@@ -53,6 +61,14 @@ class TickResult:
     """Procedure ids submitted (or joined, when one was already in flight)."""
     topics: tuple[str, ...]
     """Topics those procedures purge."""
+    unfinished: tuple[str, ...] = ()
+    """Procedure ids (of `submitted`) still not terminal when the round stopped waiting."""
+
+
+def default_wait_timeout(manager: ProcedureManager[PurgeServices]) -> float:
+    """How long a round waits for one purge: its flush window, as long again for its
+    deletion, and one step's retries (`ProcedureManager.retry_budget`)."""
+    return 2 * manager.services.settings.wal.flush_wait_timeout + manager.retry_budget
 
 
 class PurgeTicker:
@@ -66,10 +82,15 @@ class PurgeTicker:
         parallelism: int,
         size_trigger: int = 0,
         size_check_interval: float = SIZE_CHECK_INTERVAL,
+        wait_timeout: float | None = None,
         on_error: ErrorSink | None = None,
     ) -> None:
         if parallelism < 1:
             raise ValueError("parallelism must be >= 1")
+        self.wait_timeout = (
+            default_wait_timeout(manager) if wait_timeout is None else float(wait_timeout)
+        )
+        """Seconds a round waits for each purge it submitted (`default_wait_timeout`)."""
         self.manager = manager
         self.services = manager.services
         self.interval = interval
@@ -228,19 +249,44 @@ class PurgeTicker:
             await asyncio.sleep(0)  # one topic at a time between heartbeats
         reason = "size_trigger" if size_only else "ticker"
         gate = asyncio.Semaphore(self.parallelism)
+        unfinished: list[str] = []
 
         async def one(topic: str) -> str:
             async with gate:
                 [pid] = await submit_purges(self.manager, [topic], reason=reason)
-                if wait:
-                    await self.manager.wait(pid)
+                if wait and not await self._waited(pid, topic):
+                    unfinished.append(pid)
                 return pid
 
         ids = await asyncio.gather(*(one(t) for t in topics))
         if topics:
             logger.info(
                 "purge round",
-                extra={"reason": reason, "topics": len(topics), "planned": len(plans)},
+                extra={
+                    "reason": reason,
+                    "topics": len(topics),
+                    "planned": len(plans),
+                    "unfinished": len(unfinished),
+                },
             )
         with_regions = sum(1 for plan in plans.values() if plan.region_count)
-        return TickResult(planned=with_regions, submitted=tuple(ids), topics=tuple(topics))
+        return TickResult(
+            planned=with_regions,
+            submitted=tuple(ids),
+            topics=tuple(topics),
+            unfinished=tuple(p for p in ids if p in unfinished),
+        )
+
+    async def _waited(self, procedure_id: str, topic: str) -> bool:
+        """Wait for a purge, `wait_timeout` at most; False (logged, counted) if it is not
+        terminal by then. It keeps running: a later round finds it in flight."""
+        view = await self.manager.wait(procedure_id, self.wait_timeout)
+        if view.state.terminal:
+            return True
+        self.services.metrics.purge_errors.labels(topic=topic, kind=NOT_FINISHED).inc()
+        logger.warning(
+            "purge not finished after %.1f s; the round goes on without it",
+            self.wait_timeout,
+            extra={"procedure_id": procedure_id, "topic": topic, "state": view.state.value},
+        )
+        return False

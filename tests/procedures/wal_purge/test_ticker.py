@@ -171,3 +171,30 @@ async def test_a_new_terms_first_round_runs_once_every_region_reported(
     assert line.__dict__["regions"] == 2
     assert 1.4 <= line.__dict__["after_s"] <= 5.0
     assert f"{line.__dict__['after_s']:.1f} s after the term began" in line.getMessage()
+
+
+async def test_a_round_stops_waiting_for_a_purge_that_does_not_finish(
+    harness_factory: HarnessFactory,
+) -> None:
+    # Default bound: 2 x flush_wait_timeout (1 s) + no retries = 2 s.
+    h = await harness_factory(wal={"flush_wait_timeout": "1s"}, procedure={"max_retry_times": 0})
+    stuck, free = h.topic(0), h.topic(1)
+    for n, topic in enumerate((stuck, free)):
+        await h.register(n + 1, topic)
+        h.produce(topic, 20)
+        h.report(n + 1, topic, flushed=10)
+    ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+    async with h.locks.read(stuck):  # the purge of `stuck` cannot take its topic lock
+        started = time.monotonic()
+        result = await asyncio.wait_for(ticker.tick(), 15)
+        waited = time.monotonic() - started
+        assert sorted(result.topics) == [stuck, free]
+        [pid] = result.unfinished
+        assert (await h.manager.get(pid)).topic == stuck
+        assert ticker.wait_timeout == 2.0 and 2.0 <= waited < 10.0
+        assert h.marker(free) == 10 and h.marker(stuck) is None
+        not_finished = {"topic": stuck, "kind": "not_finished"}
+        assert sample(h.metrics, "metasrv_wal_purge_errors_total", not_finished) == 1
+    # It was left running, not dropped: it finishes once the lock is free.
+    assert (await h.manager.wait(pid, 20)).state is ProcedureState.SUCCEEDED
+    assert h.marker(stuck) == 10
