@@ -109,6 +109,20 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.topic_resets = Counter(
+            "metasrv_wal_topic_resets",
+            "Topic resets found (DESIGN invariant 8: the topic's offsets went backwards under "
+            "metasrv, e.g. deleted and recreated): WAL data loss, latched in the marker",
+            ["topic"],
+            registry=r,
+        )
+        self.topic_reset = Gauge(
+            "metasrv_wal_topic_reset",
+            "1 while the topic is a topic reset (nothing is deleted from it until an operator "
+            "resolves it), else 0",
+            ["topic"],
+            registry=r,
+        )
         self.wal_events_dropped = Counter(
             "metasrv_wal_events_dropped",
             "WAL events not written to the history database (write_failed, overflow)",

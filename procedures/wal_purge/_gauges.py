@@ -12,8 +12,8 @@ from metasrv.model import TopicPlan, TopicStat
 def export_gauges(
     metrics: Metrics, plans: Mapping[str, TopicPlan], topic_stats: Mapping[str, TopicStat]
 ) -> None:
-    """Set prune point (-1 when blocked), blocked regions, marker, purge lag and Kafka's
-    offsets and retention of every planned topic.
+    """Set prune point (-1 when blocked), blocked regions, topic reset (1/0), marker, purge
+    lag and Kafka's offsets and retention of every planned topic.
 
     The purge lag is P minus the marker, a missing marker read as -1 (nothing purged yet);
     a blocked topic has no P and shows a lag of 0. Offsets and retention are set only
@@ -25,6 +25,7 @@ def export_gauges(
         marker = plan.pruned_entry_id
         metrics.prune_point.labels(topic).set(-1 if p is None else p)
         metrics.blocked_regions.labels(topic).set(len(plan.blocked_by))
+        metrics.topic_reset.labels(topic).set(0 if plan.topic_reset is None else 1)
         if marker is not None:
             metrics.pruned_entry_id.labels(topic).set(marker)
         lag = 0 if p is None else max(0, p - (-1 if marker is None else marker))

@@ -1,9 +1,14 @@
 """A topic's plan inputs (routes, stats, marker, Kafka offsets), gathered at one instant.
 
-Every reader of a plan gathers here: the purge procedure (one topic, under its write lock,
-with a marker it has just read), the ticker and the API (every topic, or some, with the
-markers as stored). The plan itself is the pure `plan_topic`; `flush_targets` reads the
-regions worth asking to flush out of the same inputs.
+Every reader of a plan gathers here: the purge procedure (one topic, under its write lock:
+one marker read, one offsets read, the map and the stats once per step), the ticker and
+the API (every topic, or some, with the markers as stored, one scan). The plan itself is
+the pure `plan_topic`; `flush_targets` reads the regions worth asking to flush out of the
+same inputs.
+
+The stats are copied before Kafka is asked for the offsets, and the plan is told when
+Kafka was asked: a stat received before then describes entries Kafka had acknowledged,
+so a report above the high watermark - 1 is a topic reset, not a race (`plan_topic`).
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from metasrv.errors import MetasrvError, NotFound
+from metasrv.keys import Marker
+from metasrv.kv import KeyValue
 from metasrv.model import PartitionOffsets, RegionRoute, TopicPlan
 from procedures.wal_purge._data import FlushTarget
-from procedures.wal_purge._marker import read_marker
+from procedures.wal_purge._marker import read_marker, read_markers
 from procedures.wal_purge._plan import TopicStats, flush_candidates, plan_topic
 from procedures.wal_purge._services import PurgeServices
 
@@ -42,31 +49,43 @@ class PlanInputs:
     """Every region mapped to the topic."""
     stats: TopicStats
     """The stats naming the topic when planned (a copy of the registry's rows)."""
+    marker: Marker | None = None
+    """The stored marker the plan used (None: absent)."""
+    marker_kv: KeyValue | None = None
+    """The marker's key as read (for a compare-and-swap); only `gather_one` keeps it."""
+    offsets: PartitionOffsets | None = None
+    """Kafka's offsets the plan used (None: not asked or not answered)."""
 
 
 async def _plan(
     services: PurgeServices,
     topic: str,
     mapped: Mapping[int, RegionRoute],
-    pruned: int | None,
+    marker: Marker | None,
     offsets: PartitionOffsets | None,
     *,
+    asked_at: float | None,
+    stats: TopicStats | None = None,
     kafka_error: MetasrvError | None = None,
+    marker_kv: KeyValue | None = None,
 ) -> PlanInputs:
     # Copies: registrations may change the live map while a worker thread plans.
     routes = dict(mapped)
-    stats = services.registry.topic_snapshot(topic)
+    rows = services.registry.topic_snapshot(topic) if stats is None else stats
+    pruned = None if marker is None else marker.pruned_entry_id
 
     def plan() -> TopicPlan:
         # Stats carry monotonic receive times; `now` must be the same clock.
         return plan_topic(
             topic,
             routes,
-            stats,
+            rows,
             now=time.monotonic(),
             stat_ttl=services.settings.wal.region_stat_ttl,
             pruned_entry_id=pruned,
             offsets=offsets,
+            marker=marker,
+            offsets_asked_at=asked_at,
         )
 
     planned = await asyncio.to_thread(plan) if len(routes) > PLAN_IN_THREAD else plan()
@@ -76,31 +95,36 @@ async def _plan(
         planned = replace(
             planned, prune_point=None, reclaimable_entries=0, kafka_unavailable=str(kafka_error)
         )
-    return PlanInputs(planned, tuple(routes.values()), stats)
+    return PlanInputs(planned, tuple(routes.values()), rows, marker, marker_kv, offsets)
 
 
-async def gather_one(
-    services: PurgeServices, topic: str, *, marker: tuple[int | None] | None = None
-) -> PlanInputs:
-    """Plan `topic` now, with fresh offsets (raises when Kafka cannot give them). The purge
-    calls this only while holding the topic's write lock (invariant 4).
-
-    `marker` passes a `pruned_entry_id` the caller has just read, saving a kv read.
-    """
-    if marker is None:
-        pruned, _ = await read_marker(services, topic)
-    else:
-        (pruned,) = marker
+async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
+    """One snapshot of `topic`'s inputs and its plan: the marker read once (`DamagedMarker`
+    when it does not decode), the stats copied, then Kafka's offsets read once (raises
+    when Kafka cannot give them), the map as it is. The purge calls this once per step,
+    only while holding the topic's write lock (invariant 4)."""
+    marker, marker_kv = await read_marker(services, topic)
+    stats = services.registry.topic_snapshot(topic)
+    asked_at = time.monotonic()
     offsets = await services.batcher.offsets(topic)
     mapped = services.region_map.routes_by_topic().get(topic, {})
-    return await _plan(services, topic, mapped, pruned, offsets)
+    return await _plan(
+        services,
+        topic,
+        mapped,
+        marker,
+        offsets,
+        asked_at=asked_at,
+        stats=stats,
+        marker_kv=marker_kv,
+    )
 
 
 async def gather_plans(
     services: PurgeServices, topics: Sequence[str] | None = None, *, with_offsets: bool = True
 ) -> dict[str, PlanInputs]:
-    """Plan `topics` (default: every topic) from the stored markers, one batched offsets
-    call and the current stats; no locks taken (the ticker's and the API's view).
+    """Plan `topics` (default: every topic) from the stored markers (one scan), one batched
+    offsets call and the current stats; no locks taken (the ticker's and the API's view).
 
     A named topic that is neither a pool topic nor has regions is `NotFound`. Offsets are
     asked only for topics with regions (a pool topic nobody uses may not exist in Kafka
@@ -120,11 +144,12 @@ async def gather_plans(
         if missing:
             raise NotFound(f"unknown topic(s): {', '.join(missing)}", details={"topics": missing})
         names = list(dict.fromkeys(topics))
-    pruned = await region_map.pruned_entry_ids()
+    markers = await read_markers(services)
     by_topic = region_map.routes_by_topic()
     offsets: dict[str, PartitionOffsets] = {}
     failed: dict[str, MetasrvError] = {}
     used = [t for t in names if by_topic.get(t)] if with_offsets else []
+    asked_at = time.monotonic()
     if used:
         offsets, failed = await services.batcher.offsets_tolerant(used, timeout=OFFSETS_WAIT)
     if failed:
@@ -140,8 +165,9 @@ async def gather_plans(
             services,
             topic,
             mapped,
-            pruned.get(topic),
+            markers.get(topic),
             offsets.get(topic),
+            asked_at=asked_at,
             kafka_error=failed.get(topic),
         )
         await asyncio.sleep(0)

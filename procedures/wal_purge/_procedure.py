@@ -1,17 +1,25 @@
 """The WAL purge procedure: prepare -> flush -> purge, one procedure per topic.
 
+Every step reads, decides, acts: it gathers ONE snapshot of its inputs (`gather_one`: one
+marker read, one Kafka offsets read, the map and the stats once), calls the step's pure
+decision in `_plan.py` (`decide_prepare`, `decide_after_flush`, `decide_purge`) and does
+what the decision value says. No step decides anything itself.
+
 - **prepare** plans the topic under its write lock (registrations wait, invariant 4):
   blocked, empty or already purged topics finish as `skipped` with the reason; WAL data
   loss (invariant 7) is recorded as an event and a metric and fails the procedure
-  without moving the marker. Regions whose estimated replay bytes
+  without moving the marker; a topic reset (invariant 8) is latched into the marker by
+  fenced CAS, recorded as a `topic_reset` event and metrics, and fails the procedure
+  with `TopicReset` (not retried), deleting nothing. Regions whose estimated replay bytes
   `(topic latest - prunable) x avg record size` exceed `wal.flush_trigger_size` become
   flush candidates.
 - **flush** sends `flush_regions` to the candidates' datanodes (once; persisted), waits
-  until each candidate reports a higher prunable id or `wal.flush_wait_timeout` passes,
-  then plans again: the new P must pass every check again.
+  until each candidate reports a higher prunable id or `wal.flush_wait_timeout` passes
+  (measured on the monotonic clock; the persisted wall-clock send time only shortens a
+  resumed wait), then plans again: the new P must pass every check again.
 - **purge** persists its intent (target P), moves the marker to P by CAS (monotonic,
-  fenced), then deletes below P in Kafka (unless `wal.logical_delete`) and writes the
-  purge history row.
+  fenced, recording Kafka's topic id), then deletes below P in Kafka (unless
+  `wal.logical_delete`) and writes the purge history row.
 
 Marker first, then DeleteRecords. A region replays from `max(flushed, marker) + 1`, so
 once the marker is at P no region reads below P + 1 again, and nothing Kafka does with
@@ -24,16 +32,18 @@ write lock (invariant 4), P <= the high watermark - 1 (invariant 6), the CAS kee
 marker monotonic (invariant 5), and data loss is checked before it moves (invariant 7).
 A marker ahead of Kafka's log start (the deletion failed, or a new partition leader had
 not fetched the log start) is caught up by the next purge of the topic, which deletes
-up to the marker without re-planning: nobody reads below it.
+up to the marker without needing stats: nobody reads below it. Unless the topic is a
+reset: a recreated topic's log start is not the marker's, so its "gap" is entries
+regions wrote since, and nothing is deleted.
 
 Kafka's log start is the deletion's truth, not the call's answer: after a DeleteRecords
 error or timeout the step reads the log start from the partition leader; at or past the
 target the deletion is done, below it the step retries.
 
-Resume rule of the purge step (the only step that destroys data). While the marker is
-still below the target — in a first run, a retry, or a resume by a new leader — the step
-plans again from the CURRENT registry and requires an unblocked plan whose P is >= the
-target; if P dropped (a region was registered meanwhile), the target is lowered to the
+Resume rule of the purge step (the only step that destroys data, `decide_purge`). While
+the marker is still below the target — in a first run, a retry, or a resume by a new
+leader — the step plans again from the CURRENT registry and requires an unblocked plan
+whose P is >= the target; if P dropped (a region was registered meanwhile), the target is lowered to the
 new P and persisted before the marker moves. After a leader change the registry is
 empty, so the plan is blocked until every mapped region has reported again (invariant
 3), and the step waits through retries instead of moving anything. Once the marker is at
@@ -55,10 +65,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from metasrv import keys
-from metasrv.errors import MetasrvError, Unavailable, WalDataLoss
+from metasrv.errors import MetasrvError, TopicReset, Unavailable, WalDataLoss
 from metasrv.model import TopicPlan
 from metasrv.wire import EventKind, ProcedureState, PurgeRecord
 from procedures import (
@@ -73,8 +83,21 @@ from procedures.wal_purge._data import PurgeData
 from procedures.wal_purge._deletion import delete_below
 from procedures.wal_purge._events import attempt_event, emit, terminal_event
 from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one
-from procedures.wal_purge._marker import advance_marker, read_marker
-from procedures.wal_purge._plan import describe_blocked, nothing_to_cut
+from procedures.wal_purge._marker import advance_marker, latch_reset
+from procedures.wal_purge._plan import (
+    Advance,
+    Cut,
+    Flush,
+    Lost,
+    Reset,
+    Skip,
+    Wait,
+    decide_after_flush,
+    decide_prepare,
+    decide_purge,
+    flush_deadline,
+    flushed_regions,
+)
 from procedures.wal_purge._services import PurgeServices
 
 logger = logging.getLogger(__name__)
@@ -180,34 +203,50 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             )
             yield
 
-    # -- shared checks ------------------------------------------------------------------
+    # -- shared acts ---------------------------------------------------------------------
 
     def _log_extra(self, ctx: StepContext[PurgeServices], step: str) -> dict[str, Any]:
         return {"procedure_id": ctx.procedure_id, "topic": self.data.topic, "step": step}
 
-    def _report_data_loss(self, ctx: StepContext[PurgeServices], inputs: PlanInputs) -> None:
-        """One event and one count per region (the event is written in the background)."""
+    def _saw(self, plan: TopicPlan) -> None:
+        """Keep what Kafka held when the step planned (for the events and the history),
+        and the plan's P and marker when it has a P."""
+        self.data = replace(
+            self.data,
+            log_start_offset=plan.log_start_offset,
+            high_watermark=plan.high_watermark,
+        )
+        if plan.prune_point is not None:
+            self.data = replace(
+                self.data,
+                prune_point=plan.prune_point,
+                previous_pruned_entry_id=plan.pruned_entry_id,
+            )
+
+    def _data_loss(
+        self, ctx: StepContext[PurgeServices], inputs: PlanInputs, lost: Lost
+    ) -> NoReturn:
+        """Report WAL data loss (invariant 7): one event and one count per region (the event
+        is written in the background); raises `WalDataLoss` (not retried)."""
         services = ctx.services
         plan = inputs.plan
         now = time.time()
-        # What Kafka held when the loss was found, kept for the failed record and its event
-        # (the procedure fails: WalDataLoss is not retried).
         self.data = replace(
             self.data,
             log_start_offset=plan.log_start_offset,
             high_watermark=plan.high_watermark,
         )
         seen = self.data
-        for region_id in plan.data_loss:
+        for region_id in lost.regions:
             stat = inputs.stats.get(region_id)
             details = {
                 "procedure_id": ctx.procedure_id,
-                "log_start_offset": plan.log_start_offset,
+                "log_start_offset": lost.log_start_offset,
                 "prunable_entry_id": None if stat is None else stat.prunable_entry_id,
                 "pruned_entry_id": plan.pruned_entry_id,
             }
             message = (
-                f"Kafka's log start {plan.log_start_offset} is above entries region "
+                f"Kafka's log start {lost.log_start_offset} is above entries region "
                 f"{region_id} needs (prunable entry id {details['prunable_entry_id']})"
             )
             emit(
@@ -226,59 +265,95 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             services.metrics.wal_data_loss.labels(topic=self.data.topic).inc()
         logger.error(
             "WAL data loss: Kafka no longer holds entries regions need",
-            extra={**self._log_extra(ctx, "plan"), "regions": list(plan.data_loss)},
+            extra={**self._log_extra(ctx, "plan"), "regions": list(lost.regions)},
+        )
+        raise WalDataLoss(
+            f"topic {self.data.topic}: Kafka's log start {lost.log_start_offset} is above "
+            f"entries regions {list(lost.regions)} still need; marker not advanced, "
+            "nothing deleted",
+            details={"regions": list(lost.regions), "log_start_offset": lost.log_start_offset},
         )
 
-    async def _plan(self, ctx: StepContext[PurgeServices]) -> PlanInputs:
-        """Plan now; WAL data loss is reported and fails the procedure (invariant 7)."""
-        inputs = await gather_one(ctx.services, self.data.topic)
-        plan = inputs.plan
-        if plan.data_loss:
-            self._report_data_loss(ctx, inputs)
-            raise WalDataLoss(
-                f"topic {self.data.topic}: Kafka's log start {plan.log_start_offset} is above "
-                f"entries regions {list(plan.data_loss)} still need; marker not advanced",
-                details={
-                    "regions": list(plan.data_loss),
-                    "log_start_offset": plan.log_start_offset,
-                },
-            )
-        return inputs
-
-    def _adopt(self, plan: TopicPlan, *, logical_delete: bool) -> str | None:
-        """Record the plan's P; why the purge ends here (blocked, nothing to cut) or None."""
-        if plan.prune_point is None:
-            return describe_blocked(plan)
+    async def _topic_reset(
+        self, ctx: StepContext[PurgeServices], inputs: PlanInputs, reset: Reset
+    ) -> NoReturn:
+        """A topic reset (invariant 8): latch it into the marker (fenced CAS), record an
+        event and the metrics the first time, delete nothing; raises `TopicReset` (not
+        retried: it stays until an operator resolves it)."""
+        services = ctx.services
+        topic = self.data.topic
         self.data = replace(
             self.data,
-            prune_point=plan.prune_point,
-            previous_pruned_entry_id=plan.pruned_entry_id,
-            log_start_offset=plan.log_start_offset,
-            high_watermark=plan.high_watermark,
+            log_start_offset=inputs.plan.log_start_offset,
+            high_watermark=inputs.plan.high_watermark,
         )
-        return nothing_to_cut(plan, logical_delete=logical_delete)
+        marker = inputs.marker
+        details: dict[str, Any] = {
+            "reason": reset.reason,
+            "regions": list(reset.regions),
+            "topic_id": reset.topic_id,
+            "marker_topic_id": None if marker is None else marker.topic_id,
+            "pruned_entry_id": None if marker is None else marker.pruned_entry_id,
+            "high_watermark": reset.high_watermark,
+        }
+        latched = await latch_reset(services, topic, reset, current=inputs.marker_kv)
+        services.metrics.topic_reset.labels(topic=topic).set(1)
+        if latched:
+            services.metrics.topic_resets.labels(topic=topic).inc()
+            seen = self.data
+            emit(
+                services.events,
+                lambda: attempt_event(
+                    EventKind.TOPIC_RESET,
+                    seen,
+                    ctx.procedure_id,
+                    at=time.time(),
+                    message=f"topic reset: {reset.reason}; WAL entries regions reported are "
+                    "not in the topic; nothing is deleted from it until an operator resolves it",
+                    details=details,
+                ),
+            )
+            logger.error(
+                "topic reset: the topic's offsets went backwards under metasrv",
+                extra={**self._log_extra(ctx, "plan"), **details},
+            )
+        raise TopicReset(
+            f"topic {topic} is a topic reset ({reset.reason}); nothing deleted, marker not "
+            "moved; an operator must resolve it",
+            details=details,
+        )
+
+    async def _decided(
+        self,
+        ctx: StepContext[PurgeServices],
+        inputs: PlanInputs,
+        decision: Reset | Lost | Skip,
+    ) -> StepResult:
+        """Act on the decisions every step shares: reset and loss fail, skip finishes."""
+        if isinstance(decision, Reset):
+            await self._topic_reset(ctx, inputs, decision)
+        if isinstance(decision, Lost):
+            self._data_loss(ctx, inputs, decision)
+        assert isinstance(decision, Skip)
+        return Finish(ProcedureState.SKIPPED, decision.reason)
 
     # -- steps --------------------------------------------------------------------------
 
     async def step_prepare(self, ctx: StepContext[PurgeServices]) -> StepResult:
         services = ctx.services
-        inputs = await self._plan(ctx)
-        if inputs.plan.prune_point is None:
-            # Kept for the skip's event: what Kafka held when the topic was found blocked.
-            self.data = replace(
-                self.data,
-                log_start_offset=inputs.plan.log_start_offset,
-                high_watermark=inputs.plan.high_watermark,
-            )
-            return Finish(ProcedureState.SKIPPED, describe_blocked(inputs.plan))
-        idle = self._adopt(inputs.plan, logical_delete=services.settings.wal.logical_delete)
-        candidates = flush_targets(ctx.services, inputs)
-        # An up-to-date topic may still have regions far behind that flush only when asked;
-        # skipping before asking them would pin the prune point forever.
-        if idle is not None and not candidates:
-            return Finish(ProcedureState.SKIPPED, idle)
-        self.data = replace(self.data, flush=candidates)
-        return Next(PurgeStep.FLUSH if candidates else PurgeStep.PURGE)
+        inputs = await gather_one(services, self.data.topic)
+        self._saw(inputs.plan)
+        decision = decide_prepare(
+            inputs.plan,
+            flush_targets(services, inputs),
+            logical_delete=services.settings.wal.logical_delete,
+        )
+        if isinstance(decision, Flush):
+            self.data = replace(self.data, flush=decision.targets)
+            return Next(PurgeStep.FLUSH)
+        if isinstance(decision, Cut):
+            return Next(PurgeStep.PURGE)
+        return await self._decided(ctx, inputs, decision)
 
     async def step_flush(self, ctx: StepContext[PurgeServices]) -> StepResult:
         services = ctx.services
@@ -297,23 +372,25 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             await ctx.save()
         sent_at = self.data.flush_sent_at
         assert sent_at is not None
-        deadline = sent_at + wal.flush_wait_timeout
+        # The monotonic clock bounds the wait: a wall clock stepped back must not hold the
+        # topic's lock past the timeout (the wall time only serves a resume).
+        deadline = flush_deadline(
+            sent_at, wal.flush_wait_timeout, wall_now=time.time(), mono_now=time.monotonic()
+        )
         waiting = {t.region_id: t.prunable_entry_id for t in self.data.flush}
-        flushed: set[int] = set()
         while True:
-            stats = services.registry.topic_snapshot(self.data.topic)
-            for region_id, before in waiting.items():
-                stat = stats.get(region_id)
-                if stat is not None and stat.prunable_entry_id > before:
-                    flushed.add(region_id)
-            if len(flushed) == len(waiting) or time.time() >= deadline:
+            flushed = flushed_regions(waiting, services.registry.topic_snapshot(self.data.topic))
+            left = deadline - time.monotonic()
+            if len(flushed) == len(waiting) or left <= 0:
                 break
-            await ctx.sleep(min(FLUSH_POLL_INTERVAL, max(0.0, deadline - time.time())))
+            await ctx.sleep(min(FLUSH_POLL_INTERVAL, left))
         self.data = replace(self.data, flushed_regions=tuple(sorted(flushed)))
-        reason = self._adopt((await self._plan(ctx)).plan, logical_delete=wal.logical_delete)
-        if reason is not None:
-            return Finish(ProcedureState.SKIPPED, reason)
-        return Next(PurgeStep.PURGE)
+        inputs = await gather_one(services, self.data.topic)
+        self._saw(inputs.plan)
+        decision = decide_after_flush(inputs.plan, logical_delete=wal.logical_delete)
+        if isinstance(decision, Cut):
+            return Next(PurgeStep.PURGE)
+        return await self._decided(ctx, inputs, decision)
 
     async def step_purge(self, ctx: StepContext[PurgeServices]) -> StepResult:
         services = ctx.services
@@ -327,23 +404,36 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         target = self.data.target
         assert target is not None
 
-        marker, marker_kv = await read_marker(services, topic)
-        offsets = await services.batcher.offsets(topic)
-        if marker is None or marker < target:
-            if wal.logical_delete or offsets.log_start_offset < target:
-                target = await self._revalidate(ctx, target, marker)
-                if target is None:
-                    return Finish(
-                        ProcedureState.SKIPPED,
-                        "prune point fell to the marker after regions changed; nothing to purge",
-                    )
-            if target > offsets.high_watermark:
-                # The plan clamps P to the high watermark; never ask Kafka for more (inv. 6).
-                raise MetasrvError(
-                    f"topic {topic}: target {target} above high watermark {offsets.high_watermark}"
+        # Read: one marker read, one offsets read, the map and the stats once.
+        inputs = await gather_one(services, topic)
+        offsets = inputs.offsets
+        assert offsets is not None
+        # Decide (resume rule in the module docstring).
+        decision = decide_purge(target, inputs.plan, logical_delete=wal.logical_delete)
+        # Act.
+        if isinstance(decision, Wait):
+            raise Unavailable(
+                f"topic {topic}: {decision.reason}",
+                details={"blocked_by": list(decision.regions)},
+            )
+        if isinstance(decision, Skip):
+            self.data = replace(self.data, target=None, prune_point=inputs.plan.prune_point)
+            return Finish(ProcedureState.SKIPPED, decision.reason)
+        if isinstance(decision, Reset | Lost):
+            return await self._decided(ctx, inputs, decision)
+        if isinstance(decision, Advance):
+            if decision.lowered:
+                logger.warning(
+                    "prune point dropped since the intent; lowering the target",
+                    extra={**self._log_extra(ctx, "purge"), "old": target, "new": decision.target},
                 )
+                self.data = replace(self.data, target=decision.target, prune_point=decision.target)
+                await ctx.save()
+            target = decision.target
             # Marker first (module docstring): from here on no region replays below it.
-            await advance_marker(services, topic, target, current=marker_kv)
+            await advance_marker(
+                services, topic, target, current=inputs.marker_kv, topic_id=offsets.topic_id
+            )
         if not wal.logical_delete:
             extra = self._log_extra(ctx, "purge")
             low = await delete_below(
@@ -351,41 +441,6 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             )
             self.data = replace(self.data, low_watermark=low)
         return await self._finish(ctx, target)
-
-    async def _revalidate(
-        self, ctx: StepContext[PurgeServices], target: int, marker: int | None
-    ) -> int | None:
-        """Check `target` against a fresh plan; return the (possibly lowered) target."""
-        inputs = await gather_one(ctx.services, self.data.topic, marker=(marker,))
-        plan = inputs.plan
-        if plan.data_loss:
-            self._report_data_loss(ctx, inputs)
-            raise WalDataLoss(
-                f"topic {self.data.topic}: data loss detected before deleting; nothing deleted",
-                details={"regions": list(plan.data_loss)},
-            )
-        fresh = plan.prune_point
-        if fresh is None:
-            # After a leader change the registry is empty: wait for every region to report
-            # again rather than trust a target computed from a map that may have changed.
-            raise Unavailable(
-                f"topic {self.data.topic}: cannot re-validate target {target}: "
-                f"{describe_blocked(plan)}; waiting for regions to report",
-                details={"blocked_by": [b.region_id for b in plan.blocked_by]},
-            )
-        if fresh >= target:
-            return target
-        lowered = fresh
-        logger.warning(
-            "prune point dropped since the intent; lowering the target",
-            extra={**self._log_extra(ctx, "purge"), "old": target, "new": lowered},
-        )
-        if lowered < 0 or (plan.pruned_entry_id is not None and lowered <= plan.pruned_entry_id):
-            self.data = replace(self.data, target=None, prune_point=lowered)
-            return None
-        self.data = replace(self.data, target=lowered, prune_point=lowered)
-        await ctx.save()
-        return lowered
 
     async def _finish(self, ctx: StepContext[PurgeServices], target: int) -> StepResult:
         services = ctx.services
