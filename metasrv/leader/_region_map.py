@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 import msgspec
 
 from metasrv import keys
-from metasrv.errors import Conflict, InvalidArgument, LeadershipLost, NotFound
+from metasrv.errors import Conflict, InvalidArgument, KvUnavailable, LeadershipLost, NotFound
 from metasrv.kafka import KafkaAdmin, topic_name_problem
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, KvChange, Put
 from metasrv.leader._locks import TopicLocks
@@ -85,6 +85,9 @@ class TopicRegionMap:
         self.revision = 0
         """The kv revision the map reflects (its load's, then the last change applied)."""
         self._reserved: Counter[str] = Counter()
+        self._uncertain: dict[int, str] = {}
+        """Region id -> topic of a registration whose kv write had an unknown outcome and
+        has not been re-read since."""
         # Serializes map changes (registration, removal, checkpoint writes) with each
         # other; never held while waiting for a topic lock.
         self._mutate = asyncio.Lock()
@@ -113,6 +116,7 @@ class TopicRegionMap:
             self._by_topic = loaded.by_topic
             self._malformed = loaded.malformed
             self._checkpoints = {}
+            self._uncertain = {}
             self._created = set(loaded.by_topic)
             self.revision = loaded.revision
             self.loaded = True
@@ -187,6 +191,7 @@ class TopicRegionMap:
         self._routes = {}
         self._by_topic = {}
         self._checkpoints = {}
+        self._uncertain = {}
         self._created = set()
         self._malformed = set()
         self.revision = 0
@@ -286,21 +291,34 @@ class TopicRegionMap:
         if existing is not None:
             return existing
 
-        chosen = topic if topic is not None else self._least_loaded()
+        # A retry after an unknown outcome goes where the first attempt went.
+        chosen = topic or self._uncertain.get(region_id) or self._least_loaded()
         self._reserved[chosen] += 1
         try:
             async with self._locks.read(chosen), self._mutate:
+                await self._settle(region_id)
                 existing = self._existing(region_id, topic)
                 if existing is not None:
                     return existing
                 if chosen not in self._created:
                     await self._ensure_topics([chosen])
                 key = keys.topic_region(chosen, region_id)
-                result = await asyncio.to_thread(
-                    self._kv.txn,
-                    [*self.fence(), Compare(key, revision=0)],
-                    [Put(key, keys.encode_route(node_id, None))],
-                )
+                try:
+                    result = await asyncio.to_thread(
+                        self._kv.txn,
+                        [*self.fence(), Compare(key, revision=0)],
+                        [Put(key, keys.encode_route(node_id, None))],
+                    )
+                except KvUnavailable:
+                    # The write may have landed (a lost answer, a timeout): re-read
+                    # before answering, and until that read succeeds, a retry re-reads
+                    # first and writes to this topic only, never to a second one.
+                    self._uncertain[region_id] = chosen
+                    await self._settle(region_id)
+                    adopted = self._routes.get(region_id)
+                    if adopted is None:
+                        raise
+                    return adopted
                 if not result.succeeded:
                     stored = await asyncio.to_thread(self._kv.get, key)
                     if stored is None:
@@ -322,6 +340,22 @@ class TopicRegionMap:
             "region registered", extra={"region_id": region_id, "topic": chosen, "node_id": node_id}
         )
         return route
+
+    async def _settle(self, region_id: int) -> None:
+        """Re-read a registration of `region_id` whose outcome is unknown: adopt it if it
+        landed, forget it if it did not (raises `KvUnavailable` while unreadable)."""
+        topic = self._uncertain.get(region_id)
+        if topic is None:
+            return
+        stored = await asyncio.to_thread(self._kv.get, keys.topic_region(topic, region_id))
+        del self._uncertain[region_id]
+        route = None if stored is None else keys.decode_route(stored.key, stored.value)
+        if route is not None and region_id not in self._routes:
+            self._insert(route)
+            logger.info(
+                "registration with an unknown outcome had landed",
+                extra={"region_id": region_id, "topic": topic},
+            )
 
     async def create_pool(self) -> list[str]:
         """Create every pool topic Kafka lacks (`wal.auto_create_topics`, GreptimeDB's
