@@ -1,0 +1,195 @@
+"""A topic reset inside the purge (DESIGN §2 invariant 8), on real Kafka and etcd.
+
+A WAL topic deleted and recreated under metasrv starts again at offset 0: the entries
+regions write there are unflushed, whatever the regions reported about the old topic.
+A purge must find the reset, latch it into the marker, report it (event, metric), delete
+nothing and fail with `topic_reset`. On ef11397 this purge answered "pruned to 29: 29
+entries deleted".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from metasrv import keys
+from procedures import ProcedureState
+from procedures.wal_purge import submit_purges
+from tests._metrics import sample
+from tests.procedures._harness import Harness
+from tests.procedures.conftest import HarnessFactory
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.2)
+
+
+async def recreate(h: Harness, topic: str) -> None:
+    """Delete `topic` and create it again under the same name, as an operator, a clean-up
+    script or auto-create would; return once Kafka serves the new, empty topic."""
+    admin = AdminClient({"bootstrap.servers": h.bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result()
+
+    async def gone() -> bool:
+        return topic not in (await asyncio.to_thread(admin.list_topics, timeout=10)).topics
+
+    await _until(gone, f"{topic} is deleted")
+
+    async def created() -> bool:
+        futures = admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)
+        try:
+            await asyncio.to_thread(futures[topic].result)
+        except Exception as exc:  # still being deleted: TOPIC_ALREADY_EXISTS, retried
+            return "already exists" not in str(exc).lower() and _raise(exc)
+        return True
+
+    await _until(created, f"{topic} is created again")
+
+    async def served() -> bool:
+        try:
+            offsets = await asyncio.to_thread(h.offsets, topic)
+        except Exception:  # the new partition has no leader yet
+            return False
+        return (offsets.log_start_offset, offsets.high_watermark) == (0, 0)
+
+    await _until(served, f"Kafka serves the new {topic}")
+
+
+def _raise(exc: Exception) -> bool:
+    raise exc
+
+
+@pytest.mark.parametrize("with_topic_id", [True, False], ids=["topic_id", "no_topic_id"])
+async def test_a_recreated_topic_is_a_topic_reset_and_nothing_is_deleted(
+    leader: Harness, with_topic_id: bool
+) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report(1, topic, flushed=60)
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    first = await h.manager.wait(pid, 60)
+    assert first.state is ProcedureState.SUCCEEDED, first
+    assert h.marker(topic) == 60
+    assert h.offsets(topic).log_start_offset == 60
+    if not with_topic_id:
+        # A marker written before metasrv recorded topic ids: only the offsets tell.
+        h.kv.put(keys.topic_name(topic), b'{"pruned_entry_id": 60}')
+
+    await recreate(h, topic)
+    # The region writes 30 new entries (offsets 0-29 of the new topic) and reports what it
+    # believes: flushed up to 60.
+    h.produce(topic, 30)
+    h.report(1, topic, flushed=60)
+
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    view = await h.manager.wait(pid, 60)
+
+    assert view.state is ProcedureState.FAILED, view
+    assert view.error_code == "topic_reset", view
+    # Nothing deleted: every acknowledged entry of the new topic is still there.
+    offsets = h.offsets(topic)
+    assert (offsets.log_start_offset, offsets.high_watermark) == (0, 30)
+    assert h.readable(topic, 0)
+    # The reset is latched into the marker, the entry id kept.
+    stored = h.kv.get(keys.topic_name(topic))
+    assert stored is not None
+    marker = keys.decode_marker(stored.value)
+    assert marker.pruned_entry_id == 60
+    assert marker.reset is not None
+    reason = "topic_id_changed" if with_topic_id else "high_watermark_below_marker"
+    assert marker.reset.reason.startswith(reason), marker
+    assert marker.reset.high_watermark == 30
+    assert marker.reset.detected_topic_id == offsets.topic_id
+    if with_topic_id:
+        assert marker.topic_id is not None and marker.topic_id != offsets.topic_id
+    # Reported: an event and the metrics.
+    events = [e for e in await h.services.events.read(limit=1000) if e.procedure_id == pid]
+    [reset] = [e for e in events if e.kind == "topic_reset"]
+    assert reset.details["pruned_entry_id"] == 60 and reset.high_watermark == 30
+    metrics = h.services.metrics
+    assert sample(metrics, "metasrv_wal_topic_resets_total", {"topic": topic}) == 1
+    assert sample(metrics, "metasrv_wal_topic_reset", {"topic": topic}) == 1
+    assert sample(metrics, "metasrv_wal_entries_deleted_total", {"topic": topic}) == 60
+
+    # Latched: the next purge fails again without a second event, still deleting nothing,
+    # even once the new topic's high watermark has passed the old marker.
+    h.produce(topic, 40)
+    h.report(1, topic, flushed=69)
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    again = await h.manager.wait(pid, 60)
+    assert again.state is ProcedureState.FAILED and again.error_code == "topic_reset", again
+    assert h.offsets(topic).log_start_offset == 0
+    assert sample(metrics, "metasrv_wal_topic_resets_total", {"topic": topic}) == 1
+
+
+async def test_a_region_reporting_entries_the_topic_lacks_is_a_topic_reset(
+    harness_factory: HarnessFactory,
+) -> None:
+    # Never purged (no marker): a recreated topic shows only in the regions' reports,
+    # which name entries above the new high watermark - 1.
+    h = await harness_factory()
+    topic = h.topic(0)
+    await h.register(1, topic)
+    await h.register(2, topic)
+    h.produce(topic, 10)
+    h.report(1, topic, flushed=500)
+    h.report(2, topic, flushed=5)
+
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    view = await h.manager.wait(pid, 60)
+
+    assert view.state is ProcedureState.FAILED and view.error_code == "topic_reset", view
+    assert h.offsets(topic).log_start_offset == 0
+    stored = h.kv.get(keys.topic_name(topic))
+    assert stored is not None
+    marker = keys.decode_marker(stored.value)
+    assert marker.pruned_entry_id is None
+    assert marker.reset is not None
+    assert marker.reset.reason.startswith("regions_ahead_of_high_watermark"), marker
+    events = [e for e in await h.services.events.read(limit=1000) if e.procedure_id == pid]
+    [reset] = [e for e in events if e.kind == "topic_reset"]
+    assert reset.details["regions"] == [1]
+
+
+async def test_a_marker_advance_records_kafkas_topic_id(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 20)
+    h.report(1, topic, flushed=10)
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    assert (await h.manager.wait(pid, 60)).state is ProcedureState.SUCCEEDED
+
+    stored = h.kv.get(keys.topic_name(topic))
+    assert stored is not None
+    marker = keys.decode_marker(stored.value)
+    assert marker.pruned_entry_id == 10
+    assert marker.topic_id is not None
+    assert marker.topic_id == h.offsets(topic).topic_id
+
+
+async def test_a_damaged_marker_fails_the_purge_without_retries(leader: Harness) -> None:
+    h = leader
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 20)
+    h.report(1, topic, flushed=10)
+    h.kv.put(keys.topic_name(topic), b'{"pruned_entry_id": "ten"}')
+
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    view = await h.manager.wait(pid, 60)
+
+    assert view.state is ProcedureState.FAILED and view.error_code == "damaged_marker", view
+    assert view.attempts == 1, view
+    assert h.offsets(topic).log_start_offset == 0
