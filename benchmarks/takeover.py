@@ -10,11 +10,18 @@ Also reported: the time from the first leader's `/healthz` to its first 200 (a f
 leader's load), and both processes' RSS before the kill (the follower's includes its
 warm map).
 
+`--kill-when-ready` SIGKILLs the leader the moment the follower's `GET /readyz` first
+answers 200 instead of after `--settle` seconds: what an orchestrator does that waits for
+the new process's readiness before it stops the old one (a Kubernetes rolling update). A
+follower is ready once its map is loaded and followed, so the take-over is the warm one;
+also reported: the follower's start -> ready time and the `follower_map` checks it
+answered meanwhile (the last one and how many 503s).
+
 `--code DIR` runs the daemons from another checkout of this repository (a
 `git worktree` of an older commit) with this virtualenv: the baseline in the same run.
 
     python benchmarks/takeover.py [--kv etcd|postgresql] [--routes 1000000] [--lease 5]
-        [--settle 60] [--code DIR] [--json]
+        [--settle 60 | --kill-when-ready] [--code DIR] [--json]
 
 Uses the stack (`metasrv stack up`): its etcd, PostgreSQL and Kafka.
 """
@@ -76,11 +83,14 @@ def kv_store(kind: str, prefix: str, code: Path) -> Iterator[tuple[KvBackend, di
     if kind == "etcd":
         etcd = EtcdKv([endpoints.etcd_endpoint], f"{prefix}/", timeout=60)
         try:
-            yield etcd, {
-                "backend": "etcd",
-                "etcd_endpoints": [endpoints.etcd_endpoint],
-                "key_prefix": f"{prefix}/",
-            }
+            yield (
+                etcd,
+                {
+                    "backend": "etcd",
+                    "etcd_endpoints": [endpoints.etcd_endpoint],
+                    "key_prefix": f"{prefix}/",
+                },
+            )
         finally:
             with contextlib.suppress(Exception):
                 etcd.delete_prefix("")
@@ -151,6 +161,34 @@ def status(client: httpx.Client, url: str) -> int:
         return 0
 
 
+def wait_ready(
+    client: httpx.Client, url: str, proc: subprocess.Popen[bytes], started: float
+) -> dict[str, Any]:
+    """Probe `url`'s `/readyz` every `PROBE_EVERY` until it answers 200; what it said
+    (`started`: when the process was started)."""
+    not_ready = 0
+    last_check: str | None = None
+    while time.monotonic() - started < 600:
+        if proc.poll() is not None:
+            raise SystemExit("second daemon exited before it was ready")
+        try:
+            resp = client.get(f"{url}/readyz", timeout=2)
+        except httpx.HTTPError:
+            resp = None
+        if resp is not None and resp.status_code == 200:
+            return {
+                "follower_start_to_ready_s": round(time.monotonic() - started, 2),
+                "follower_not_ready_answers": not_ready,
+                "follower_last_loading_check": last_check,
+            }
+        if resp is not None:
+            not_ready += 1
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                last_check = resp.json()["error"]["checks"].get("follower_map", last_check)
+        time.sleep(PROBE_EVERY)
+    raise SystemExit("second daemon was not ready within 600 s")
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -165,6 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True
     ).stdout.strip()
     result: dict[str, Any] = {"kv": args.kv, "routes": args.routes, "lease_s": args.lease}
+    result["kill"] = "when ready" if args.kill_when_ready else f"after {args.settle:g} s"
     result["code"] = commit
     workdir = Path(tempfile.mkdtemp(prefix="metasrv-takeover-"))
     procs: list[subprocess.Popen[bytes]] = []
@@ -185,6 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     result["fresh_leader_serves_s"] = round(time.monotonic() - healthy_at, 2)
                     break
                 time.sleep(PROBE_EVERY)
+            b_started = time.monotonic()
             b, b_url = start_daemon(code, workdir, "b", kv_section, prefix, args.lease)
             procs.append(b)
             up_by = time.monotonic() + 300
@@ -192,7 +232,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if b.poll() is not None or time.monotonic() > up_by:
                     raise SystemExit(f"second daemon is not a follower; see {workdir}/b.log")
                 time.sleep(0.2)
-            time.sleep(args.settle)
+            if args.kill_when_ready:
+                result.update(wait_ready(client, b_url, b, b_started))
+            else:
+                time.sleep(args.settle)
             result["leader_rss_mib"] = round(rss_mib(a.pid), 1)
             result["follower_rss_mib"] = round(rss_mib(b.pid), 1)
             os.kill(a.pid, signal.SIGKILL)
@@ -226,6 +269,11 @@ def main() -> int:
     parser.add_argument("--routes", type=int, default=1_000_000)
     parser.add_argument("--lease", type=int, default=5, help="election lease seconds")
     parser.add_argument("--settle", type=float, default=60.0, help="follower up before the kill")
+    parser.add_argument(
+        "--kill-when-ready",
+        action="store_true",
+        help="SIGKILL the leader when the follower's /readyz first answers 200 (no --settle)",
+    )
     parser.add_argument("--code", default=None, help="checkout to run the daemons from")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
