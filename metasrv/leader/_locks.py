@@ -22,6 +22,8 @@ class _RwLock:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self.users = 0
+        """Tasks holding or waiting for this lock (`TopicLocks` drops it at 0)."""
 
     async def acquire_read(self) -> None:
         async with self._cond:
@@ -38,8 +40,13 @@ class _RwLock:
             self._writers_waiting += 1
             try:
                 await self._cond.wait_for(lambda: not self._writer and self._readers == 0)
-            finally:
+            except BaseException:
+                # Gave up (timed out, cancelled): readers held back for this writer may
+                # go now, or they would wait for an unrelated release.
                 self._writers_waiting -= 1
+                self._cond.notify_all()
+                raise
+            self._writers_waiting -= 1
             self._writer = True
 
     async def release_write(self) -> None:
@@ -47,57 +54,66 @@ class _RwLock:
             self._writer = False
             self._cond.notify_all()
 
-    @property
-    def idle(self) -> bool:
-        return not self._writer and self._readers == 0 and self._writers_waiting == 0
-
 
 class TopicLocks:
-    """Shared/exclusive locks keyed by topic name."""
+    """Shared/exclusive locks keyed by topic name.
+
+    A topic's lock object lives while any task holds it or waits for it (`_RwLock.users`),
+    and is dropped only then: forgetting it as soon as it looked idle let a reader just
+    woken by a writer's release take the old object while the next writer made a new
+    one, and both held the topic at once.
+    """
 
     def __init__(self) -> None:
         self._locks: dict[str, _RwLock] = {}
 
-    def _lock(self, topic: str) -> _RwLock:
+    def _enter(self, topic: str) -> _RwLock:
         lock = self._locks.get(topic)
         if lock is None:
             lock = self._locks[topic] = _RwLock()
+        lock.users += 1
         return lock
 
-    def _forget_if_idle(self, topic: str) -> None:
-        lock = self._locks.get(topic)
-        if lock is not None and lock.idle:
+    def _leave(self, topic: str, lock: _RwLock) -> None:
+        lock.users -= 1
+        if not lock.users and self._locks.get(topic) is lock:
             del self._locks[topic]
 
     @asynccontextmanager
     async def read(self, topic: str, timeout: float = 30.0) -> AsyncIterator[None]:
         """Hold `topic` shared; raise `LockNotAcquired` after `timeout` seconds."""
-        lock = self._lock(topic)
+        lock = self._enter(topic)
         try:
-            await asyncio.wait_for(lock.acquire_read(), timeout)
-        except TimeoutError as exc:
-            raise LockNotAcquired(f"read lock on topic {topic} not acquired in {timeout}s") from exc
-        try:
-            yield
+            try:
+                await asyncio.wait_for(lock.acquire_read(), timeout)
+            except TimeoutError as exc:
+                raise LockNotAcquired(
+                    f"read lock on topic {topic} not acquired in {timeout}s"
+                ) from exc
+            try:
+                yield
+            finally:
+                await lock.release_read()
         finally:
-            await lock.release_read()
-            self._forget_if_idle(topic)
+            self._leave(topic, lock)
 
     @asynccontextmanager
     async def write(self, topic: str, timeout: float = 30.0) -> AsyncIterator[None]:
         """Hold `topic` exclusively; raise `LockNotAcquired` after `timeout` seconds."""
-        lock = self._lock(topic)
+        lock = self._enter(topic)
         try:
-            await asyncio.wait_for(lock.acquire_write(), timeout)
-        except TimeoutError as exc:
-            raise LockNotAcquired(
-                f"write lock on topic {topic} not acquired in {timeout}s"
-            ) from exc
-        try:
-            yield
+            try:
+                await asyncio.wait_for(lock.acquire_write(), timeout)
+            except TimeoutError as exc:
+                raise LockNotAcquired(
+                    f"write lock on topic {topic} not acquired in {timeout}s"
+                ) from exc
+            try:
+                yield
+            finally:
+                await lock.release_write()
         finally:
-            await lock.release_write()
-            self._forget_if_idle(topic)
+            self._leave(topic, lock)
 
     def is_write_locked(self, topic: str) -> bool:
         """True while a purge holds the topic."""
