@@ -58,6 +58,8 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
         data_loss=list(p.data_loss),
         region_count=p.region_count,
         kafka_unavailable=p.kafka_unavailable,
+        topic_reset=p.topic_reset,
+        topic_id=p.topic_id,
     )
 
 

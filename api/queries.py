@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from api.runtime import Runtime
-from metasrv.errors import MetasrvError, NotFound
-from metasrv.keys import ELECTION_KEY
+from api.topic_reset import damaged_marker
+from metasrv import keys
+from metasrv.errors import MetasrvError, NotFound, TopicReset
+from metasrv.keys import ELECTION_KEY, Marker, ResetLatch
 from metasrv.model import (
     RegionRoute,
     RegionStat,
@@ -90,13 +92,48 @@ def _route(rt: Runtime, region_id: int) -> RegionRoute:
 
 
 async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
-    """The entry id region `region_id` must replay from; `NotFound` if unregistered."""
+    """The entry id region `region_id` must replay from; `NotFound` if unregistered.
+
+    No offset is answered from a marker that has a topic reset latched (`TopicReset`,
+    409: the marker's offsets belong to a topic that is gone, DESIGN §2 invariant 8) or
+    that does not decode (`DamagedMarker`, 500: "never purged" would be a guess)."""
     route = _route(rt, region_id)
-    pruned = await rt.region_map.pruned_entry_id(route.topic)
+    marker = await _marker(rt, route.topic)
+    if marker.reset is not None:
+        raise _reset_error(route.topic, marker.reset)
     # Re-read after the await: the stat may have advanced meanwhile (never backwards).
     route = _route(rt, region_id)
-    start = replay_start_entry_id(_live_stat(rt, route), route.checkpoint_entry_id, pruned)
+    start = replay_start_entry_id(
+        _live_stat(rt, route), route.checkpoint_entry_id, marker.pruned_entry_id
+    )
     return ReplayStart(region_id=region_id, topic=route.topic, start_entry_id=start)
+
+
+async def _marker(rt: Runtime, topic: str) -> Marker:
+    """The topic's stored marker (an empty one when it was never purged)."""
+    stored = await asyncio.to_thread(rt.kv.get, keys.topic_name(topic))
+    if stored is None:
+        return Marker()
+    try:
+        return keys.decode_marker(stored.value)
+    except ValueError as exc:
+        raise damaged_marker(topic, stored) from exc
+
+
+def _reset_error(topic: str, reset: ResetLatch) -> TopicReset:
+    return TopicReset(
+        f"topic {topic} is a topic reset ({reset.reason}): it was deleted and recreated or "
+        f"truncated under metasrv, so the WAL entries its marker and regions refer to are "
+        f"gone; no replay start is answered until an operator resolves it (rebuild the "
+        f"topic's regions from their own storage, then `metasrv topic resolve-reset "
+        f"{topic} --topic-id <Kafka's topic id>`)",
+        details={
+            "topic": topic,
+            "reason": reset.reason,
+            "detected_topic_id": reset.detected_topic_id,
+            "high_watermark": reset.high_watermark,
+        },
+    )
 
 
 async def region_view(rt: Runtime, region_id: int) -> RegionView:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine
 
+from api import topic_reset
 from metasrv.election import Election, SingleLeader, build_election
 from metasrv.errors import MetasrvError
 from metasrv.kafka import DurabilityCache, KafkaAdmin, below_configured
@@ -316,11 +317,16 @@ class Runtime:
     async def _create_pool(self) -> None:
         """Create the topic pool (`wal.auto_create_topics`; a no-op when off), retrying while
         this process leads, then check the pool's durability once. Heartbeats do not wait
-        for it: a registration creates its own topic."""
+        for it: a registration creates its own topic.
+
+        A pool topic Kafka lacks although it has a marker is never created (DESIGN §2
+        invariant 8: it was purged, so it was deleted behind metasrv, and a new topic under
+        its name would start again at offset 0 and hide the loss): it is reported as a
+        topic reset instead (`api.topic_reset.report_missing`)."""
         delay = 0.5
         while self.election.is_leader and not self._closed:
             try:
-                created = await self.region_map.create_pool()
+                created = await self._create_missing_pool_topics()
             except MetasrvError as exc:
                 logger.warning("creating the topic pool failed", extra={"error": str(exc)})
                 await asyncio.sleep(delay)
@@ -329,6 +335,30 @@ class Runtime:
             logger.info("topic pool ready", extra={"topics_created": len(created)})
             await self._check_durability()
             return
+
+    async def _create_missing_pool_topics(self) -> list[str]:
+        """Create the pool topics Kafka lacks that have no marker; report those that have
+        one. Returns the topics created."""
+        pool = self.region_map.pool_topics()
+        existing = await asyncio.to_thread(self.kafka.list_topics)
+        missing = [t for t in pool if t not in existing]
+        if not missing:
+            return []
+        markers = await asyncio.to_thread(topic_reset.read_markers, self.kv, missing)
+        create, withheld = topic_reset.split_pool(pool, existing, markers)
+        for topic in withheld:
+            await topic_reset.report_missing(self, topic, markers[topic])
+        wal = self.settings.wal
+        if not create or not wal.auto_create_topics:
+            return []
+        return await asyncio.to_thread(
+            self.kafka.ensure_topics,
+            create,
+            replication_factor=wal.replication_factor,
+            num_partitions=wal.num_partitions,
+            config=wal.topic_creation_config(),
+            create_timeout=wal.create_topic_timeout,
+        )
 
     async def _check_durability(self) -> None:
         """Warn once per process about pool topics Kafka keeps less durably than `[wal]`

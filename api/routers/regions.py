@@ -96,6 +96,11 @@ async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
     responses={
         200: gives(wire.ReplayStart, "Where to replay from."),
         404: {"description": "Region not registered."},
+        409: {
+            "description": "`topic_reset`: the region's topic was deleted and recreated or "
+            "truncated under metasrv; no offset is answered until an operator resolves it."
+        },
+        500: {"description": "`damaged_marker`: the topic's stored marker does not decode."},
     },
 )
 async def replay_start(region_id: RegionIdPath, runtime: LeaderDep) -> Response:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
 
-from api import answers, queries
-from api.auth import RequireViewer
+from fastapi import APIRouter, Depends, Response
+
+from api import answers, queries, topic_reset
+from api.auth import RequireOperator, RequireViewer
 from api.deps import LeaderDep
-from api.wire_http import ERROR_RESPONSES, TopicPath, TopicQuery, answer, gives
+from api.wire_http import ERROR_RESPONSES, TopicPath, TopicQuery, answer, body_of, gives, takes
 from metasrv import wire
 
 router = APIRouter(tags=["topics"], dependencies=[RequireViewer], responses=ERROR_RESPONSES)
@@ -52,3 +54,39 @@ async def purge_plan(runtime: LeaderDep, topic: TopicQuery = None) -> Response:
     """The pure planner over the current map, stats, markers and Kafka offsets."""
     plans = await queries.compute_plans(runtime, None if topic is None else [topic])
     return answer(wire.PlanList(topics=[answers.plan(p) for p in plans.values()]))
+
+
+@router.post(
+    "/v1/topics/{topic}/resolve-reset",
+    dependencies=[RequireOperator],
+    summary="Resolve a topic reset (the topic was deleted and recreated, or truncated)",
+    response_class=Response,
+    responses={
+        200: gives(wire.ResetResolved, "Resolved: every region of the topic reports again."),
+        404: {"description": "Neither a pool topic nor a topic with regions."},
+        409: {
+            "description": "No reset latched, no such topic in Kafka, or `topic_id` is not "
+            "Kafka's id of it now."
+        },
+    },
+    openapi_extra=takes(wire.ResolveReset),
+)
+async def resolve_reset(
+    topic: TopicPath,
+    runtime: LeaderDep,
+    body: Annotated[wire.ResolveReset, Depends(body_of(wire.ResolveReset))],
+) -> Response:
+    """Only once the topic's regions replay from the new topic (their datanodes rebuilt
+    them from their own storage): the marker is cleared and records `topic_id`, and the
+    regions' stats and checkpoints start again from their next reports."""
+    done = await topic_reset.resolve_reset(runtime, topic, body.topic_id)
+    previous = done.previous
+    return answer(
+        wire.ResetResolved(
+            topic=done.topic,
+            topic_id=done.topic_id,
+            regions=done.regions,
+            previous_pruned_entry_id=previous.pruned_entry_id,
+            reset_reason=previous.reset.reason if previous.reset is not None else "",
+        )
+    )

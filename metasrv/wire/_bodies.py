@@ -118,6 +118,36 @@ class ReplayStart(Answer):
 # --- topics and plans ----------------------------------------------------------------------
 
 
+class ResolveReset(Request):
+    """`POST /v1/topics/{topic}/resolve-reset`."""
+
+    topic_id: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=64,
+            description=(
+                "Kafka's current id of the topic (as `kafka-topics.sh --describe` prints "
+                "it): the operator resolves the topic they looked at."
+            ),
+        ),
+    ]
+
+
+class ResetResolved(Answer):
+    """A topic reset resolved: the marker is `{"pruned_entry_id": null, "topic_id": ...}`."""
+
+    topic: str
+    topic_id: Annotated[str, _doc("Kafka's topic id the marker now records.")]
+    regions: Annotated[
+        int, _doc("Regions whose stats were dropped: each must report again before a purge.")
+    ]
+    previous_pruned_entry_id: Annotated[
+        int | None, _doc("The marker's entry id before (offsets of the old topic).")
+    ]
+    reset_reason: Annotated[str, _doc("Why the reset was latched.")]
+
+
 class BlockingRegion(Answer):
     region_id: int
     reason: BlockReason
@@ -145,6 +175,15 @@ class TopicPlan(Answer, kw_only=True):
             "null when they were read."
         ),
     ] = None
+    topic_reset: Annotated[
+        str | None,
+        _doc(
+            "Why the topic is a topic reset (deleted and recreated, or truncated under "
+            "metasrv: WAL data loss; nothing is purged until an operator resolves it with "
+            "`POST /v1/topics/{topic}/resolve-reset`); null when it is not."
+        ),
+    ] = None
+    topic_id: Annotated[str | None, _doc("Kafka's topic id, when its offsets were read.")] = None
 
 
 class PlanList(Answer):
@@ -406,5 +445,6 @@ ANSWERS: tuple[type[Struct], ...] = (
     Health,
     Ready,
     ReconcileLatest,
+    ResetResolved,
 )
-REQUESTS: tuple[type[Struct], ...] = (RegisterRegion, PurgeRequest)
+REQUESTS: tuple[type[Struct], ...] = (RegisterRegion, PurgeRequest, ResolveReset)

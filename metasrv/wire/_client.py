@@ -301,6 +301,12 @@ class MetasrvClient:
         request = wire.RegisterRegion(region_id=region_id, node_id=node_id, topic=topic)
         return self._get(wire.RegisteredRegion, "POST", "/v1/regions", json=request)
 
+    def resolve_reset(self, topic: str, topic_id: str) -> wire.ResetResolved:
+        """Resolve the topic reset latched on `topic`, given Kafka's current id of it."""
+        request = wire.ResolveReset(topic_id=topic_id)
+        path = f"/v1/topics/{topic}/resolve-reset"
+        return self._get(wire.ResetResolved, "POST", path, json=request)
+
     def drop_region(self, region_id: int) -> None:
         """`DELETE /v1/regions/{region_id}`."""
         self._request("DELETE", f"/v1/regions/{region_id}")

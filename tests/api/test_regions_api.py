@@ -10,6 +10,7 @@ import pytest
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from tests.api._live import produce
 from tests.api.conftest import (
     NUM_TOPICS,
     Server,
@@ -137,9 +138,12 @@ def test_replay_start_uses_live_stat_then_checkpoint_then_marker(
         assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 41
 
 
-def test_plan_and_topic_views(server: Server, client: httpx.Client, unique_prefix: str) -> None:
+def test_plan_and_topic_views(
+    server: Server, client: httpx.Client, unique_prefix: str, kafka_bootstrap: str
+) -> None:
     t0 = client.post("/v1/regions", json={"region_id": 1, "node_id": 1}).json()["topic"]
     client.post("/v1/regions", json={"region_id": 2, "node_id": 1, "topic": t0})
+    produce(kafka_bootstrap, t0, 6)
     client.post(
         "/v1/heartbeat",
         json=heartbeat(1, [region(1, t0, 5)]),
@@ -147,15 +151,23 @@ def test_plan_and_topic_views(server: Server, client: httpx.Client, unique_prefi
     plans = {p["topic"]: p for p in client.get("/v1/purge/plan").json()["topics"]}
     assert len(plans) == NUM_TOPICS
     assert plans[t0]["blocked_by"] == [{"region_id": 2, "reason": "no_stat"}]
-    assert plans[t0]["log_start_offset"] == 0 and plans[t0]["high_watermark"] == 0
+    assert plans[t0]["log_start_offset"] == 0 and plans[t0]["high_watermark"] == 6
     assert plans[t0]["region_count"] == 2
     empty = plans[f"{unique_prefix}_wal_1"]
     assert empty["region_count"] == 0 and empty["log_start_offset"] is None
 
     client.post("/v1/heartbeat", json=heartbeat(1, [region(2, t0, 3)]))
     (plan,) = client.get("/v1/purge/plan", params={"topic": t0}).json()["topics"]
-    # Both flushed, but the topic is empty: P is at most the latest entry (HWM 0 - 1).
-    assert plan["blocked_by"] == [] and plan["prune_point"] == -1
+    assert plan["blocked_by"] == [] and plan["prune_point"] == 3
+
+    # A region reporting entries the topic does not have (above the high watermark - 1):
+    # the topic was recreated or truncated under metasrv, a topic reset (invariant 8).
+    client.post("/v1/heartbeat", json=heartbeat(1, [region(2, t0, 9)]))
+    (plan,) = client.get("/v1/purge/plan", params={"topic": t0}).json()["topics"]
+    assert plan["prune_point"] is None
+    assert plan["blocked_by"] == [{"region_id": 2, "reason": "topic_reset"}]
+    assert plan["topic_reset"].startswith("regions_ahead_of_high_watermark")
+    assert plan["topic_id"]
 
     assert_error(client.get("/v1/purge/plan", params={"topic": "nosuchtopic"}), 404)
     assert_error(client.get("/v1/topics/nosuchtopic"), 404)
