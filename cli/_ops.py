@@ -1,5 +1,6 @@
 """Operator commands over the REST API: purge, status, plan, history, events, leader, and the
-`topics`, `procedures` and `regions` groups (connection and exit codes: `cli/_connect.py`).
+`topics` (with `resolve-reset`), `procedures` and `regions` groups (connection and exit
+codes: `cli/_connect.py`).
 
 Every read command prints a table in a terminal, TSV in a pipe (`cli/_sheet.py`), and with
 `--json` the server's JSON body unchanged (a list answer as its array).
@@ -16,6 +17,7 @@ from urllib.parse import quote
 import typer
 
 from cli._connect import Exit, JsonOpt, connected, err, read, read_json
+from cli._reset import resolve_reset
 from cli._sheet import Output
 from cli._tables import (
     events_sheet,
@@ -427,6 +429,9 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     for name, func in _COMMANDS:
         app.command(name)(func)
+    topics_app.command("resolve-reset")(resolve_reset)
     app.add_typer(topics_app, name="topics")
+    # `metasrv topic resolve-reset` as operators' runbooks may spell it.
+    app.add_typer(topics_app, name="topic", hidden=True)
     app.add_typer(procedures_app, name="procedures")
     app.add_typer(regions_app, name="regions")

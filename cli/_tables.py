@@ -31,6 +31,8 @@ def elapsed(proc: wire.Procedure) -> str | None:
 
 def why_not_purged(plan: wire.TopicPlan) -> str:
     """One line telling an operator what a purge of this topic would do now, or why not."""
+    if plan.topic_reset:
+        return f"TOPIC RESET (WAL data loss; resolve-reset once rebuilt): {plan.topic_reset}"
     if plan.data_loss:
         regions = ", ".join(str(r) for r in plan.data_loss)
         return f"WAL DATA LOSS: Kafka no longer holds entries needed by region(s) {regions}"
