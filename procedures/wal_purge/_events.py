@@ -2,10 +2,11 @@
 
 Every attempt leaves `purge_started` when a run takes the topic's lock (again when a new
 leader resumes it), `purge_retrying` for each step error it retries (the error), and one
-terminal event: `purge_deleted`, `purge_skipped` (the reason), `purge_failed` (the error)
-or `purge_cancelled`. A purge that finds WAL data loss also leaves one `wal_data_loss`
-per region; one that finds a topic reset (invariant 8) and latches it, one
-`topic_reset` (its reason, the regions concerned, Kafka's and the marker's topic ids). Each names the topic, the procedure, the target P, Kafka's log start when the
+terminal event: `purge_deleted`, `purge_skipped` (the reason), `purge_failed` (the
+error) or `purge_cancelled`. A purge that finds WAL data loss also leaves one
+`wal_data_loss` per region; one that finds a topic reset (invariant 8) and latches it,
+one `topic_reset` (its reason, the regions concerned, Kafka's and the marker's topic
+ids). Each names the topic, the procedure, the target P, Kafka's log start when the
 purge planned and after its deletion, and the high watermark, as far as the attempt knew
 them at that moment (null otherwise).
 

@@ -65,6 +65,7 @@ async def _plan(
     offsets: PartitionOffsets | None,
     *,
     asked_at: float | None,
+    compare_reports: bool = True,
     stats: TopicStats | None = None,
     kafka_error: MetasrvError | None = None,
     marker_kv: KeyValue | None = None,
@@ -86,6 +87,7 @@ async def _plan(
             offsets=offsets,
             marker=marker,
             offsets_asked_at=asked_at,
+            compare_reports=compare_reports,
         )
 
     planned = await asyncio.to_thread(plan) if len(routes) > PLAN_IN_THREAD else plan()
@@ -132,7 +134,9 @@ async def gather_plans(
     partition leader, a deleted topic) is planned with no prune point and the reason in
     `kafka_unavailable`, and logged.
     Topic by topic, yielding to the event loop in between: planning a million regions at
-    once would hold heartbeats for a second.
+    once would hold heartbeats for a second. Regions' reports are not compared with the
+    high watermark here (it would double the planning time of a purge cycle): a topic
+    reset shown only by them is found by the purge, which latches it, and shown from then.
     """
     region_map = services.region_map
     known = list(region_map.topics())
@@ -168,6 +172,8 @@ async def gather_plans(
             markers.get(topic),
             offsets.get(topic),
             asked_at=asked_at,
+            # A column scan per topic: the purge compares them under the lock.
+            compare_reports=False,
             kafka_error=failed.get(topic),
         )
         await asyncio.sleep(0)

@@ -156,6 +156,7 @@ def plan_topic(
     offsets: PartitionOffsets | None,
     marker: Marker | None = None,
     offsets_asked_at: float | None = None,
+    compare_reports: bool = True,
 ) -> TopicPlan:
     """Plan one topic from the regions mapped to it and their latest stats.
 
@@ -168,7 +169,9 @@ def plan_topic(
     `marker` is the stored marker whose entry id is `pruned_entry_id`: its Kafka topic id
     and reset latch are checked (None: neither known). `offsets_asked_at` is the monotonic
     instant before Kafka was asked for `offsets`: a stat received after it is not compared
-    with the high watermark (None: every stat is).
+    with the high watermark (None: every stat is). `compare_reports=False` skips that
+    comparison (a column scan of the topic's stats): the ticker's and the API's views of
+    every topic do, the purge under the topic's lock never does.
     """
     log_start = offsets.log_start_offset if offsets is not None else None
     high_watermark = offsets.high_watermark if offsets is not None else None
@@ -203,7 +206,13 @@ def plan_topic(
 
     topic_id = offsets.topic_id if offsets is not None else None
     reset = _topic_reset(
-        ids, stats, marker, pruned_entry_id, high_watermark, topic_id, offsets_asked_at
+        ids,
+        stats,
+        marker,
+        pruned_entry_id,
+        high_watermark,
+        topic_id,
+        offsets_asked_at if compare_reports else _NOT_COMPARED,
     )
     if reset is not None:
         # Invariant 8: nothing is cut from a topic whose offsets went backwards; the
@@ -244,6 +253,10 @@ def plan_topic(
     )
 
 
+_NOT_COMPARED = float("-inf")
+"""`offsets_asked_at` of a plan that does not compare reports with the high watermark."""
+
+
 def _topic_reset(
     region_ids: list[int],
     stats: TopicStats,
@@ -270,7 +283,7 @@ def _topic_reset(
             f"pruned_entry_id {pruned_entry_id} + 1",
             region_ids,
         )
-    if not region_ids or not len(stats):
+    if not region_ids or not len(stats) or offsets_asked_at is _NOT_COMPARED:
         return None
     found, received, prunable = stats.columns_of(region_ids)
     ahead = found & (prunable > high_watermark - 1)
@@ -351,6 +364,7 @@ def plan_topics(
     topics: Iterable[str] | None = None,
     markers: Mapping[str, Marker] | None = None,
     offsets_asked_at: float | None = None,
+    compare_reports: bool = True,
 ) -> dict[str, TopicPlan]:
     """Plan many topics at once: `topics` (default: every key of `routes_by_topic`).
 
@@ -372,6 +386,7 @@ def plan_topics(
             offsets=known.get(topic),
             marker=stored.get(topic),
             offsets_asked_at=offsets_asked_at,
+            compare_reports=compare_reports,
         )
         for topic in names
     }

@@ -43,12 +43,13 @@ target the deletion is done, below it the step retries.
 Resume rule of the purge step (the only step that destroys data, `decide_purge`). While
 the marker is still below the target — in a first run, a retry, or a resume by a new
 leader — the step plans again from the CURRENT registry and requires an unblocked plan
-whose P is >= the target; if P dropped (a region was registered meanwhile), the target is lowered to the
-new P and persisted before the marker moves. After a leader change the registry is
-empty, so the plan is blocked until every mapped region has reported again (invariant
-3), and the step waits through retries instead of moving anything. Once the marker is at
-the target only Kafka's deletion, the history and the metrics remain, and all are safe
-without stats. Once the intent is persisted, cancellation no longer stops the procedure.
+whose P is >= the target; if P dropped (a region was registered meanwhile), the target
+is lowered to the new P and persisted before the marker moves. After a leader change the
+registry is empty, so the plan is blocked until every mapped region has reported again
+(invariant 3), and the step waits through retries instead of moving anything. Once the
+marker is at the target only Kafka's deletion, the history and the metrics remain, and
+all are safe without stats. Once the intent is persisted, cancellation no longer stops
+the procedure.
 
 Each run, retried error and end is recorded as a WAL event (`_events.py`), queued and
 written in the background: no step waits for the history database because of them.

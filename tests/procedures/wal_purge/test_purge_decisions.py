@@ -337,3 +337,23 @@ def test_the_flush_deadline_never_exceeds_the_timeout(
         assert deadline == pytest.approx(mono + timeout, abs=1e-3)
     else:  # a resume: only what is left of it
         assert deadline == pytest.approx(mono + max(0.0, timeout - skew), abs=1e-3)
+
+
+def test_the_many_topic_view_skips_only_the_report_comparison() -> None:
+    # gather_plans (the ticker's and the API's view) does not scan every report against
+    # the high watermark; the offsets' own rules and a latched reset still apply.
+    rows = table_of([stat(1, 50)]).topic_rows(TOPIC)
+
+    def view(marker: Marker | None, offsets: PartitionOffsets) -> TopicPlan:
+        return plan_topic(
+            TOPIC, [route(1)], rows, now=NOW, stat_ttl=TTL, offsets=offsets, marker=marker,
+            pruned_entry_id=None if marker is None else marker.pruned_entry_id,
+            offsets_asked_at=NOW, compare_reports=False,
+        )  # fmt: skip
+
+    assert view(None, PartitionOffsets(0, 40)).topic_reset is None
+    below = view(Marker(45), PartitionOffsets(0, 40)).topic_reset
+    assert below is not None and below.startswith("high_watermark_below_marker")
+    latched = view(Marker(10, reset=ResetLatch("topic_missing")), PartitionOffsets(0, 40))
+    assert latched.topic_reset == "latched: topic_missing"
+    assert [(b.region_id, b.reason) for b in latched.blocked_by] == [(1, TOPIC_RESET)]
