@@ -4,7 +4,10 @@ kv backend `procedure.finished_ttl` after it ended (`FinishedRecords`).
 A procedure's end writes its history row at once (`record`); when that write fails, the
 kv record stays and the sweep, a background task on the leader, writes it later. The
 sweep also deletes the kv records whose TTL has passed, so the kv backend holds only
-unfinished and recent procedures while SQL keeps them for good.
+unfinished and recent procedures while SQL keeps them for good. Every unfinished record
+it reads is handed to `adopt` (the manager runs it if no task of its does: a run given
+up after kv failures, a create whose answer was lost), so such a record waits one sweep
+interval at most, not for the next leader.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from metasrv.process import ErrorSink, log_only
 from metasrv.settings import ProcedureSettings
 from procedures._history import History
 from procedures._procedure import ProcedureRecord
-from procedures._store import ProcedureStore
+from procedures._store import ProcedureStore, Stored
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ class FinishedRecords:
         *,
         leading: Callable[[], bool],
         forget: Callable[[str], None],
+        adopt: Callable[[Stored], object] = lambda _stored: None,
     ) -> None:
         self._store = store
         self._history = history
@@ -44,6 +48,8 @@ class FinishedRecords:
         """Whether this process runs procedures now (only the leader sweeps)."""
         self._forget = forget
         """Called with the id of every record the sweep deleted."""
+        self._adopt = adopt
+        """Called with every unfinished record the sweep read."""
         self._written: set[str] = set()
         """Records whose history row is known to exist."""
         self._task: asyncio.Task[None] | None = None
@@ -108,6 +114,7 @@ class FinishedRecords:
         for stored in await self._store.scan():
             record = stored.record
             if not record.state.terminal:
+                self._adopt(stored)
                 continue
             if record.id not in self._written:
                 if not await self._history.has_procedure(record.id):

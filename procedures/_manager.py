@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from metasrv.errors import Conflict, InvalidArgument, NotFound, NotLeader
+from metasrv.errors import Conflict, InvalidArgument, MetasrvError, NotFound, NotLeader
 from metasrv.metrics import Metrics
 from metasrv.process import ErrorSink
 from metasrv.settings import ProcedureSettings
@@ -83,7 +83,12 @@ class ProcedureManager(Generic[S]):
         self._latest: dict[str, ProcedureRecord] = {}
         self._slots = asyncio.Semaphore(self._settings.max_running_procedures)
         self._finished = FinishedRecords(
-            store, history, settings, leading=lambda: self._leading, forget=self._forget
+            store,
+            history,
+            settings,
+            leading=lambda: self._leading,
+            forget=self._forget,
+            adopt=self._adopt,
         )
         self._leadership_lock = asyncio.Lock()
 
@@ -195,14 +200,70 @@ class ProcedureManager(Generic[S]):
         )
         created = await self.store.create(record)
         if not created.created:
+            await self._adopt_holder(created.procedure_id)
             return created.procedure_id
-        self._latest[record.id] = record
-        self._spawn(record.id, Stored(record, created.revision))
+        if record.id not in self._tasks:  # else a sweep adopted it already
+            self._latest[record.id] = record
+            self._spawn(record.id, Stored(record, created.revision))
         logger.info(
             "procedure submitted",
             extra={"procedure_id": record.id, "kind": record.kind, "topic": record.topic},
         )
         return record.id
+
+    # -- adoption -----------------------------------------------------------------------
+
+    async def adopt(self) -> int:
+        """Run every unfinished record no task of this manager runs, as a new leader
+        resumes them; return how many. The sweep does this periodically and a submit
+        for the holder of its lock; this is the same on demand."""
+        if not self._leading:
+            return 0
+        return sum(self._adopt(stored) for stored in await self.store.scan())
+
+    def _adopt(self, stored: Stored) -> bool:
+        """Run `stored` if it is unfinished and nothing here runs it.
+
+        Such a record (its lock held, nothing running it) is left by a run that
+        `run_until_settled` gave up (repeated kv failures or write conflicts) or by a
+        create whose outcome could not be read back; without this it would wait for
+        the next leader, and its topic's purges with it. A stale read is harmless: a
+        run from an outdated record loses its first CAS and reloads."""
+        record = stored.record
+        if (
+            not self._leading
+            or record.state.terminal
+            or record.id in self._tasks
+            or record.kind not in self._kinds
+        ):
+            return False
+        known = self._latest.get(record.id)
+        if known is not None and known.state.terminal:
+            return False  # it ended after the read
+        logger.warning(
+            "adopting an unfinished procedure no task runs",
+            extra={"procedure_id": record.id, "topic": record.topic, "state": record.state.value},
+        )
+        self._latest[record.id] = record
+        self._spawn(record.id, stored)
+        return True
+
+    async def _adopt_holder(self, procedure_id: str) -> None:
+        """A submit found its lock held by `procedure_id`: run it if nothing here does."""
+        if procedure_id in self._tasks or not self._leading:
+            return
+        try:
+            stored = await self.store.load(procedure_id)
+        except MetasrvError as exc:
+            # The answer (the holder's id) stands; the next sweep adopts it.
+            logger.warning(
+                "could not read the holder of a procedure lock: %s",
+                exc,
+                extra={"procedure_id": procedure_id},
+            )
+            return
+        if stored is not None:
+            self._adopt(stored)
 
     def _spawn(self, procedure_id: str, stored: Stored | None = None) -> None:
         if procedure_id in self._tasks or not self._leading:

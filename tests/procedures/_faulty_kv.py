@@ -5,7 +5,7 @@ per kv backend (etcd, PostgreSQL) to run it under.
 transactions by what they write: a *lost answer* performs the transaction on the real
 store and then raises `KvUnavailable`, as a connection that dropped after the commit
 does (the write landed; the caller cannot know); a *failure* raises before the store
-sees it (nothing landed). Reads are never failed, so a test sees the real state.
+sees it (nothing landed). Reads fail only when asked (`fail_gets`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import migrations
 from metasrv import keys
 from metasrv.errors import KvUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import Compare, EtcdKv, KvBackend, Put, TxnOp, TxnResult
+from metasrv.kv import Compare, EtcdKv, KeyValue, KvBackend, Put, TxnOp, TxnResult
 from procedures import ProcedureRecord
 from tests.metasrv.kv._pgschema import fresh_schema
 from tests.procedures._harness import Harness, make_settings
@@ -73,6 +73,7 @@ class FaultyKv:
         self._lock = threading.Lock()
         self.hits = 0
         """Transactions failed or answered with a lost answer so far."""
+        self._get_failures = 0
         self.landed: list[tuple[Sequence[Compare], Sequence[TxnOp], TxnResult]] = []
         """Transactions performed whose answer was lost, with what the store answered."""
 
@@ -90,10 +91,25 @@ class FaultyKv:
         with self._lock:
             self._rules.append(_Rule(match, times, perform=False))
 
+    def fail_gets(self, times: int) -> None:
+        """The next `times` single-key reads raise `KvUnavailable`."""
+        with self._lock:
+            self._get_failures += times
+
     def heal(self) -> None:
         """Drop every rule: the store answers everything again."""
         with self._lock:
             self._rules.clear()
+            self._get_failures = 0
+
+    def get(self, key: str) -> KeyValue | None:
+        with self._lock:
+            failing = self._get_failures > 0
+            if failing:
+                self._get_failures -= 1
+        if failing:
+            raise KvUnavailable("injected: kv read failed")
+        return self._inner.get(key)
 
     def _rule_for(self, compares: Sequence[Compare], ops: Sequence[TxnOp]) -> _Rule | None:
         with self._lock:
