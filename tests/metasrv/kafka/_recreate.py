@@ -26,9 +26,9 @@ def delete_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> Non
         time.sleep(0.1)
 
 
-def create_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> str:
+def create_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> str | None:
     """Create `topic` (retrying while Kafka still finishes deleting an older one of that
-    name) and wait until its offsets are readable; returns its topic id."""
+    name) and wait until its offsets are readable; returns its topic id as read with them."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -40,14 +40,16 @@ def create_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> str
         time.sleep(0.2)
     while True:
         try:
-            return topic_id(admin, topic)
+            return admin.offsets([topic])[topic].topic_id
         except MetasrvError:
             assert time.monotonic() < deadline, f"{topic} not readable within {timeout}s"
             time.sleep(0.1)
 
 
-def recreate_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> tuple[str, str]:
-    """Delete `topic` and create it again; returns (old id, new id)."""
-    old = topic_id(admin, topic)
+def recreate_topic(
+    admin: KafkaAdmin, topic: str, *, timeout: float = 60.0
+) -> tuple[str | None, str | None]:
+    """Delete `topic` and create it again; returns (old id, new id) as read with offsets."""
+    old = admin.offsets([topic])[topic].topic_id
     delete_topic(admin, topic, timeout=timeout)
     return old, create_topic(admin, topic, timeout=timeout)

@@ -29,6 +29,7 @@ import pytest
 
 import migrations
 from metasrv import keys
+from metasrv.errors import Conflict
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import PartitionOffsets
@@ -164,18 +165,16 @@ def _replay_start(w: World) -> httpx.Response:
     return httpx.get(f"{w.url}/v1/regions/{REGION}/replay-start", timeout=10)
 
 
-def _purged_to_60(w: World, client: MetasrvClient) -> str:
-    """A region on the pool topic, 100 entries, flushed to 60, purged: returns the topic id."""
+def _purged_to_60(w: World, client: MetasrvClient) -> None:
+    """A region on the pool topic, 100 entries, flushed to 60, purged."""
     client.add_region(REGION, 1, w.topic)
     produce(w.kafka.bootstrap, w.topic, 100)
     _report(client, w.topic, 60)
     done = _purge(client, w.topic)
     assert done.state == "succeeded", done
     assert w.offsets().log_start_offset == 60
-    marker = w.marker()
-    assert marker is not None and marker.pruned_entry_id == 60
-    assert marker.topic_id is not None and marker.topic_id == w.offsets().topic_id
-    return marker.topic_id
+    stored = w.kv.get(keys.topic_name(w.topic))
+    assert stored is not None and keys.decode_pruned(stored.value) == 60
 
 
 def _blocked_by_reset(w: World) -> None:
@@ -192,9 +191,8 @@ def _blocked_by_reset(w: World) -> None:
 @pytest.mark.timeout(240)
 def test_a_topic_recreated_under_a_running_leader_is_reported_then_resolved(w: World) -> None:
     with daemon(w) as client:
-        old_id = _purged_to_60(w, client)
-        _, new_id = recreate_topic(w.kafka, w.topic)
-        assert new_id != old_id
+        _purged_to_60(w, client)
+        old_id, new_id = recreate_topic(w.kafka, w.topic)
         # The region writes 30 entries (offsets 0-29 of the new topic) and reports what it
         # believes: flushed up to 60.
         produce(w.kafka.bootstrap, w.topic, 30)
@@ -209,9 +207,11 @@ def test_a_topic_recreated_under_a_running_leader_is_reported_then_resolved(w: W
         marker = w.marker()
         assert marker is not None and marker.reset is not None and marker.pruned_entry_id == 60
         assert [e.kind for e in client.events(w.topic, "topic_reset")] == ["topic_reset"]
+        assert old_id is not None and new_id is not None and new_id != old_id
+        assert marker.topic_id == old_id
 
         # The operator resolves it once the region's datanode rebuilt it from its storage.
-        with pytest.raises(Exception, match="not Kafka's id"):
+        with pytest.raises(Conflict, match="not Kafka's id"):
             client.resolve_reset(w.topic, old_id)
         resolved = client.resolve_reset(w.topic, new_id)
         assert resolved.regions == 1 and resolved.previous_pruned_entry_id == 60
@@ -234,8 +234,8 @@ def test_a_topic_recreated_under_a_running_leader_is_reported_then_resolved(w: W
 @pytest.mark.timeout(240)
 def test_a_topic_recreated_while_metasrv_is_down_is_not_masked(w: World) -> None:
     with daemon(w) as client:
-        old_id = _purged_to_60(w, client)
-    _, new_id = recreate_topic(w.kafka, w.topic)
+        _purged_to_60(w, client)
+    old_id, new_id = recreate_topic(w.kafka, w.topic)
     produce(w.kafka.bootstrap, w.topic, 30)
 
     with daemon(w) as client:
@@ -246,10 +246,10 @@ def test_a_topic_recreated_while_metasrv_is_down_is_not_masked(w: World) -> None
         assert done.state == "failed" and done.error_code == "topic_reset", done
         offsets = w.offsets()
         assert (offsets.log_start_offset, offsets.high_watermark) == (0, 30)
-        assert offsets.topic_id == new_id
         _blocked_by_reset(w)
         marker = w.marker()
-        assert marker is not None and marker.topic_id == old_id and marker.reset is not None
+        assert marker is not None and marker.reset is not None
+        assert marker.topic_id == old_id is not None and offsets.topic_id == new_id
 
 
 @pytest.mark.timeout(240)
@@ -273,6 +273,7 @@ def test_a_topic_deleted_while_metasrv_is_down_is_not_recreated(w: World) -> Non
         _until("reported again", lambda: len(client.events(w.topic, "topic_reset")) == 2)
         assert w.topic not in w.kafka.list_topics()
         new_id = create_topic(w.kafka, w.topic)
+        assert new_id is not None
         client.resolve_reset(w.topic, new_id)
         _report(client, w.topic, -1)
         assert client.replay_start(REGION) == 0
