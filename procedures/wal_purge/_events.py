@@ -26,7 +26,9 @@ from metasrv.wire import EventKind, ProcedureState, WalEvent
 from procedures import EventLog, ProcedureRecord
 
 if TYPE_CHECKING:
+    from metasrv.keys import Marker
     from procedures.wal_purge._data import PurgeData
+    from procedures.wal_purge._plan import Lost, Reset
 
 logger = logging.getLogger(__name__)
 
@@ -95,5 +97,61 @@ def terminal_event(
         record.id,
         at=record.finished_at if record.finished_at is not None else at,
         message=record.error if failed else record.outcome,
+        details=details,
+    )
+
+
+def loss_event(
+    data: PurgeData,
+    procedure_id: str,
+    lost: Lost,
+    region_id: int,
+    prunable_entry_id: int | None,
+    *,
+    pruned_entry_id: int | None,
+    at: float,
+) -> WalEvent:
+    """The `wal_data_loss` event of one region of `lost` (invariant 7)."""
+    return attempt_event(
+        EventKind.WAL_DATA_LOSS,
+        data,
+        procedure_id,
+        at=at,
+        message=f"Kafka's log start {lost.log_start_offset} is above entries region "
+        f"{region_id} needs (prunable entry id {prunable_entry_id})",
+        details={
+            "procedure_id": procedure_id,
+            "log_start_offset": lost.log_start_offset,
+            "prunable_entry_id": prunable_entry_id,
+            "pruned_entry_id": pruned_entry_id,
+        },
+        region_id=region_id,
+    )
+
+
+def reset_details(reset: Reset, marker: Marker | None) -> dict[str, Any]:
+    """What a topic reset's event and error carry: the reason, the regions concerned,
+    Kafka's topic id and high watermark now, and the marker's topic id and entry id."""
+    return {
+        "reason": reset.reason,
+        "regions": list(reset.regions),
+        "topic_id": reset.topic_id,
+        "marker_topic_id": None if marker is None else marker.topic_id,
+        "pruned_entry_id": None if marker is None else marker.pruned_entry_id,
+        "high_watermark": reset.high_watermark,
+    }
+
+
+def reset_event(
+    data: PurgeData, procedure_id: str, reset: Reset, details: Mapping[str, Any], *, at: float
+) -> WalEvent:
+    """The `topic_reset` event of a purge that found and latched a reset (invariant 8)."""
+    return attempt_event(
+        EventKind.TOPIC_RESET,
+        data,
+        procedure_id,
+        at=at,
+        message=f"topic reset: {reset.reason}; WAL entries regions reported are not in the "
+        "topic; nothing is deleted from it until an operator resolves it",
         details=details,
     )

@@ -82,7 +82,14 @@ from procedures import (
 )
 from procedures.wal_purge._data import PurgeData
 from procedures.wal_purge._deletion import delete_below
-from procedures.wal_purge._events import attempt_event, emit, terminal_event
+from procedures.wal_purge._events import (
+    attempt_event,
+    emit,
+    loss_event,
+    reset_details,
+    reset_event,
+    terminal_event,
+)
 from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one
 from procedures.wal_purge._marker import advance_marker, latch_reset
 from procedures.wal_purge._plan import (
@@ -209,15 +216,15 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
     def _log_extra(self, ctx: StepContext[PurgeServices], step: str) -> dict[str, Any]:
         return {"procedure_id": ctx.procedure_id, "topic": self.data.topic, "step": step}
 
-    def _saw(self, plan: TopicPlan) -> None:
+    def _saw(self, plan: TopicPlan, *, kafka_only: bool = False) -> None:
         """Keep what Kafka held when the step planned (for the events and the history),
-        and the plan's P and marker when it has a P."""
+        and the plan's P and marker when it has a P (unless `kafka_only`)."""
         self.data = replace(
             self.data,
             log_start_offset=plan.log_start_offset,
             high_watermark=plan.high_watermark,
         )
-        if plan.prune_point is not None:
+        if plan.prune_point is not None and not kafka_only:
             self.data = replace(
                 self.data,
                 prune_point=plan.prune_point,
@@ -230,48 +237,26 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         """Report WAL data loss (invariant 7): one event and one count per region (the event
         is written in the background); raises `WalDataLoss` (not retried)."""
         services = ctx.services
-        plan = inputs.plan
-        now = time.time()
-        self.data = replace(
-            self.data,
-            log_start_offset=plan.log_start_offset,
-            high_watermark=plan.high_watermark,
-        )
-        seen = self.data
+        self._saw(inputs.plan, kafka_only=True)
+        seen, now = self.data, time.time()
         for region_id in lost.regions:
             stat = inputs.stats.get(region_id)
-            details = {
-                "procedure_id": ctx.procedure_id,
-                "log_start_offset": lost.log_start_offset,
-                "prunable_entry_id": None if stat is None else stat.prunable_entry_id,
-                "pruned_entry_id": plan.pruned_entry_id,
-            }
-            message = (
-                f"Kafka's log start {lost.log_start_offset} is above entries region "
-                f"{region_id} needs (prunable entry id {details['prunable_entry_id']})"
-            )
+            prunable = None if stat is None else stat.prunable_entry_id
             emit(
                 services.events,
                 functools.partial(
-                    attempt_event,
-                    EventKind.WAL_DATA_LOSS,
-                    seen,
-                    ctx.procedure_id,
-                    at=now,
-                    message=message,
-                    details=details,
-                    region_id=region_id,
+                    loss_event, seen, ctx.procedure_id, lost, region_id, prunable,
+                    pruned_entry_id=inputs.plan.pruned_entry_id, at=now,
                 ),
-            )
-            services.metrics.wal_data_loss.labels(topic=self.data.topic).inc()
+            )  # fmt: skip
+            services.metrics.wal_data_loss.labels(topic=seen.topic).inc()
         logger.error(
             "WAL data loss: Kafka no longer holds entries regions need",
             extra={**self._log_extra(ctx, "plan"), "regions": list(lost.regions)},
         )
         raise WalDataLoss(
-            f"topic {self.data.topic}: Kafka's log start {lost.log_start_offset} is above "
-            f"entries regions {list(lost.regions)} still need; marker not advanced, "
-            "nothing deleted",
+            f"topic {seen.topic}: Kafka's log start {lost.log_start_offset} is above entries "
+            f"regions {list(lost.regions)} still need; marker not advanced, nothing deleted",
             details={"regions": list(lost.regions), "log_start_offset": lost.log_start_offset},
         )
 
@@ -283,36 +268,15 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         retried: it stays until an operator resolves it)."""
         services = ctx.services
         topic = self.data.topic
-        self.data = replace(
-            self.data,
-            log_start_offset=inputs.plan.log_start_offset,
-            high_watermark=inputs.plan.high_watermark,
-        )
-        marker = inputs.marker
-        details: dict[str, Any] = {
-            "reason": reset.reason,
-            "regions": list(reset.regions),
-            "topic_id": reset.topic_id,
-            "marker_topic_id": None if marker is None else marker.topic_id,
-            "pruned_entry_id": None if marker is None else marker.pruned_entry_id,
-            "high_watermark": reset.high_watermark,
-        }
+        self._saw(inputs.plan, kafka_only=True)
+        details = reset_details(reset, inputs.marker)
         latched = await latch_reset(services, topic, reset, current=inputs.marker_kv)
         services.metrics.topic_reset.labels(topic=topic).set(1)
         if latched:
             services.metrics.topic_resets.labels(topic=topic).inc()
-            seen = self.data
+            seen, now = self.data, time.time()
             emit(
-                services.events,
-                lambda: attempt_event(
-                    EventKind.TOPIC_RESET,
-                    seen,
-                    ctx.procedure_id,
-                    at=time.time(),
-                    message=f"topic reset: {reset.reason}; WAL entries regions reported are "
-                    "not in the topic; nothing is deleted from it until an operator resolves it",
-                    details=details,
-                ),
+                services.events, lambda: reset_event(seen, ctx.procedure_id, reset, details, at=now)
             )
             logger.error(
                 "topic reset: the topic's offsets went backwards under metasrv",
