@@ -45,20 +45,62 @@ def read_map(kv: KvBackend, progress: Callable[[int], None] | None = None) -> Lo
             if route is None:
                 malformed.add(key)
                 continue
-            previous = by_id.get(route.region_id)
-            if previous is not None and previous.topic != route.topic:
-                # Should never happen (registration checks); keep both keys visible
-                # in the plan by mapping it under each topic, and say so loudly.
-                logger.error(
-                    "region mapped to two topics",
-                    extra={
-                        "region_id": route.region_id,
-                        "topics": [previous.topic, route.topic],
-                    },
-                )
-            by_id[route.region_id] = route
-            by_topic.setdefault(route.topic, {})[route.region_id] = route
+            map_route(by_id, by_topic, route)
     return Loaded(by_id, by_topic, malformed, revision)
+
+
+def map_route(
+    by_id: dict[int, RegionRoute], by_topic: dict[str, dict[int, RegionRoute]], route: RegionRoute
+) -> bool:
+    """Index one stored route key: the one rule every reader of the map follows (a full
+    load, a follower applying changes, the leader's own writes), so a map followed
+    change by change is the map a full load of the same kv gives. Return whether
+    `by_id` now holds `route`.
+
+    The map is the set of route keys. A region whose key appears under two topics
+    (registration refuses it, so only a write from outside metasrv or a bug makes one) is
+    mapped under each: neither topic is planned without it, whatever key came last.
+    Its route (`by_id`: the topic its reports must name) is the one under the lowest
+    topic name, so it does not depend on the order keys were read or written in.
+    """
+    region_id = route.region_id
+    by_topic.setdefault(route.topic, {})[region_id] = route
+    held = by_id.get(region_id)
+    if held is not None and held.topic != route.topic:
+        logger.error(
+            "region mapped to two topics",
+            extra={"region_id": region_id, "topics": sorted([held.topic, route.topic])},
+        )
+    if held is None or route.topic <= held.topic:
+        by_id[region_id] = route
+        return True
+    return False
+
+
+def unmap_route(
+    by_id: dict[int, RegionRoute],
+    by_topic: dict[str, dict[int, RegionRoute]],
+    topic: str,
+    region_id: int,
+) -> RegionRoute | None:
+    """Remove the key `{topic}/{region_id}` from the index; return its route (None when
+    it is not mapped there). A region still mapped under another topic keeps the route
+    `map_route` would give it."""
+    regions = by_topic.get(topic)
+    removed = None if regions is None else regions.pop(region_id, None)
+    if removed is None:
+        return None
+    if not regions:
+        del by_topic[topic]
+    held = by_id.get(region_id)
+    if held is not None and held.topic == topic:
+        # O(topics), on removals only: the rare region under two topics is found again.
+        others = [t for t, mapped in by_topic.items() if region_id in mapped]
+        if others:
+            by_id[region_id] = by_topic[min(others)][region_id]
+        else:
+            del by_id[region_id]
+    return removed
 
 
 def _counted(pages: Iterator[KeyPage], progress: Callable[[int], None]) -> Iterator[KeyPage]:

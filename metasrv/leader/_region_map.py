@@ -23,7 +23,7 @@ from metasrv.errors import Conflict, InvalidArgument, KvUnavailable, LeadershipL
 from metasrv.kafka import KafkaAdmin, topic_name_problem
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, KvChange, Put
 from metasrv.leader._locks import TopicLocks
-from metasrv.leader._map_load import SCAN_PAGE, read_map
+from metasrv.leader._map_load import SCAN_PAGE, map_route, read_map, unmap_route
 from metasrv.model import ID_MAX, RegionRoute
 from metasrv.settings import Settings
 
@@ -132,7 +132,10 @@ class TopicRegionMap:
 
     def apply(self, changes: Sequence[KvChange]) -> None:
         """Follow the kv (a follower's warm map): route keys written or removed, in
-        revision order. A changed checkpoint replaces two ints, as a flush does."""
+        revision order, indexed by the rule a full load follows (`map_route`,
+        `unmap_route`), so the map reached is the one a cold load of the same kv gives:
+        a put never moves a region off another topic's key, only a delete of that key
+        does. A changed checkpoint of a region's route replaces two ints, as a flush does."""
         for change in changes:
             self.revision = max(self.revision, change.revision)
             try:
@@ -143,34 +146,31 @@ class TopicRegionMap:
                 else:
                     self._malformed.add(change.key)
                 continue
-            existing = self._routes.get(region_id)
             if change.value is None:
-                if existing is not None and existing.topic == topic:
-                    self._remove(existing)
+                removed = self._remove_key(topic, region_id)
+                if removed is not None:
                     for listener in self.removal_listeners:
-                        listener(existing)
+                        listener(removed)
                 continue
             route = keys.decode_route(change.key, change.value)
             if route is None:
                 continue
+            held = self._routes.get(region_id)
             entry_id = route.checkpoint_entry_id
-            if existing is not None and existing.topic == route.topic and entry_id is not None:
+            if held is not None and held.topic == topic and entry_id is not None:
                 self._checkpoints[region_id] = _Written(route.node_id, entry_id)
                 continue
-            if existing is not None:
-                self._remove(existing)
-                if existing.topic != route.topic:  # what was known of it is not this route's
-                    for listener in self.removal_listeners:
-                        listener(existing)
+            new_key = region_id not in self._by_topic.get(topic, {})
             self._insert(route)
-            self._created.add(route.topic)
-            for listener in self.apply_listeners:
-                listener(route)
+            self._created.add(topic)
+            if new_key:
+                for listener in self.apply_listeners:
+                    listener(route)
 
     def holds_after(self, changes: Sequence[KvChange]) -> int:
         """Route keys (malformed ones included) this map would hold after `apply(changes)`
         of writes only: how the SQL watch finds keys deleted behind it."""
-        held = len(self._routes) + len(self._malformed)
+        held = sum(map(len, self._by_topic.values())) + len(self._malformed)
         new: set[str] = set()
         for change in changes:
             if change.value is None or change.key in new:
@@ -181,8 +181,7 @@ class TopicRegionMap:
                 if change.key not in self._malformed:
                     new.add(change.key)
                 continue
-            existing = self._routes.get(region_id)
-            if existing is None or existing.topic != topic:
+            if region_id not in self._by_topic.get(topic, {}):
                 new.add(change.key)
         return held + len(new)
 
@@ -486,15 +485,15 @@ class TopicRegionMap:
         )
 
     def _insert(self, route: RegionRoute) -> None:
-        self._routes[route.region_id] = route
-        self._by_topic.setdefault(route.topic, {})[route.region_id] = route
-        self._checkpoints.pop(route.region_id, None)
+        if map_route(self._routes, self._by_topic, route):
+            self._checkpoints.pop(route.region_id, None)
 
     def _remove(self, route: RegionRoute) -> None:
-        self._routes.pop(route.region_id, None)
-        self._checkpoints.pop(route.region_id, None)
-        regions = self._by_topic.get(route.topic)
-        if regions is not None:
-            regions.pop(route.region_id, None)
-            if not regions:
-                del self._by_topic[route.topic]
+        self._remove_key(route.topic, route.region_id)
+
+    def _remove_key(self, topic: str, region_id: int) -> RegionRoute | None:
+        held = self._routes.get(region_id)
+        removed = unmap_route(self._routes, self._by_topic, topic, region_id)
+        if removed is not None and held is not None and held.topic == topic:
+            self._checkpoints.pop(region_id, None)  # the region's route is another, or none
+        return removed
