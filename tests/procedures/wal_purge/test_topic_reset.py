@@ -193,3 +193,34 @@ async def test_a_damaged_marker_fails_the_purge_without_retries(leader: Harness)
     assert view.state is ProcedureState.FAILED and view.error_code == "damaged_marker", view
     assert view.attempts == 1, view
     assert h.offsets(topic).log_start_offset == 0
+
+
+async def test_a_topic_recreated_while_a_purge_waits_for_a_flush(
+    harness_factory: HarnessFactory,
+) -> None:
+    # The purge planned P = 20 on the old topic and asked region 1 to flush; meanwhile the
+    # topic is recreated and the region, writing on, reports flushed 60 of the old one.
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "30s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=20)
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+
+    async def flushing() -> bool:
+        return (await h.manager.get(pid)).step == "flush" and bool(h.mailbox.pending(1))
+
+    await _until(flushing, "the purge waits for the flush")
+    await recreate(h, topic)
+    h.produce(topic, 30)
+    h.report(1, topic, flushed=60)  # "flushed": the wait ends, the step plans again
+
+    view = await h.manager.wait(pid, 60)
+
+    assert view.state is ProcedureState.FAILED and view.error_code == "topic_reset", view
+    assert h.offsets(topic).log_start_offset == 0
+    stored = h.kv.get(keys.topic_name(topic))
+    assert stored is not None
+    reset = keys.decode_marker(stored.value).reset
+    assert reset is not None and reset.reason.startswith("regions_ahead_of_high_watermark")
