@@ -8,7 +8,8 @@ In the order a heartbeat flows:
   once, the next address after a failure; a 503 (a new leader loading) is retried there.
 - `_backoff.py`: capped exponential backoff between failed tries (full jitter below the cap).
 - `_client.py`: `DatanodeClient` (blocking) and `AsyncDatanodeClient`: `heartbeat` and
-  `replay_start` against whichever metasrv leads.
+  `replay_start` against whichever metasrv leads; `replay_from`, the replay rule (never
+  below the region's own flushed entry id + 1).
 - `_loop.py`: `HeartbeatLoop` (a thread) and `AsyncHeartbeatLoop`: report, send, hand new
   flush instructions to the database's `on_flush`, retry after a backoff.
 
@@ -29,6 +30,7 @@ from metasrv.datanode._client import (
     REPLAY_START_PATH,
     AsyncDatanodeClient,
     DatanodeClient,
+    replay_from,
 )
 from metasrv.datanode._loop import (
     AsyncHeartbeatLoop,
@@ -62,4 +64,5 @@ __all__ = [
     "as_heartbeat",
     "encode_columns",
     "encode_heartbeat",
+    "replay_from",
 ]

@@ -4,9 +4,12 @@ whichever metasrv leads (the rules are `_route.py`'s).
 `heartbeat` makes one attempt (every address at most once, 421s followed at once) and
 raises when it fails: the heartbeat loop retries with a fresh report after a backoff.
 `replay_start` retries on its own, with the same backoff, until its deadline: a region
-cannot open without it. Errors are the `metasrv.errors` classes the server named
-(`NotFound`, `Unauthenticated`, ...); a cluster that did not serve is `NotLeader` (every
-address a follower) or `Unavailable` (unreachable, or a leader loading).
+cannot open without it. Given the region's own flushed entry id, it answers where to read
+from by `replay_from`: never below the region's first unflushed entry.
+
+Errors are the `metasrv.errors` classes the server named (`NotFound`, `Unauthenticated`,
+...); a cluster that did not serve is `NotLeader` (every address a follower) or
+`Unavailable` (unreachable, or a leader loading).
 """
 
 from __future__ import annotations
@@ -29,6 +32,21 @@ from metasrv.errors import InvalidArgument, MetasrvError, NotLeader, Unavailable
 HEARTBEAT_PATH: Final = "/v1/heartbeat"
 REPLAY_START_PATH: Final = "/v1/regions/{region_id}/replay-start"
 T = TypeVar("T")
+
+
+def replay_from(start_entry_id: int, flushed_entry_id: int | None) -> int:
+    """Where a region reads its WAL from: metasrv's `start_entry_id`, or the region's own
+    `flushed_entry_id + 1` when that is higher.
+
+    metasrv answers from the last stat it holds, which can lag the region's manifest (the
+    report of its last flush was lost in the crash, or went to the previous leader). Its
+    next report then lets a purge delete below its true flushed id, so a consumer started
+    at the lower answer meets a log start above it and fails (`auto.offset.reset=error`),
+    although the region needs nothing below `flushed_entry_id + 1`: its SSTs hold it.
+    """
+    if flushed_entry_id is None:
+        return start_entry_id
+    return max(start_entry_id, flushed_entry_id + 1)
 
 
 def _answer(response: httpx.Response, kind: type[T]) -> T:
@@ -140,15 +158,20 @@ class DatanodeClient(_Common):
         response = self._send("POST", HEARTBEAT_PATH, content, content_type)
         return _answer(response, wire.HeartbeatResponse)
 
-    def replay_start(self, region_id: int, *, timeout: float = 30.0) -> int:
+    def replay_start(
+        self, region_id: int, *, flushed_entry_id: int | None = None, timeout: float = 30.0
+    ) -> int:
         """The entry id region `region_id` replays its WAL from; retried (backoff with
-        jitter) while no metasrv serves, for up to `timeout` seconds."""
+        jitter) while no metasrv serves, for up to `timeout` seconds. `flushed_entry_id`:
+        the region's own, from its manifest; the answer is then never below it + 1
+        (`replay_from`). Always give it: metasrv's stat of the region may lag."""
         deadline = time.monotonic() + timeout
         path = REPLAY_START_PATH.format(region_id=region_id)
         failures = 0
         while True:
             try:
-                return _answer(self._send("GET", path), wire.ReplayStart).start_entry_id
+                answer = _answer(self._send("GET", path), wire.ReplayStart)
+                return replay_from(answer.start_entry_id, flushed_entry_id)
             except (NotLeader, Unavailable):
                 delay = self.backoff.delay(failures, self.rng)
                 if time.monotonic() + delay > deadline:
@@ -209,14 +232,17 @@ class AsyncDatanodeClient(_Common):
         response = await self._send("POST", HEARTBEAT_PATH, content, content_type)
         return _answer(response, wire.HeartbeatResponse)
 
-    async def replay_start(self, region_id: int, *, timeout: float = 30.0) -> int:
+    async def replay_start(
+        self, region_id: int, *, flushed_entry_id: int | None = None, timeout: float = 30.0
+    ) -> int:
         """As `DatanodeClient.replay_start`."""
         deadline = time.monotonic() + timeout
         path = REPLAY_START_PATH.format(region_id=region_id)
         failures = 0
         while True:
             try:
-                return _answer(await self._send("GET", path), wire.ReplayStart).start_entry_id
+                answer = _answer(await self._send("GET", path), wire.ReplayStart)
+                return replay_from(answer.start_entry_id, flushed_entry_id)
             except (NotLeader, Unavailable):
                 delay = self.backoff.delay(failures, self.rng)
                 if time.monotonic() + delay > deadline:

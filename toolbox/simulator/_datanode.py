@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from metasrv import wire
-from metasrv.datanode import DatanodeClient, HeartbeatLoop
+from metasrv.datanode import DatanodeClient, HeartbeatLoop, replay_from
 from metasrv.errors import InvalidArgument, KafkaUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
@@ -297,11 +297,13 @@ class SimDatanode:
 
     def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
         """Replay one region from the replay start it is given (`DatanodeClient.replay_start`
-        retries while no metasrv serves), once. A start below Kafka's
-        log start is WAL data loss (`auto.offset.reset=error`): metasrv moves a topic's
-        marker before it deletes, so a region that needs nothing below the log start is
-        never sent below it, and the datanode does not ask twice."""
-        start = replay_start(region.region_id)
+        retries while no metasrv serves), once, or from its own flushed entry id + 1 when
+        that is higher (`replay_from`: the answer may come from a stat that lags the
+        manifest, and a purge after the region's next report may delete below it). A
+        start below Kafka's log start is WAL data loss (`auto.offset.reset=error`):
+        metasrv moves a topic's marker before it deletes, so a region that needs nothing
+        below the log start is never sent below it, and the datanode does not ask twice."""
+        start = replay_from(replay_start(region.region_id), region.flushed_entry_id)
         return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
 
     def verify(self) -> list[VerifyReport]:

@@ -166,6 +166,10 @@ class SimRegion:
         self._flush_requested = False
         self._topic_latest: int | None = None
         self._killed = False
+        self._replay_due = not self.created
+        """A reopened region is never idle before it replays its WAL: its unflushed entries
+        are in Kafka, not yet in its memtable (a report of the topic's latest id for it
+        would let a purge delete them)."""
         self._replayed = 0
         self.acknowledged = 0
         self.failed_writes = 0
@@ -330,7 +334,9 @@ class SimRegion:
         with self._lock:
             # A killed region's memtable was lost, not flushed: it is never idle (a
             # heartbeat racing the crash must not report the topic's latest id for it).
-            if self._killed or self._memtable or self._flushing or self._in_flight:
+            if self._killed or self._replay_due:
+                return None
+            if self._memtable or self._flushing or self._in_flight:
                 return None
             return self._writes_started
 
@@ -341,7 +347,9 @@ class SimRegion:
         so the region needs nothing at or below `latest_entry_id`.
         """
         with self._lock:
-            if self._killed or self._writes_started != token or self._memtable or self._flushing:
+            if self._killed or self._replay_due or self._writes_started != token:
+                return
+            if self._memtable or self._flushing:
                 return
             if self._topic_latest is None or latest_entry_id > self._topic_latest:
                 self._topic_latest = latest_entry_id
@@ -406,6 +414,7 @@ class SimRegion:
             self._memtable = fresh + self._memtable
             self._memtable_bytes += sum(len(r.value) for r in fresh)
             self._replayed = len(fresh)
+            self._replay_due = False
             if fresh:
                 self._next_seq = max(self._next_seq, max(r.seq for r in fresh) + 1)
         logger.info(

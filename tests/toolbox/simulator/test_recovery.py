@@ -163,9 +163,11 @@ def test_idle_region_reports_topic_latest_entry_id(datanode: SimDatanode, kafka_
 def test_a_replay_start_below_kafkas_log_start_is_loss_said_at_once(
     datanode: SimDatanode, kafka_topic: str, kafka_admin: KafkaAdmin
 ) -> None:
-    """The datanode replays from the start it is given, once: a start below Kafka's log
-    start fails loudly (metasrv never gives one to a region that needs nothing below it);
-    a start at the log start recovers every row."""
+    """The datanode replays from the start it is given, or from its own flushed id + 1 when
+    that is higher, once: an answer below Kafka's log start that is below its flushed id
+    too reads nothing it needs from there and recovers every row; a start the region needs
+    below the log start fails loudly (metasrv never gives one to a region that needs
+    nothing below it)."""
     r1 = datanode.add_region(R1, kafka_topic)
     datanode.start()
     write(r1, 30, "a")
@@ -174,6 +176,13 @@ def test_a_replay_start_below_kafkas_log_start_is_loss_said_at_once(
     write(r1, 10, "b")  # entries 30..39, needed from the WAL
     datanode.kill()
     assert kafka_admin.delete_records({kafka_topic: 25}) == {kafka_topic: 25}
+    (report,) = datanode.restart(lambda _region_id: 20)
+    assert report.start_entry_id == flushed + 1
+    (verified,) = datanode.verify()
+    assert (verified.acknowledged, verified.missing) == (40, 0)
+
+    datanode.kill()
+    assert kafka_admin.delete_records({kafka_topic: 35}) == {kafka_topic: 35}
     asked: list[int] = []
 
     def below(region_id: int) -> int:
@@ -181,11 +190,5 @@ def test_a_replay_start_below_kafkas_log_start_is_loss_said_at_once(
         return 20
 
     with pytest.raises(WalDataLoss):
-        datanode.restart(below)
+        datanode.restart(below)  # entries 30..34, which it needs, are gone
     assert asked == [R1]
-
-    datanode.kill()
-    (report,) = datanode.restart(lambda _region_id: 25)
-    assert report.start_entry_id == 25
-    (verified,) = datanode.verify()
-    assert (verified.acknowledged, verified.missing) == (40, 0)
