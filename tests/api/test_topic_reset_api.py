@@ -81,7 +81,7 @@ def test_a_new_term_does_not_recreate_a_purged_pool_topic_and_reports_it(
         assert again is not None and again.mod_revision == latched_at
 
 
-def test_replay_start_answers_no_offset_of_a_reset_topic_or_a_damaged_marker(
+def test_replay_start_answers_no_offset_of_a_reset_topic(
     client: httpx.Client, etcd: EtcdKv
 ) -> None:
     topic = client.post("/v1/regions", json={"region_id": 8, "node_id": 1}).json()["topic"]
@@ -92,7 +92,15 @@ def test_replay_start_answers_no_offset_of_a_reset_topic_or_a_damaged_marker(
     error = assert_error(client.get("/v1/regions/8/replay-start"), 409, "topic_reset")
     assert error["topic"] == topic and error["reason"] == "topic_id_changed"
     assert "resolve-reset" in str(error["message"])
+    etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": 50}')
+    assert client.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 51
 
+
+def test_replay_start_answers_no_offset_from_a_damaged_marker(
+    client: httpx.Client, etcd: EtcdKv
+) -> None:
+    topic = client.post("/v1/regions", json={"region_id": 8, "node_id": 1}).json()["topic"]
+    client.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 30)]))
     # ef11397 read a damaged marker as "never purged" and answered 31.
     etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": "fifty"}')
     error = assert_error(client.get("/v1/regions/8/replay-start"), 500, "damaged_marker")
