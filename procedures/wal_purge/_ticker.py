@@ -9,7 +9,11 @@ for topics whose estimated reclaimable bytes (reclaimable entries x average reco
 exceed it (the RFC's size-based alternative). At most `wal.auto_prune_parallelism`
 purges it submitted run at once, and never two on one topic (the manager returns the
 in-flight purge instead). Topics with WAL data loss get a purge too, once per distinct
-loss, so the procedure records the event and fails loudly (invariant 7).
+loss, so the procedure records the event and fails loudly (invariant 7). So does a topic
+reset (invariant 8: the plan's `topic_reset`), once per reset: the purge latches it in
+the marker, records the event and fails with `TopicReset`; later rounds leave the topic
+alone until it is no longer a reset (an operator resolved it), and submit again only if
+that purge did not record it (it failed otherwise, or was still running).
 
 A round waits for the purges it submitted, each for at most `wait_timeout` (by default
 twice `wal.flush_wait_timeout` plus the retry budget of one step, `ProcedureManager
@@ -31,9 +35,10 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from metasrv.errors import TopicReset
 from metasrv.process import ErrorSink, log_only
 from metasrv.settings import WalSettings
-from procedures import ProcedureManager
+from procedures import ProcedureManager, ProcedureView
 from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_plans
 from procedures.wal_purge._plan import nothing_to_cut
@@ -101,6 +106,8 @@ class PurgeTicker:
         self._shutdown = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported_loss: set[tuple[str, int | None, tuple[int, ...]]] = set()
+        self._reported_reset: set[str] = set()
+        """Topics whose current reset a purge was submitted to record."""
 
     @classmethod
     def from_settings(
@@ -216,6 +223,12 @@ class PurgeTicker:
 
     def _wanted(self, inputs: PlanInputs, *, size_only: bool) -> bool:
         plan = inputs.plan
+        if plan.topic_reset is not None:
+            if plan.topic in self._reported_reset:
+                return False
+            self._reported_reset.add(plan.topic)
+            return True
+        self._reported_reset.discard(plan.topic)  # resolved: a later reset is reported
         if plan.data_loss:
             key = (plan.topic, plan.log_start_offset, tuple(sorted(plan.data_loss)))
             if key in self._reported_loss:
@@ -254,8 +267,16 @@ class PurgeTicker:
         async def one(topic: str) -> str:
             async with gate:
                 [pid] = await submit_purges(self.manager, [topic], reason=reason)
-                if wait and not await self._waited(pid, topic):
+                if not wait:
+                    return pid
+                view = await self._waited(pid, topic)
+                if view is None:
                     unfinished.append(pid)
+                if topic in self._reported_reset and (
+                    view is None or view.error_code != TopicReset.code
+                ):
+                    # Not recorded by this purge: the next round submits one again.
+                    self._reported_reset.discard(topic)
                 return pid
 
         ids = await asyncio.gather(*(one(t) for t in topics))
@@ -277,16 +298,17 @@ class PurgeTicker:
             unfinished=tuple(p for p in ids if p in unfinished),
         )
 
-    async def _waited(self, procedure_id: str, topic: str) -> bool:
-        """Wait for a purge, `wait_timeout` at most; False (logged, counted) if it is not
-        terminal by then. It keeps running: a later round finds it in flight."""
+    async def _waited(self, procedure_id: str, topic: str) -> ProcedureView | None:
+        """Wait for a purge, `wait_timeout` at most: its terminal view, or None (logged,
+        counted) if it is not terminal by then. It keeps running: a later round finds
+        it in flight."""
         view = await self.manager.wait(procedure_id, self.wait_timeout)
         if view.state.terminal:
-            return True
+            return view
         self.services.metrics.purge_errors.labels(topic=topic, kind=NOT_FINISHED).inc()
         logger.warning(
             "purge not finished after %.1f s; the round goes on without it",
             self.wait_timeout,
             extra={"procedure_id": procedure_id, "topic": topic, "state": view.state.value},
         )
-        return False
+        return None

@@ -1,4 +1,5 @@
-"""The purge ticker (procedures/wal_purge/_ticker.py) driving real purges on Kafka + etcd."""
+"""The purge ticker (procedures/wal_purge/_ticker.py) driving real purges on Kafka + etcd
+(and PostgreSQL, where a test takes `leaders`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,30 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
+from metasrv import keys
+from metasrv.errors import MetasrvError
 from procedures import ProcedureState
 from procedures.wal_purge import DATA_LOSS_EVENT, PurgeTicker, submit_purges
 from tests._metrics import sample
+from tests.metasrv.kafka._recreate import delete_topic
+from tests.procedures._faulty_kv import BACKENDS, LeaderFactory, harnesses_on
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
+
+
+@pytest.fixture(params=BACKENDS)
+async def leaders(
+    request: pytest.FixtureRequest, kafka_bootstrap: str, unique_prefix: str, history_url: str
+) -> AsyncIterator[LeaderFactory]:
+    """Leaders on each production kv backend (etcd, PostgreSQL)."""
+    async with harnesses_on(
+        request.param, request, kafka=kafka_bootstrap, prefix=unique_prefix, history_url=history_url
+    ) as factory:
+        yield factory
 
 
 async def wait_for(cond: object, timeout: float = 20.0) -> None:
@@ -174,10 +191,10 @@ async def test_a_new_terms_first_round_runs_once_every_region_reported(
 
 
 async def test_a_round_stops_waiting_for_a_purge_that_does_not_finish(
-    harness_factory: HarnessFactory,
+    leaders: LeaderFactory,
 ) -> None:
     # Default bound: 2 x flush_wait_timeout (1 s) + no retries = 2 s.
-    h = await harness_factory(wal={"flush_wait_timeout": "1s"}, procedure={"max_retry_times": 0})
+    h = await leaders(wal={"flush_wait_timeout": "1s"}, procedure={"max_retry_times": 0})
     stuck, free = h.topic(0), h.topic(1)
     for n, topic in enumerate((stuck, free)):
         await h.register(n + 1, topic)
@@ -198,3 +215,61 @@ async def test_a_round_stops_waiting_for_a_purge_that_does_not_finish(
     # It was left running, not dropped: it finishes once the lock is free.
     assert (await h.manager.wait(pid, 20)).state is ProcedureState.SUCCEEDED
     assert h.marker(stuck) == 10
+
+
+async def recreate(h: Harness, topic: str, timeout: float = 60.0) -> None:
+    """Delete `topic` and create it again under the same name (offsets from 0)."""
+    delete_topic(h.kafka, topic, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(MetasrvError):
+            if h.kafka.ensure_topics([topic]) == [topic]:
+                break
+        assert time.monotonic() < deadline, f"{topic} not created in {timeout}s"
+        await asyncio.sleep(0.2)
+    while True:
+        with contextlib.suppress(MetasrvError):
+            if h.offsets(topic).high_watermark == 0:
+                return
+        assert time.monotonic() < deadline, f"{topic} not readable in {timeout}s"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_topic_reset_gets_one_purge_per_reset(leaders: LeaderFactory) -> None:
+    h = await leaders()
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 20)
+    h.report(1, topic, flushed=12)
+    ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
+    assert (await ticker.tick()).topics == (topic,) and h.marker(topic) == 12
+    # Deleted and recreated under the leader; the region writes 5 entries (offsets 0-4)
+    # and reports what it believes.
+    await recreate(h, topic)
+    h.produce(topic, 5)
+    h.report(1, topic, flushed=12, latest=14)
+
+    first = await ticker.tick()
+    second = await ticker.tick()
+    third = await ticker.tick()
+
+    assert first.topics == (topic,) and second.topics == () and third.topics == ()
+    view = await h.manager.get(first.submitted[0])
+    assert view.state is ProcedureState.FAILED and view.error_code == "topic_reset", view
+    assert h.offsets(topic).log_start_offset == 0  # nothing deleted from the new topic
+    resets = await h.manager.services.events.read(topic=topic, kinds=["topic_reset"])
+    assert len(resets) == 1
+
+    # Resolved as `POST /v1/topics/{topic}/resolve-reset` leaves it (the marker at
+    # {null, <new id>}, the region's stat dropped), the region reports again: the topic
+    # purges normally, and a later reset is reported again.
+    new_id = h.offsets(topic).topic_id
+    h.kv.put(keys.topic_name(topic), keys.encode_marker(keys.Marker(None, new_id, None)))
+    h.registry.clear()
+    h.report(1, topic, flushed=3)
+    assert (await ticker.tick()).topics == (topic,) and h.marker(topic) == 3
+    await recreate(h, topic)
+    h.produce(topic, 2)
+    again = await ticker.tick()
+    assert again.topics == (topic,)
+    assert (await h.manager.get(again.submitted[0])).error_code == "topic_reset"
