@@ -7,8 +7,12 @@ their steps use. One procedure's execution (steps, retries, the end) is a
 `FinishedRecords` (`_finished.py`).
 
 Only the leader runs procedures. On becoming leader the manager resumes every unfinished
-record found in the kv backend; on losing leadership it stops its tasks
-without writing anything (the next leader resumes them, and the election fence would
+record found in the kv backend, and while leading it adopts (resumes the same way) any
+unfinished record no task of its runs: a run given up after repeated kv failures or
+write conflicts, a create whose outcome could not be read back. It looks for them at
+every sweep of finished records and whenever a submit finds its lock held by one, so
+such a record runs again within one sweep interval, not at the next leader change. On
+losing leadership it stops its tasks without writing anything (the next leader resumes them, and the election fence would
 refuse our writes anyway). At most `procedure.max_running_procedures` run at once; the
 rest wait as `pending`.
 

@@ -305,7 +305,9 @@ async def run_until_settled(
     time) until it returns. After a write conflict it reloads and continues, at most
     `RESTARTS_AFTER_CONFLICT` times; after a retryable kv failure it starts over from the
     stored record after a backoff, at most `max_retry_times` times; leadership lost ends
-    it (the next leader resumes the procedure)."""
+    it (the next leader resumes the procedure). A run given up leaves its record
+    unfinished: the manager adopts it again (`ProcedureManager.adopt`) at its next sweep,
+    or when a submit finds the record's lock held."""
     conflicts = 0
     failures = 0
     while True:
