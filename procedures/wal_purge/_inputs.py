@@ -123,7 +123,11 @@ async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
 
 
 async def gather_plans(
-    services: PurgeServices, topics: Sequence[str] | None = None, *, with_offsets: bool = True
+    services: PurgeServices,
+    topics: Sequence[str] | None = None,
+    *,
+    with_offsets: bool = True,
+    compare_reports: bool | None = None,
 ) -> dict[str, PlanInputs]:
     """Plan `topics` (default: every topic) from the stored markers (one scan), one batched
     offsets call and the current stats; no locks taken (the ticker's and the API's view).
@@ -134,9 +138,13 @@ async def gather_plans(
     partition leader, a deleted topic) is planned with no prune point and the reason in
     `kafka_unavailable`, and logged.
     Topic by topic, yielding to the event loop in between: planning a million regions at
-    once would hold heartbeats for a second. Regions' reports are not compared with the
-    high watermark here (it would double the planning time of a purge cycle): a topic
-    reset shown only by them is found by the purge, which latches it, and shown from then.
+    once would hold heartbeats for a second.
+
+    `compare_reports` (default: only when `topics` are named) compares every region's
+    report with the high watermark (`plan_topic`): a column scan per topic, which would
+    double the planning time of a whole-cluster plan (0.09 -> 0.19 ms a topic of 800
+    regions). Without it a topic reset shown only by the reports is found by the purge,
+    which latches it, and shown by every plan from then on.
     """
     region_map = services.region_map
     known = list(region_map.topics())
@@ -148,6 +156,7 @@ async def gather_plans(
         if missing:
             raise NotFound(f"unknown topic(s): {', '.join(missing)}", details={"topics": missing})
         names = list(dict.fromkeys(topics))
+    compare = topics is not None if compare_reports is None else compare_reports
     markers = await read_markers(services)
     by_topic = region_map.routes_by_topic()
     offsets: dict[str, PartitionOffsets] = {}
@@ -172,8 +181,7 @@ async def gather_plans(
             markers.get(topic),
             offsets.get(topic),
             asked_at=asked_at,
-            # A column scan per topic: the purge compares them under the lock.
-            compare_reports=False,
+            compare_reports=compare,
             kafka_error=failed.get(topic),
         )
         await asyncio.sleep(0)
