@@ -342,10 +342,14 @@ class Runtime:
         pool = self.region_map.pool_topics()
         existing = await asyncio.to_thread(self.kafka.list_topics)
         missing = [t for t in pool if t not in existing]
-        if not missing:
-            return []
-        markers = await asyncio.to_thread(topic_reset.read_markers, self.kv, missing)
+        markers = (
+            await asyncio.to_thread(topic_reset.read_markers, self.kv, missing) if missing else {}
+        )
         create, withheld = topic_reset.split_pool(pool, existing, markers)
+        if not withheld:
+            # The map's own pool creation, which also notes the pool as created (a first
+            # registration on a pool topic then asks Kafka nothing).
+            return await self.region_map.create_pool()
         for topic in withheld:
             await topic_reset.report_missing(self, topic, markers[topic])
         wal = self.settings.wal
