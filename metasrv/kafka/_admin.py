@@ -46,9 +46,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _MIN_REBUILD_INTERVAL = 5.0
-_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
-"""Kafka's all-zero topic id as it prints it: a broker that keeps no topic ids (before
-Kafka 2.8) answers it."""
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # all zeros: a broker keeping no ids (Kafka < 2.8)
 _READ_TIMEOUT = 5.0
 """Default seconds an offsets read waits: ListOffsets is answered in milliseconds by a live
 leader, and one sent to a dead leader spins librdkafka until it expires (`_conf`)."""
@@ -310,12 +308,9 @@ class KafkaAdmin:
         """Each topic's partition-0 offsets and Kafka topic id, or the error that stopped
         them, from one batched request per offset kind and one batched DescribeTopics, all
         in flight at once and answered within `timeout` seconds (default: `_READ_TIMEOUT`,
-        at most the request timeout). A topic whose answer made the client rebuild (stale
-        metadata, a negative offset, a timeout) is asked once more on the fresh client.
-
-        The topic id is read with the offsets every time, never cached by name: a topic
-        deleted and recreated under the same name answers a new id (DESIGN §2 invariant 8),
-        and that is how its marker's offsets are known to belong to another topic."""
+        at most the request timeout; the id is never cached: a recreated topic has a new
+        one). A topic whose answer made the client rebuild (stale metadata, a negative
+        offset, a timeout) is asked once more on the fresh client."""
         names = sorted(set(topics))
         if not names:
             return {}
@@ -349,15 +344,11 @@ class KafkaAdmin:
                 failed = translate_kafka_error(exc, "list_offsets")
                 return dict.fromkeys(topics, failed)
             pending[kind] = {tp.topic: f for tp, f in futures.items() if tp.partition == 0}
-        # The ids in one DescribeTopics, in flight with the offsets (no extra round trip).
-        # A topic recreated between the answers pairs old offsets with the new id (a reset
-        # seen by its id) or new offsets with the old id (seen by the high watermark below
-        # the marker, short of a new topic taking that many records within milliseconds).
-        timeout = max(0.1, deadline - time.monotonic())
+        # A topic recreated between these answers pairs old offsets with the new id (a reset
+        # by its id) or new offsets with the old id (by the high watermark below the marker).
+        wait = max(0.1, deadline - time.monotonic())
         try:
-            described = self._client.describe_topics(
-                TopicCollection(topics), request_timeout=timeout
-            )
+            described = self._client.describe_topics(TopicCollection(topics), request_timeout=wait)
         except KafkaException as exc:
             failed = translate_kafka_error(exc, "describe_topics")
             return dict.fromkeys(topics, failed)
@@ -369,53 +360,42 @@ class KafkaAdmin:
             except MetasrvError as exc:
                 answers[topic] = exc
             else:
-                answers[topic] = PartitionOffsets(
-                    log_start_offset=low, high_watermark=high, topic_id=topic_id
-                )
+                answers[topic] = PartitionOffsets(low, high, topic_id)
         return answers
 
     def _topic_id(
         self, futures: Mapping[str, Future[Any]], topic: str, deadline: float
     ) -> str | None:
-        """Kafka's id of `topic` (base64, as `kafka-topics.sh --describe` prints it), or None
-        from a broker that keeps no topic ids."""
-        what = f"describe_topics {topic}"
-        future = futures.get(topic)
-        if future is None:
-            raise self._no_answer(what, "topic missing from Kafka's answer")
-        try:
-            description = future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except KafkaException as exc:
-            self._refresh_if_stale(exc)
-            raise self._unavailable(what, exc) from exc
-        except TimeoutError as exc:
-            self._rebuild("timed out")
-            raise self._unavailable(what, KafkaUnavailable("timed out")) from exc
-        topic_id = str(description.topic_id)
+        """Kafka's id of `topic` (base64, as `kafka-topics.sh --describe` prints it)."""
+        topic_id = str(self._result(futures, topic, f"describe_topics {topic}", deadline).topic_id)
         return None if topic_id == _NO_TOPIC_ID else topic_id
 
     def _offset(
         self, futures: Mapping[str, Future[Any]], topic: str, kind: str, deadline: float
     ) -> int:
         what = f"list_offsets {topic} ({kind})"
+        offset = int(self._result(futures, topic, what, deadline).offset)
+        if offset < 0:
+            # librdkafka answers -1001 (OFFSET_INVALID) with no error while the partition's
+            # leader is dead, until its metadata is refreshed (minutes): never an offset.
+            raise self._no_answer(what, f"Kafka answered offset {offset} (leader unavailable?)")
+        return offset
+
+    def _result(
+        self, futures: Mapping[str, Future[Any]], topic: str, what: str, deadline: float
+    ) -> Any:
+        """`topic`'s answer in `futures` by `deadline`; missing, failed or late: an error."""
         future = futures.get(topic)
         if future is None:
             raise self._no_answer(what, "partition 0 missing from Kafka's answer")
         try:
-            info = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except KafkaException as exc:
             self._refresh_if_stale(exc)
             raise self._unavailable(what, exc) from exc
         except TimeoutError as exc:
             self._rebuild("timed out")
             raise self._unavailable(what, KafkaUnavailable("timed out")) from exc
-        offset = int(info.offset)
-        if offset < 0:
-            # librdkafka answers -1001 (OFFSET_INVALID) without an error while the
-            # partition's leader is dead, and keeps asking that leader until its metadata
-            # is refreshed (minutes); it is never an offset a partition has.
-            raise self._no_answer(what, f"Kafka answered offset {offset} (leader unavailable?)")
-        return offset
 
     def delete_records(self, targets: Mapping[str, int]) -> dict[str, int]:
         """DeleteRecords(topic, partition 0, offset) for each topic, one batched request.
