@@ -111,10 +111,14 @@ class FinishedRecords:
         now = time.time() if now is None else now
         ttl = self._settings.finished_ttl
         removed = 0
-        for stored in await self._store.scan():
+        found = await self._store.scan()
+        # Adopted first: a history write failing below must not keep them waiting.
+        for stored in found:
+            if not stored.record.state.terminal:
+                self._adopt(stored)
+        for stored in found:
             record = stored.record
             if not record.state.terminal:
-                self._adopt(stored)
                 continue
             if record.id not in self._written:
                 if not await self._history.has_procedure(record.id):
