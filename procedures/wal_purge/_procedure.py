@@ -62,11 +62,11 @@ import enum
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from metasrv import keys
 from metasrv.errors import MetasrvError, TopicReset, Unavailable, WalDataLoss
@@ -132,6 +132,8 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
     kind = KIND
     Step = PurgeStep
     first_step = PurgeStep.PREPARE
+    wall_clock: ClassVar[Callable[[], float]] = time.time
+    """The wall clock a flush's send time is persisted in (a test steps it back)."""
 
     @classmethod
     def new(cls, procedure_id: str, topic: str) -> WalPurge:
@@ -219,17 +221,11 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
     def _saw(self, plan: TopicPlan, *, kafka_only: bool = False) -> None:
         """Keep what Kafka held when the step planned (for the events and the history),
         and the plan's P and marker when it has a P (unless `kafka_only`)."""
-        self.data = replace(
-            self.data,
-            log_start_offset=plan.log_start_offset,
-            high_watermark=plan.high_watermark,
-        )
+        data = replace(self.data, log_start_offset=plan.log_start_offset)
+        self.data = replace(data, high_watermark=plan.high_watermark)
         if plan.prune_point is not None and not kafka_only:
-            self.data = replace(
-                self.data,
-                prune_point=plan.prune_point,
-                previous_pruned_entry_id=plan.pruned_entry_id,
-            )
+            data = replace(self.data, prune_point=plan.prune_point)
+            self.data = replace(data, previous_pruned_entry_id=plan.pruned_entry_id)
 
     def _data_loss(
         self, ctx: StepContext[PurgeServices], inputs: PlanInputs, lost: Lost
@@ -289,10 +285,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         )
 
     async def _decided(
-        self,
-        ctx: StepContext[PurgeServices],
-        inputs: PlanInputs,
-        decision: Reset | Lost | Skip,
+        self, ctx: StepContext[PurgeServices], inputs: PlanInputs, decision: Reset | Lost | Skip
     ) -> StepResult:
         """Act on the decisions every step shares: reset and loss fail, skip finishes."""
         if isinstance(decision, Reset):
@@ -333,14 +326,18 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
                 ids.append(
                     services.mailbox.send_flush(node_id, region_ids, ttl=wal.flush_wait_timeout)
                 )
-            self.data = replace(self.data, flush_sent_at=time.time(), flush_instructions=tuple(ids))
+            sent = type(self).wall_clock()
+            self.data = replace(self.data, flush_sent_at=sent, flush_instructions=tuple(ids))
             await ctx.save()
         sent_at = self.data.flush_sent_at
         assert sent_at is not None
         # The monotonic clock bounds the wait: a wall clock stepped back must not hold the
         # topic's lock past the timeout (the wall time only serves a resume).
         deadline = flush_deadline(
-            sent_at, wal.flush_wait_timeout, wall_now=time.time(), mono_now=time.monotonic()
+            sent_at,
+            wal.flush_wait_timeout,
+            wall_now=type(self).wall_clock(),
+            mono_now=time.monotonic(),
         )
         waiting = {t.region_id: t.prunable_entry_id for t in self.data.flush}
         while True:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 
 import pytest
 
 from metasrv import keys
 from metasrv.errors import Conflict, NotFound, NotLeader
 from procedures import ProcedureState
-from procedures.wal_purge import DATA_LOSS_EVENT, advance_marker, submit_purges
-from procedures.wal_purge import _procedure as procedure_module
+from procedures.wal_purge import DATA_LOSS_EVENT, WalPurge, advance_marker, submit_purges
 from tests._metrics import sample
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
@@ -491,32 +489,19 @@ async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
     assert h.offsets(topic).log_start_offset == 20
 
 
-class _SteppedClock:
-    """The `time` module as the procedure sees it, with a wall clock that can be stepped
-    back (NTP, a VM restored); the monotonic clock keeps running."""
-
-    def __init__(self) -> None:
-        self.back = 0.0
-
-    def time(self) -> float:
-        return time.time() - self.back
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 async def test_a_clock_stepped_back_does_not_extend_the_flush_wait(
     harness_factory: HarnessFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _SteppedClock()
-    monkeypatch.setattr(procedure_module, "time", clock)
+    back = [0.0]
+    # The purge's wall clock, steppable (NTP, a VM restored); the monotonic one runs on.
+    monkeypatch.setattr(WalPurge, "wall_clock", lambda: time.time() - back[0])
     h, topic = await flushing_world(harness_factory, "1s", flushed=20)  # never flushes
     [pid] = await submit_purges(h.manager, [topic], reason="test")
     deadline = time.monotonic() + 10
     while not h.mailbox.pending(1):
         assert time.monotonic() < deadline, "no flush instruction queued"
         await asyncio.sleep(0.05)
-    clock.back = 3600.0  # an hour back, just after the instructions were sent
+    back[0] = 3600.0  # an hour back, just after the instructions were sent
 
     # The 1 s wait ends on the monotonic clock, not an hour later.
     view = await h.manager.wait(pid, 20)
