@@ -12,9 +12,9 @@ unfinished record no task of its runs: a run given up after repeated kv failures
 write conflicts, a create whose outcome could not be read back. It looks for them at
 every sweep of finished records and whenever a submit finds its lock held by one, so
 such a record runs again within one sweep interval, not at the next leader change. On
-losing leadership it stops its tasks without writing anything (the next leader resumes them, and the election fence would
-refuse our writes anyway). At most `procedure.max_running_procedures` run at once; the
-rest wait as `pending`.
+losing leadership it stops its tasks without writing anything (the next leader resumes
+them, and the election fence would refuse our writes anyway). At most
+`procedure.max_running_procedures` run at once; the rest wait as `pending`.
 
 A step that raises a retryable `MetasrvError` is retried after an exponential backoff
 with jitter (or the error's `next_retry_delay`), up to `procedure.max_retry_times`
