@@ -11,7 +11,8 @@
   `from metasrv.kafka import _x`, a `monkeypatch.setattr("pkg._mod.NAME", ...)` target): only
   what its `__init__` exports. A sub-package is outside its parent (`procedures.wal_purge`
   imports `procedures`' public names); `tests/` and `benchmarks/` are outside every package.
-- No module is longer than 450 lines.
+
+Modules are sized by what they represent, not by a line count (STYLE.md).
 """
 
 from __future__ import annotations
@@ -246,55 +247,6 @@ def test_the_private_import_scan_catches_every_form(tmp_path: Path) -> None:
         ("cli/_c.py", "api._private.x"),
         ("tests/test_d.py", "metasrv.leader._checkpoints.FLUSH_SLICE"),
     }
-
-
-# -- module size -----------------------------------------------------------------------------------
-
-MAX_LINES = 450
-SIZED = ["metasrv", "procedures", "api", "cli", "toolbox", "migrations", "tests", "benchmarks"]
-KNOWN_OVERSIZED: frozenset[str] = frozenset(
-    {
-        "benchmarks/_load_gen.py",
-        "benchmarks/heartbeat_ingest.py",
-        "benchmarks/load.py",
-        "benchmarks/replicated_wal.py",
-        "benchmarks/wal_retention.py",
-        "tests/metasrv/leader/test_heartbeat.py",
-        "tests/procedures/wal_purge/test_wal_purge.py",
-    }
-)
-"""Modules over the limit, being split: the list only shrinks, and an entry that fits fails."""
-
-
-def oversized(root: Path = ROOT, dirs: list[str] = SIZED) -> dict[str, int]:
-    """Module -> its line count, for every module over MAX_LINES (generated migrations aside)."""
-    found: dict[str, int] = {}
-    for directory in dirs:
-        for path in sorted((root / directory).rglob("*.py")):
-            rel = path.relative_to(root)
-            if rel.parts[:2] == ("migrations", "versions"):
-                continue
-            lines = len(path.read_text().splitlines())
-            if lines > MAX_LINES:
-                found[str(rel)] = lines
-    return found
-
-
-def test_no_module_over_the_line_limit() -> None:
-    found = oversized()
-    new = {path: lines for path, lines in found.items() if path not in KNOWN_OVERSIZED}
-    assert new == {}, f"split by concern: no module over {MAX_LINES} lines"
-    fixed = sorted(KNOWN_OVERSIZED - set(found))
-    assert fixed == [], "now within the limit: remove from KNOWN_OVERSIZED"
-
-
-def test_the_size_check_catches_a_long_module(tmp_path: Path) -> None:
-    (tmp_path / "api").mkdir()
-    (tmp_path / "api" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
-    (tmp_path / "api" / "fits.py").write_text("x = 1\n" * MAX_LINES)
-    (tmp_path / "migrations" / "versions").mkdir(parents=True)
-    (tmp_path / "migrations" / "versions" / "gen.py").write_text("x = 1\n" * 999)
-    assert oversized(tmp_path, ["api", "migrations"]) == {"api/long.py": MAX_LINES + 1}
 
 
 def _imported_modules(importtime_log: str) -> set[str]:
