@@ -411,8 +411,14 @@ class ProcedureManager(Generic[S]):
             logger.error("procedure record vanished", extra={"procedure_id": procedure_id})
             return
         if stored.record.state.terminal:
+            known = self._latest.get(procedure_id)
             self._latest[procedure_id] = stored.record
-            self._done[procedure_id].set()
+            if known is not None and not known.state.terminal:
+                # Our own terminal write landed though its answer was lost (a restart
+                # found it): end as that write's answer would have (hooks, history).
+                await self._after_terminal(stored.record)
+            else:
+                self._done[procedure_id].set()
             return
         kind = self._kinds.get(stored.record.kind)
         if kind is None:

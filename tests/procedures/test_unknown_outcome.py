@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import pytest
 
 import migrations
 from metasrv import keys
-from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
+from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv, TxnOp
 from procedures import ProcedureRecord, ProcedureState, ProcedureStore
 from procedures.wal_purge import submit_purges
+from tests._metrics import sample
 from tests.metasrv.kv._pgschema import fresh_schema
 from tests.procedures._faulty_kv import (
     BACKENDS,
@@ -26,6 +27,8 @@ from tests.procedures._faulty_kv import (
     LeaderFactory,
     creates_procedure,
     harnesses_on,
+    saves_procedure,
+    written_records,
 )
 
 
@@ -151,3 +154,39 @@ async def test_a_submit_whose_create_answer_was_lost_runs_the_purge(
     assert h.marker(topic) == 12
     assert h.offsets(topic).log_start_offset == 12
     assert h.kv.get(keys.lock(topic)) is None
+
+
+def ends_procedure(compares: Sequence[Compare], ops: Sequence[TxnOp]) -> bool:
+    """The terminal write of a procedure record."""
+    return saves_procedure(compares, ops) and any(r.state.terminal for r in written_records(ops))
+
+
+async def test_a_terminal_write_whose_answer_was_lost_ends_the_purge_once(
+    leaders: LeaderFactory,
+) -> None:
+    # The run restarts from the stored record, finds it terminal, and ends as the write's
+    # answer would have: the end's event, metric and history row, once.
+    faulty: list[FaultyKv] = []
+
+    def wrap(kv: KvBackend) -> KvBackend:
+        faulty.append(FaultyKv(kv))
+        return faulty[0].as_backend()
+
+    h = await leaders(wrap=wrap)
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 20)
+    h.report(1, topic, flushed=12)
+    faulty[0].lose_answer(ends_procedure)
+
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+    view = await h.manager.wait(pid, 30)
+
+    assert len(faulty[0].landed) == 1
+    assert view.state is ProcedureState.SUCCEEDED, view
+    assert h.marker(topic) == 12 and h.kv.get(keys.lock(topic)) is None
+    ended = await h.manager.services.events.read(topic=topic, kinds=["purge_deleted"])
+    assert [e.procedure_id for e in ended] == [pid]
+    succeeded = {"kind": "wal_purge", "state": "succeeded"}
+    assert sample(h.metrics, "metasrv_procedure_duration_seconds_count", succeeded) == 1
+    assert await h.manager.services.history.get_procedure(pid) is not None
