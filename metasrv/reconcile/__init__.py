@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from metasrv.reconcile._apply import (
+    HIDES_ENTRIES,
     Action,
     ActionKind,
     ActionResult,
@@ -32,6 +33,7 @@ from metasrv.reconcile._rules import (
     ReconcileParams,
     TopicFacts,
     pool_topics,
+    registration_hides,
     skew_finding,
     topic_findings,
 )
@@ -64,6 +66,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FINDINGS_SCHEMA",
+    "HIDES_ENTRIES",
     "MAP_SCHEMA",
     "SEVERITY_RANK",
     "Action",
@@ -95,6 +98,7 @@ __all__ = [
     "read_snapshot",
     "reconcile_findings_table",
     "reconcile_runs_table",
+    "registration_hides",
     "run_job",
     "run_reconcile",
     "save_run",

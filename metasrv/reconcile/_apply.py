@@ -9,7 +9,12 @@ already removed region (404) or an already existing topic counts as done.
 
 Safe classes, and nothing else:
 - `unmapped_region` whose reported topic exists in Kafka (or is created by this apply):
-  registered on that topic with the node that reported it.
+  registered on that topic with the node that reported it, only when nothing it still
+  needs lies at or below the topic's marker or below Kafka's log start
+  (`_rules.registration_hides`): once mapped, the purge plan's `max(prunable, marker)`
+  and replay-start would skip those entries silently. Such a region is WAL data loss
+  (the job reports it critical); it is left unregistered. Checked on the run's evidence
+  when planning and again on the leader's view of the topic just before registering.
 - `missing_topic` with no evidence it ever held data (no `pruned_entry_id`, no mapped
   region with a known prunable entry id >= 0): created. Recreating a topic that held
   entries would hide WAL data loss (DESIGN §2, invariant 7), so those stay findings.
@@ -29,6 +34,7 @@ from typing import Any, Protocol
 from metasrv import wire
 from metasrv.errors import Conflict, MetasrvError, NotFound, Unavailable
 from metasrv.reconcile._findings import Finding
+from metasrv.reconcile._rules import registration_hides
 from metasrv.wire import FindingKind
 
 logger = logging.getLogger(__name__)
@@ -72,6 +78,12 @@ class Action:
     """Node to register the region with."""
     min_stale_s: float | None = None
     """For a drop: the leader must not have heard from the region within this many seconds."""
+    prunable_entry_id: int | None = None
+    """For a registration: the region's prunable entry id in the run's latest stat of it."""
+    marker: int | None = None
+    """For a registration: the topic's `pruned_entry_id` the run read."""
+    log_start_offset: int | None = None
+    """For a registration: the topic's log start the run read."""
 
     @property
     def finding_key(self) -> tuple[str, str | None, int | None]:
@@ -155,13 +167,28 @@ def plan_actions(
     existing = set(kafka_topics) | set(creates)
     for f in pending_unmapped:
         node = f.evidence.get("node_id")
+        prunable, marker, log_start = (
+            _int_or_none(f.evidence.get(k))
+            for k in ("prunable_entry_id", "pruned_entry_id", "log_start_offset")
+        )
         if f.topic is None or f.topic not in existing:
             skip(f, "reported topic does not exist in Kafka")
         elif type(node) is not int or node < 0:
             skip(f, "no valid node id in the report")
+        elif registration_hides(prunable, marker, log_start) is not None:
+            skip(f, HIDES_ENTRIES)
         elif f.region_id is not None:
             registers.setdefault(
-                f.region_id, Action(ActionKind.REGISTER_REGION, f.topic, f.region_id, node)
+                f.region_id,
+                Action(
+                    ActionKind.REGISTER_REGION,
+                    f.topic,
+                    f.region_id,
+                    node,
+                    prunable_entry_id=prunable,
+                    marker=marker,
+                    log_start_offset=log_start,
+                ),
             )
     return ApplyPlan(
         actions=[*creates.values(), *registers.values(), *drops.values()],
@@ -170,10 +197,22 @@ def plan_actions(
     )
 
 
+HIDES_ENTRIES = (
+    "WAL data loss: the region needs entries at or below its topic's marker or below "
+    "Kafka's log start; registering it would hide them"
+)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
 class RegionApi(Protocol):
     """The slice of `metasrv.client.MetasrvClient` the executor uses."""
 
     def add_region(self, region_id: int, node_id: int, topic: str | None = None) -> Any: ...
+
+    def topic(self, topic: str) -> wire.Topic: ...
 
     def drop_region(self, region_id: int) -> None: ...
 
@@ -245,7 +284,31 @@ def execute_plan(
 
 
 def _register(api: RegionApi, a: Action) -> ActionResult:
-    assert a.region_id is not None and a.node_id is not None
+    assert a.region_id is not None and a.node_id is not None and a.topic is not None
+    # A purge since the run may have moved the topic past the region (it purges without
+    # it while it is unmapped): judge again on the leader's view of the topic. A topic the
+    # leader does not know (no region, not in the pool) is purged by nobody.
+    try:
+        mapped = api.region(a.region_id)
+    except NotFound:
+        pass
+    else:
+        return ActionResult(a, Outcome.ALREADY, f"region already registered on {mapped.topic}")
+    marker, log_start = a.marker, a.log_start_offset
+    try:
+        view = api.topic(a.topic)
+    except NotFound:
+        pass
+    except MetasrvError as exc:
+        if isinstance(exc, Unavailable):
+            raise
+        return ActionResult(a, Outcome.FAILED, exc.message)
+    else:
+        marker = _higher(marker, view.pruned_entry_id)
+        log_start = _higher(log_start, view.log_start_offset)
+    hides = registration_hides(a.prunable_entry_id, marker, log_start)
+    if hides is not None:
+        return ActionResult(a, Outcome.SKIPPED, f"WAL data loss: {hides}")
     try:
         api.add_region(a.region_id, a.node_id, a.topic)
     except Conflict as exc:
@@ -255,6 +318,10 @@ def _register(api: RegionApi, a: Action) -> ActionResult:
             raise
         return ActionResult(a, Outcome.FAILED, exc.message)
     return ActionResult(a, Outcome.DONE)
+
+
+def _higher(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _drop(api: RegionApi, a: Action) -> ActionResult:

@@ -54,6 +54,13 @@ _OFFSETS = T.StructType(
         T.StructField("high_watermark", T.LongType(), False),
     ]
 )
+_REPORTED = T.StructType(
+    [
+        T.StructField("last_topic", T.StringType(), False),
+        T.StructField("u_pruned", T.LongType(), True),
+        T.StructField("u_log_start", T.LongType(), True),
+    ]
+)
 _JSON_OPTS = {"ignoreNullFields": "false"}
 
 
@@ -178,8 +185,10 @@ def region_findings(
     offsets: DataFrame,
     params: ReconcileParams,
     coverage: Coverage,
+    reported: DataFrame,
 ) -> tuple[DataFrame, list[str]]:
-    """Stale, mismatch, unmapped and retention-overrun findings from the joined frame."""
+    """Stale, mismatch, unmapped and retention-overrun findings from the joined frame
+    (`reported`: each topic's marker and log start, by `last_topic`)."""
     col = F.col
     notes: list[str] = []
     now_ms, cutoff = params.now_ms, params.stale_cutoff_ms
@@ -249,21 +258,44 @@ def region_findings(
         )
     )
 
+    # An unmapped region whose entries lie at or below its topic's marker, or below
+    # Kafka's log start, is WAL data loss: registering it would hide that
+    # (`_rules.registration_hides`, which the apply planner checks again).
+    unmapped = joined.where(col("topic").isNull() & (col("last_seen_ms") >= cutoff))
+    unmapped = unmapped.join(F.broadcast(reported), "last_topic", "left")
+    prunable, pruned, log_start = col("last_prunable"), col("u_pruned"), col("u_log_start")
+    hidden = (
+        prunable.isNull()
+        | (pruned.isNotNull() & (prunable < pruned))
+        | (log_start.isNotNull() & (log_start > prunable + 1))
+    )
     parts.append(
-        joined.where(col("topic").isNull() & (col("last_seen_ms") >= cutoff)).select(
+        unmapped.select(
             *_finding(
                 FindingKind.UNMAPPED_REGION,
-                Severity.WARNING,
+                F.when(hidden, F.lit(Severity.CRITICAL.value)).otherwise(Severity.WARNING.value),
                 col("last_topic"),
                 F.format_string(
-                    "region %d reports heartbeats on %s but is not in the topic-region map",
+                    "%sregion %d reports heartbeats on %s but is not in the topic-region map%s",
+                    F.when(hidden, F.lit("WAL data loss: ")).otherwise(""),
                     col("region_id"),
                     col("last_topic"),
+                    F.when(
+                        hidden,
+                        F.format_string(
+                            ", and needs entries from %d: at or below the topic's marker, or "
+                            "below Kafka's log start (not registered automatically)",
+                            prunable + 1,
+                        ),
+                    ).otherwise(""),
                 ),
                 node_id=col("last_node_id"),
                 last_seen_ms=col("last_seen_ms"),
                 age_s=F.floor((F.lit(now_ms) - col("last_seen_ms")) / 1000).cast("long"),
-                prunable_entry_id=col("last_prunable"),
+                prunable_entry_id=prunable,
+                pruned_entry_id=pruned,
+                log_start_offset=log_start,
+                wal_data_loss=hidden,
             )
         )
     )
@@ -359,7 +391,18 @@ def run_job(
             [(t, o.log_start_offset, o.high_watermark) for t, o in sorted(inputs.offsets.items())],
             _OFFSETS,
         )
-        regional, notes = region_findings(joined, offsets, params, coverage)
+        reported = spark.createDataFrame(
+            [
+                (
+                    t,
+                    inputs.markers.get(t),
+                    o.log_start_offset if (o := inputs.offsets.get(t)) else None,
+                )
+                for t in sorted(set(inputs.markers) | set(inputs.offsets))
+            ],
+            _REPORTED,
+        )
+        regional, notes = region_findings(joined, offsets, params, coverage, reported)
         per_topic_findings = topic_findings(
             facts=facts,
             markers=inputs.markers,

@@ -11,7 +11,11 @@ to their parameters, so every engine implements the same thing:
 - `topic_mismatch`: a mapped pair whose region's latest stat (any age, in the window)
   reports another topic. Critical: the purge of the mapped topic ignores where it writes.
 - `unmapped_region`: a region with a stat received at or after `now - stale_after` that is
-  in no mapping.
+  in no mapping. Critical, and WAL data loss, when registering it would hide entries it
+  needs (`registration_hides`): its latest stat's prunable entry id is below the reported
+  topic's marker (purges ran without it: the planner's `max(prunable, marker)` and
+  replay-start would skip its entries from `prunable + 1` to the marker), or below
+  Kafka's log start - 1 (they are gone), or unknown.
 - `retention_overrun`: a mapped pair on an existing topic whose known prunable entry id
   (the greater of its latest stat's, when that stat reports this topic, and its kv
   checkpoint) is known and `log_start_offset > prunable + 1`.
@@ -98,6 +102,27 @@ class TopicFacts:
     """(region, topic) mappings on the topic."""
     max_progress: int | None
     """Highest known prunable entry id of a region mapped to it (None when none known)."""
+
+
+def registration_hides(
+    prunable_entry_id: int | None, marker: int | None, log_start_offset: int | None
+) -> str | None:
+    """Why registering an unmapped region on its reported topic would hide entries it
+    needs, or None when it would not: it needs entries from `prunable_entry_id + 1` on,
+    and once it is mapped the planner and replay-start treat it as needing nothing at or
+    below the topic's `marker` (`max(prunable, marker)`), while Kafka holds nothing
+    below `log_start_offset`. Both are WAL data loss to report, not to register over."""
+    if prunable_entry_id is None:
+        return "its prunable entry id is unknown, so what it needs cannot be checked"
+    needs = prunable_entry_id + 1
+    if marker is not None and prunable_entry_id < marker:
+        return (
+            f"it needs entries from {needs}, at or below the topic's marker {marker} "
+            "(purged without it)"
+        )
+    if log_start_offset is not None and log_start_offset > needs:
+        return f"it needs entries from {needs}, below Kafka's log start {log_start_offset}"
+    return None
 
 
 def pool_topics(prefix: str, num_topics: int) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 from metasrv import wire
 from metasrv.errors import Conflict, NotFound, Unavailable
 from metasrv.reconcile import (
+    HIDES_ENTRIES,
     ActionKind,
     Finding,
     FindingKind,
@@ -21,6 +22,7 @@ from metasrv.reconcile import (
     Severity,
     execute_plan,
     plan_actions,
+    registration_hides,
 )
 
 
@@ -35,6 +37,27 @@ class FakeMetasrv:
     regions: dict[int, tuple[str, int, float | None]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     down: bool = False
+    topics: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    """Topics the leader knows -> (pruned_entry_id, log_start_offset)."""
+
+    def topic(self, topic: str) -> wire.Topic:
+        if topic not in self.topics:
+            raise NotFound(f"unknown topic(s): {topic}")
+        pruned, log_start = self.topics[topic]
+        return wire.Topic(
+            topic=topic,
+            prune_point=None,
+            pruned_entry_id=pruned,
+            log_start_offset=log_start,
+            high_watermark=None,
+            blocked_by=[],
+            reclaimable_entries=0,
+            data_loss=[],
+            region_count=0,
+            pool=True,
+            latest_entry_id=None,
+            avg_record_size=None,
+        )
 
     def add_region(self, region_id: int, node_id: int, topic: str | None = None) -> Any:
         self.calls.append(f"add {region_id}")
@@ -97,9 +120,9 @@ class FakeKafka:
 FINDINGS = [
     _f(FindingKind.MISSING_TOPIC, "p_3", None, held_data=False),
     _f(FindingKind.MISSING_TOPIC, "p_4", None, held_data=True),
-    _f(FindingKind.UNMAPPED_REGION, "p_1", 8, node_id=4),
-    _f(FindingKind.UNMAPPED_REGION, "p_3", 9, node_id=5),  # topic created by this apply
-    _f(FindingKind.UNMAPPED_REGION, "gone", 10, node_id=5),
+    _f(FindingKind.UNMAPPED_REGION, "p_1", 8, node_id=4, prunable_entry_id=10),
+    _f(FindingKind.UNMAPPED_REGION, "p_3", 9, node_id=5, prunable_entry_id=-1),  # topic created
+    _f(FindingKind.UNMAPPED_REGION, "gone", 10, node_id=5, prunable_entry_id=3),
     _f(FindingKind.STALE_REGION, "p_0", 2, age_s=7200, unseen_for_at_least_s=None),
     _f(FindingKind.STALE_REGION, "p_0", 3, age_s=None, unseen_for_at_least_s=4000),
     _f(FindingKind.STALE_REGION, "p_1", 4, age_s=100, unseen_for_at_least_s=None),
@@ -170,3 +193,66 @@ def test_an_unreachable_metasrv_stops_the_apply_keeping_what_was_done() -> None:
     with pytest.raises(Unavailable):
         execute_plan(plan, api, FakeKafka({"p_0", "p_1"}), collect=done)
     assert [(r.action.kind, r.outcome) for r in done] == [(ActionKind.CREATE_TOPIC, Outcome.DONE)]
+
+
+HIDDEN = [
+    # Needs entries from 5; the marker is at 8: purges ran without it.
+    _f(FindingKind.UNMAPPED_REGION, "p_1", 11, node_id=4, prunable_entry_id=4, pruned_entry_id=8),
+    # Needs entries from 5; Kafka starts at 9: they are gone.
+    _f(FindingKind.UNMAPPED_REGION, "p_1", 12, node_id=4, prunable_entry_id=4, log_start_offset=9),
+    # What it needs cannot be checked.
+    _f(FindingKind.UNMAPPED_REGION, "p_1", 13, node_id=4),
+]
+SAFE = [
+    # Needs entries from 9, the marker is 8 and Kafka starts at 8: nothing is hidden.
+    _f(
+        FindingKind.UNMAPPED_REGION,
+        "p_1",
+        14,
+        node_id=4,
+        prunable_entry_id=8,
+        pruned_entry_id=8,
+        log_start_offset=8,
+    ),
+]
+
+
+def test_a_region_needing_entries_below_the_marker_or_log_start_is_not_registered() -> None:
+    plan = plan_actions([*HIDDEN, *SAFE], kafka_topics={"p_1"}, drop_stale_after=None)
+    assert [(a.kind, a.region_id) for a in plan.actions] == [(ActionKind.REGISTER_REGION, 14)]
+    assert dict(plan.skipped) == {HIDES_ENTRIES: 3}
+    assert plan.skipped_examples[HIDES_ENTRIES] == [f.key for f in HIDDEN]
+
+
+def test_a_marker_moved_since_the_run_stops_the_registration() -> None:
+    """A purge ran after the reconcile read the topic (without the region: it is unmapped)."""
+    plan = plan_actions(SAFE, kafka_topics={"p_1"}, drop_stale_after=None)
+    api = FakeMetasrv(topics={"p_1": (20, 20)})
+    (result,) = execute_plan(plan, api, FakeKafka({"p_1"}))
+    assert result.outcome is Outcome.SKIPPED
+    assert "WAL data loss: it needs entries from 9, at or below the topic's marker 20" in (
+        result.detail
+    )
+    assert api.regions == {}
+    assert not [c for c in api.calls if c.startswith("add")]
+    api.topics["p_1"] = (8, 8)  # as the run saw it: registered
+    (result,) = execute_plan(plan, api, FakeKafka({"p_1"}))
+    assert result.outcome is Outcome.DONE
+    assert api.regions == {14: ("p_1", 4, None)}
+
+
+@pytest.mark.parametrize(
+    ("prunable", "marker", "log_start", "hides"),
+    [
+        (None, None, None, True),
+        (-1, None, 0, False),  # a new region on a fresh topic
+        (4, 5, 0, True),  # entry 5 would be skipped by replay-start
+        (5, 5, 5, False),
+        (4, None, 5, False),  # needs 5, Kafka starts at 5
+        (3, None, 5, True),
+    ],
+)
+def test_registration_hides(
+    prunable: int | None, marker: int | None, log_start: int | None, hides: bool
+) -> None:
+    assert (registration_hides(prunable, marker, log_start) is not None) is hides

@@ -10,6 +10,8 @@ import pytest
 
 from metasrv.model import PartitionOffsets
 from metasrv.reconcile import (
+    HIDES_ENTRIES,
+    ActionKind,
     Finding,
     FindingKind,
     JobInputs,
@@ -207,3 +209,50 @@ def test_no_history_at_all(spark: SparkSession, tmp_path: Path) -> None:
     assert [(f.kind, f.region_id, f.evidence["source"]) for f in found] == [
         (FindingKind.RETENTION_OVERRUN, 1, "checkpoint")
     ]
+
+
+def test_an_unmapped_region_needing_entries_below_the_marker_is_data_loss_not_a_repair(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Registering a region that already wrote to a purged topic would let the plan's
+    `max(prunable, marker)` and replay-start skip its entries silently: the job says WAL
+    data loss, and the apply planner leaves it alone."""
+    write_map(tmp_path / "map.parquet", [(1, "wal_0", 1, None)])
+    write_history(
+        tmp_path / "history",
+        [
+            (
+                NOW - 60,
+                {1: stat(1, "wal_0", NOW - 70, prunable=900)},
+                [
+                    stat(10, "wal_0", NOW - 61, node_id=4, prunable=3),  # marker 5
+                    stat(11, "wal_2", NOW - 61, node_id=4, prunable=60),  # log start 100
+                    stat(12, "wal_0", NOW - 61, node_id=4, prunable=5),  # needs 6..: safe
+                    stat(13, "wal_1", NOW - 61, node_id=4, prunable=-1),  # never purged
+                ],
+            ),
+        ],
+    )
+    found = _run(spark, tmp_path, _inputs(tmp_path), PARAMS)
+    unmapped = {f.region_id: f for f in found if f.kind is FindingKind.UNMAPPED_REGION}
+    assert {r: (f.severity, f.evidence["wal_data_loss"]) for r, f in unmapped.items()} == {
+        10: (Severity.CRITICAL, True),
+        11: (Severity.CRITICAL, True),
+        12: (Severity.WARNING, False),
+        13: (Severity.WARNING, False),
+    }
+    assert unmapped[10].message.startswith("WAL data loss: ")
+    assert "needs entries from 4" in unmapped[10].message
+    assert (
+        unmapped[10].evidence["pruned_entry_id"],
+        unmapped[10].evidence["log_start_offset"],
+    ) == (
+        5,
+        0,
+    )
+    assert unmapped[11].evidence["log_start_offset"] == 100
+    assert unmapped[13].evidence["pruned_entry_id"] is None
+    plan = plan_actions(found, kafka_topics=_inputs(tmp_path).kafka_topics, drop_stale_after=None)
+    registered = {a.region_id for a in plan.actions if a.kind is ActionKind.REGISTER_REGION}
+    assert registered == {12, 13}
+    assert plan.skipped[HIDES_ENTRIES] == 2
