@@ -133,3 +133,18 @@ async def test_a_create_landed_but_unreadable_is_adopted(leaders: LeaderFactory)
     view = await h.manager.wait(pid, 20)
     assert view.state is ProcedureState.SUCCEEDED and view.reason == "test"
     assert h.kv.get(keys.lock(topic)) is None
+
+
+async def test_adopt_runs_a_given_up_run_once(leaders: LeaderFactory) -> None:
+    h, faulty = await faulty_leader(leaders)
+    topic = await purgeable(h)
+    pid = await abandoned_purge(h, faulty, topic)
+    faulty.heal()
+
+    adopted = await h.manager.adopt()
+    again = await h.manager.adopt()  # it runs now: nothing more to adopt
+
+    assert (adopted, again) == (1, 0)
+    assert (await h.manager.wait(pid, 20)).state is ProcedureState.SUCCEEDED
+    assert h.marker(topic) == 12
+    assert await h.manager.adopt() == 0  # finished: never adopted again
