@@ -14,7 +14,17 @@ heartbeat is accepted):
 - `topic_mismatch`: reported on a topic other than its mapped one;
 - `stat_regressed`: a lower `flushed_entry_id` than the stored stat at the same or a
   newer manifest version (`regresses`: a lower manifest version means the region was
-  re-created, and its lower flushed id is the truth).
+  re-created, and its lower flushed id is the truth);
+- `wrong_node`: reported by a datanode other than the one the route names (its old
+  datanode after a move, reporting what it last knew: not trusted). A route whose node
+  is unknown (-1: a damaged value) trusts any. A region moves by being registered again
+  with its new node (`TopicRegionMap.register`), which drops its stored row.
+
+The reporting node is checked a column at a time: a stored row holds the node that
+reported it (accepted only from the route's node), and a heartbeat whose slots come
+from the memo (`StatTable.recall`: the same regions its datanode was expected to report,
+or sent last time and all accepted) needs no check at all, so the steady state pays
+nothing for it.
 An idle claim sent with a non-empty memtable is accepted but not trusted
 (`metasrv.model.prunable_entry_id`) and tallied.
 """
@@ -47,6 +57,7 @@ NEGATIVE_ID: Final = RejectReason.NEGATIVE_ID.value
 UNKNOWN_REGION: Final = RejectReason.UNKNOWN_REGION.value
 TOPIC_MISMATCH: Final = RejectReason.TOPIC_MISMATCH.value
 STAT_REGRESSED: Final = RejectReason.STAT_REGRESSED.value
+WRONG_NODE: Final = RejectReason.WRONG_NODE.value
 REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
 
 
@@ -104,13 +115,15 @@ def _accepted(cols: Columns, where: np.ndarray, out: Judged) -> RowValues:
 
 class _Unmapped:
     """What `_first_reports` reads for a region the map does not have: its topic equals
-    no name a heartbeat can carry."""
+    no name a heartbeat can carry (and its node is that of no datanode)."""
 
     topic = None
+    node_id = -1
 
 
 _NO_ROUTE: Final = _Unmapped()
 _ROUTE_TOPIC: Final = attrgetter("topic")
+_ROUTE_NODE: Final = attrgetter("node_id")
 
 
 def _duplicate(ids: Iterable[int]) -> int | None:
@@ -184,8 +197,8 @@ class HeartbeatJudge:
             # leadership changes, so such a row proves the region is mapped to this
             # topic, and the route lookup is skipped.
             old = stored(region_id)
-            if old is not None and old.topic != topic:
-                old = None
+            if old is not None and (old.topic != topic or old.node_id != node_id):
+                old = None  # the route decides
             if old is not None:
                 mapped_topic = old.topic  # equals `topic`: the bucket is keyed by it
                 if regresses(old, flushed, manifest):
@@ -202,6 +215,9 @@ class HeartbeatJudge:
                                 region_id, node_id, topic, flushed, latest, memtable, manifest, now
                             )
                         )
+                    continue
+                if route.node_id != node_id and route.node_id >= 0:
+                    rejected.append({"region_id": region_id, "reason": WRONG_NODE})
                     continue
                 mapped_topic = route.topic
 
@@ -248,6 +264,7 @@ class HeartbeatJudge:
         table = self._registry.table
         id_list: list[int] | None = None
         slots = table.recall(node_id, ids)  # the same regions as last time: no duplicate
+        recalled = slots is not None  # and every one this datanode's (module docstring)
         if slots is None:
             id_list = ids.tolist()
             if len(set(id_list)) != n:
@@ -260,12 +277,20 @@ class HeartbeatJudge:
         if latest is not None and claims is not None:
             valid &= ~claims | (latest >= -1)
         steady, regressed = table.judge(slots, cols.topic_names, cols.topic, flushed, cols.manifest)
+        if not recalled:
+            # A row another datanode reported is not this one's to update: the route
+            # decides (`one_by_one`).
+            theirs = table.node_at(np.where(slots >= 0, slots, 0)) != node_id
+            steady &= ~theirs
+            regressed &= ~theirs
         steady &= valid
         regressed &= valid
         rest = ~(steady | regressed)
         if rest.any():
             first = (slots < 0) | table.prepared_for(slots, cols.topic_names, cols.topic)
-            fresh = self._first_reports(cols, rest & first & valid, slots, out)
+            fresh = self._first_reports(
+                cols, rest & first & valid, slots, out, None if recalled else node_id
+            )
             if fresh is not None:
                 rest[fresh] = False
         if rest.any():
@@ -294,16 +319,23 @@ class HeartbeatJudge:
             out.changed_slots = held[dirty]
 
     def _first_reports(
-        self, cols: Columns, new: np.ndarray, slots: np.ndarray, out: Judged
+        self,
+        cols: Columns,
+        new: np.ndarray,
+        slots: np.ndarray,
+        out: Judged,
+        node_id: int | None,
     ) -> np.ndarray | None:
         """Accept, a column at a time, the regions of `new` (valid ids, no row yet; a
         slot prepared for the topic they name, or none) that the map has on the topic
-        they name; return their mask (None: there were none). The others (unmapped,
-        misrouted) are left to `one_by_one`."""
+        they name, routed to `node_id` (None: known to be, recalled slots); return
+        their mask (None: there were none). The others (unmapped, misrouted, another
+        datanode's) are left to `one_by_one`."""
         at = np.flatnonzero(new)
         if not len(at):
             return None
         names = cols.topic_names
+        routes_get = self._region_map.routes.get
         # A slot prepared for the named topic is the map's word (`StatTable.prepare`,
         # the mapped regions when the term began; a removed region's slot is dropped).
         mapped = slots[at] >= 0
@@ -312,12 +344,17 @@ class HeartbeatJudge:
             # Regions mapped during the term: the route, one C-level pass.
             look = at[unprepared]
             named = [names[i] for i in cols.topic[look].tolist()]
-            routes = map(
-                self._region_map.routes.get, cols.region_id[look].tolist(), repeat(_NO_ROUTE)
-            )
+            routes = map(routes_get, cols.region_id[look].tolist(), repeat(_NO_ROUTE))
             mapped[unprepared] = np.fromiter(
                 map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(look)
             )
+        if node_id is not None and mapped.any():
+            # The routes' nodes, one C-level pass (a term's first heartbeat of a datanode
+            # whose list the memo did not expect, or a region mapped during the term).
+            look = at[mapped]
+            routes = map(routes_get, cols.region_id[look].tolist(), repeat(_NO_ROUTE))
+            nodes = np.fromiter(map(_ROUTE_NODE, routes), np.int64, len(look))
+            mapped[mapped] = (nodes == node_id) | (nodes < 0)
         if not mapped.any():
             return None
         new = np.zeros(len(new), bool)

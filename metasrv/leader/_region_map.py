@@ -94,9 +94,10 @@ class TopicRegionMap:
         self.loaded = False
         """True once `load()` has read the map since the last `unload()`."""
         self.removal_listeners: list[Callable[[RegionRoute], None]] = []
-        """Called (synchronously, right after the map changed) with each removed route;
-        the registry and the checkpointer forget the region there, so no state of an
-        unmapped region survives its removal whoever removes it."""
+        """Called (synchronously, right after the map changed) with each removed route,
+        or one whose region moved to another datanode; the registry and the checkpointer
+        forget the region there, so no state of an unmapped region survives its removal
+        whoever removes it, and no stat its old datanode reported survives a move."""
         self.apply_listeners: list[Callable[[RegionRoute], None]] = []
         """Called with each route `apply` adds, or moves to another topic."""
 
@@ -157,7 +158,16 @@ class TopicRegionMap:
                 continue
             held = self._routes.get(region_id)
             entry_id = route.checkpoint_entry_id
-            if held is not None and held.topic == topic and entry_id is not None:
+            same_key = held is not None and held.topic == topic
+            if same_key and held is not None and held.node_id != route.node_id:
+                # Moved to another datanode: what was known of it was its old node's.
+                self._insert(route)
+                for listener in self.removal_listeners:
+                    listener(held)
+                for listener in self.apply_listeners:
+                    listener(route)
+                continue
+            if same_key and entry_id is not None:
                 self._checkpoints[region_id] = _Written(route.node_id, entry_id)
                 continue
             new_key = region_id not in self._by_topic.get(topic, {})
@@ -275,9 +285,11 @@ class TopicRegionMap:
     async def register(self, region_id: int, node_id: int, topic: str | None = None) -> RegionRoute:
         """Map a region to `topic`, or to the least-loaded pool topic; idempotent.
 
-        Creates the Kafka topic on its first use. Raises `Conflict` if the region is
-        already mapped to another topic or the new topic's name collides with an existing
-        one (`a.b` vs `a_b`), `InvalidArgument` for bad ids or names Kafka refuses.
+        A region registered again with another `node_id` moved to that datanode: its
+        route names it from now on (`_move`). Creates the Kafka topic on its first use.
+        Raises `Conflict` if the region is already mapped to another topic or the new
+        topic's name collides with an existing one (`a.b` vs `a_b`), `InvalidArgument`
+        for bad ids or names Kafka refuses.
         """
         if not 0 <= region_id <= ID_MAX:
             raise InvalidArgument(f"region_id must be in [0, 2^64): {region_id}")
@@ -288,7 +300,7 @@ class TopicRegionMap:
             raise InvalidArgument(f"not a valid Kafka topic name: {topic!r} ({problem})")
         existing = self._existing(region_id, topic)
         if existing is not None:
-            return existing
+            return existing if existing.node_id == node_id else await self._move(existing, node_id)
 
         # A retry after an unknown outcome goes where the first attempt went.
         chosen = topic or self._uncertain.get(region_id) or self._least_loaded()
@@ -297,48 +309,95 @@ class TopicRegionMap:
             async with self._locks.read(chosen), self._mutate:
                 await self._settle(region_id)
                 existing = self._existing(region_id, topic)
-                if existing is not None:
-                    return existing
-                if chosen not in self._created:
-                    await self._ensure_topics([chosen])
-                key = keys.topic_region(chosen, region_id)
-                try:
-                    result = await asyncio.to_thread(
-                        self._kv.txn,
-                        [*self.fence(), Compare(key, revision=0)],
-                        [Put(key, keys.encode_route(node_id, None))],
-                    )
-                except KvUnavailable:
-                    # The write may have landed (a lost answer, a timeout): re-read
-                    # before answering, and until that read succeeds, a retry re-reads
-                    # first and writes to this topic only, never to a second one.
-                    self._uncertain[region_id] = chosen
-                    await self._settle(region_id)
-                    adopted = self._routes.get(region_id)
-                    if adopted is None:
-                        raise
-                    return adopted
-                if not result.succeeded:
-                    stored = await asyncio.to_thread(self._kv.get, key)
-                    if stored is None:
-                        raise LeadershipLost("lost leadership while registering a region")
-                    # Written by an earlier leader after our load: adopt it.
-                    adopted = keys.decode_route(stored.key, stored.value)
-                    assert adopted is not None
-                    self._insert(adopted)
-                    return adopted
-                route = RegionRoute(
-                    region_id=region_id, topic=chosen, node_id=node_id, checkpoint_entry_id=None
-                )
-                self._insert(route)
+                if existing is None:
+                    if chosen not in self._created:
+                        await self._ensure_topics([chosen])
+                    route = await self._create(region_id, node_id, chosen)
         finally:
             self._reserved[chosen] -= 1
             if not self._reserved[chosen]:
                 del self._reserved[chosen]
+        if existing is not None:  # registered meanwhile
+            return existing if existing.node_id == node_id else await self._move(existing, node_id)
         logger.info(
-            "region registered", extra={"region_id": region_id, "topic": chosen, "node_id": node_id}
+            "region registered",
+            extra={"region_id": region_id, "topic": route.topic, "node_id": route.node_id},
         )
         return route
+
+    async def _create(self, region_id: int, node_id: int, topic: str) -> RegionRoute:
+        """Write a new route (the caller holds the topic's shared lock and `_mutate`)."""
+        key = keys.topic_region(topic, region_id)
+        try:
+            result = await asyncio.to_thread(
+                self._kv.txn,
+                [*self.fence(), Compare(key, revision=0)],
+                [Put(key, keys.encode_route(node_id, None))],
+            )
+        except KvUnavailable:
+            # The write may have landed (a lost answer, a timeout): re-read before
+            # answering, and until that read succeeds, a retry re-reads first and
+            # writes to this topic only, never to a second one.
+            self._uncertain[region_id] = topic
+            await self._settle(region_id)
+            adopted = self._routes.get(region_id)
+            if adopted is None:
+                raise
+            return adopted
+        if not result.succeeded:
+            stored = await asyncio.to_thread(self._kv.get, key)
+            if stored is None:
+                raise LeadershipLost("lost leadership while registering a region")
+            # Written by an earlier leader after our load: adopt it.
+            adopted = keys.decode_route(stored.key, stored.value)
+            assert adopted is not None
+            self._insert(adopted)
+            return adopted
+        route = RegionRoute(
+            region_id=region_id, topic=topic, node_id=node_id, checkpoint_entry_id=None
+        )
+        self._insert(route)
+        return route
+
+    async def _move(self, route: RegionRoute, node_id: int) -> RegionRoute:
+        """Route a registered region to another datanode (it moved): its checkpoint is
+        kept, what this leader holds of it is forgotten (`removal_listeners`), so its old
+        datanode's reports are no longer trusted (rejected as `wrong_node`)."""
+        region_id = route.region_id
+        async with self._locks.read(route.topic), self._mutate:
+            current = self._routes.get(region_id)
+            if current is None:
+                raise NotFound(f"region {region_id} is not registered")
+            if current.node_id == node_id:
+                return current
+            key = keys.topic_region(current.topic, region_id)
+            stored = await asyncio.to_thread(self._kv.get, key)
+            held = None if stored is None else keys.decode_route(stored.key, stored.value)
+            if stored is None or held is None:
+                raise Conflict(
+                    f"the route of region {region_id} was removed behind this leader",
+                    details={"region_id": region_id, "topic": current.topic},
+                )
+            if held.node_id != node_id:  # else: an earlier attempt of ours landed
+                result = await asyncio.to_thread(
+                    self._kv.txn,
+                    [*self.fence(), Compare(key, revision=stored.mod_revision)],
+                    [Put(key, keys.encode_route(node_id, held.checkpoint_entry_id))],
+                )
+                if not result.succeeded:
+                    raise Conflict(
+                        f"the route of region {region_id} changed while it was moved; retry",
+                        details={"region_id": region_id, "topic": current.topic},
+                    )
+            moved = RegionRoute(region_id, current.topic, node_id, held.checkpoint_entry_id)
+            self._insert(moved)
+            for listener in self.removal_listeners:
+                listener(current)
+        logger.info(
+            "region moved to another datanode",
+            extra={"region_id": region_id, "topic": moved.topic, "node_id": node_id},
+        )
+        return moved
 
     async def _settle(self, region_id: int) -> None:
         """Re-read a registration of `region_id` whose outcome is unknown: adopt it if it

@@ -97,6 +97,11 @@ class StatColumns:
         received: np.ndarray = self._received[slots]
         return received
 
+    def node_at(self, slots: np.ndarray) -> np.ndarray:
+        """The datanodes the rows were reported by, per slot."""
+        node: np.ndarray = self._node[slots]
+        return node
+
     def prunable_at(self, slots: np.ndarray) -> np.ndarray:
         """The rows' prunable entry ids, per slot."""
         prunable: np.ndarray = self._prunable[slots]

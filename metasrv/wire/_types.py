@@ -124,6 +124,9 @@ class RejectReason(enum.StrEnum):
     STAT_REGRESSED = "stat_regressed"
     """A lower `flushed_entry_id` than the stored stat at the same or a newer manifest
     version (a lower manifest version means the region was re-created)."""
+    WRONG_NODE = "wrong_node"
+    """Reported by a datanode other than the one its route names (its old datanode
+    after a move: a stale report, not trusted)."""
 
 
 class BlockReason(enum.StrEnum):
