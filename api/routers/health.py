@@ -33,7 +33,11 @@ async def healthz() -> Response:
     response_class=Response,
     responses={
         200: gives(wire.Ready, "Every check is ok."),
-        503: gives(wire.ErrorBody, "A dependency is unreachable or unmigrated."),
+        503: gives(
+            wire.ErrorBody,
+            "A dependency is unreachable or unmigrated, or (a follower) its topic-region map "
+            "is still loading: `follower_map` says how many routes it has read.",
+        ),
     },
 )
 async def readyz(runtime: RuntimeDep) -> Response:
