@@ -7,21 +7,26 @@ nothing more, and no slice recreates a route key deleted behind the leader's map
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import update
 
 from metasrv import keys
+from metasrv.election import EtcdElection, SqlElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.keys import ELECTION_KEY
-from metasrv.kv import Compare, KvBackend
+from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
 from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap, row_of
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import load_settings
+from metasrv.sql import election_table
 from tests.metasrv.kv.conftest import KvFactory
 
 TOPIC = "cpf_0"
@@ -153,3 +158,77 @@ async def test_a_checkpoint_never_recreates_a_route_deleted_behind_the_leader(
 
     assert world.store.get(keys.topic_region(TOPIC, 5)) is None
     assert [world.checkpoint(r) for r in (1, 4, 6, 10)] == [101, 104, 106, 110]
+
+
+@pytest.mark.parametrize("kv_store", ["etcd", "postgresql"], indirect=True)
+async def test_a_leader_whose_lease_ran_out_mid_flush_writes_nothing_more(
+    kv_store: KvFactory, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Real elections: leader A's lease runs out between two slices of its flush (as a
+    # paused process's does) and B is elected; A, still believing it leads, goes on.
+    settings = load_settings(
+        None, wal={"broker_endpoints": [kafka_bootstrap], "checkpoint_interval": "1h"}
+    )
+    kv, store = kv_store("cpr/"), kv_store("cpr/")
+    store.batch_put(
+        [(keys.topic_region(TOPIC, r), keys.encode_route(1, None)) for r in range(1, 11)]
+    )
+    a, b = _election(kv, "a"), _election(kv, "b")
+    try:
+        await a.start()
+        await _until(lambda: a.is_leader, "A leads")
+        await b.start()
+        region_map = TopicRegionMap(
+            kv, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings, fence=a.fence
+        )
+        await region_map.load()
+        registry = RegionRegistry()
+        w = World(kv, store, region_map, registry)
+        w.checkpointer = Checkpointer(
+            region_map, registry, settings, Metrics(), may_write=lambda: True, flush_slice=3
+        )
+
+        def depose() -> None:  # on the flush's worker thread, between two slices
+            _expire(store, a)
+            deadline = time.monotonic() + 30
+            while not b.is_leader:
+                assert time.monotonic() < deadline, "B was never elected"
+                time.sleep(0.05)
+
+        w.after_first_slice(depose, monkeypatch)
+        for region_id in range(1, 11):
+            w.report(region_id, 100 + region_id)
+
+        assert await w.checkpointer.flush() == 3
+
+        assert [w.checkpoint(r) for r in range(1, 11)] == [101, 102, 103] + [None] * 7
+        held = store.get(ELECTION_KEY)
+        assert held is not None and b'"b"' in held.value
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+def _election(kv: KvBackend, name: str) -> EtcdElection | SqlElection:
+    if isinstance(kv, EtcdKv):
+        own = EtcdKv(kv.endpoints, kv.key_prefix)
+        return EtcdElection(own, node_name=name, addr=f"{name}:4000", lease_secs=2)
+    assert isinstance(kv, SqlKv)
+    return SqlElection(kv.url, kv.key_prefix, node_name=name, addr=f"{name}:4000", lease_secs=2)
+
+
+def _expire(store: KvBackend, leader: EtcdElection | SqlElection) -> None:
+    """End `leader`'s lease in the store, as time does to a paused leader's."""
+    if isinstance(store, EtcdKv):
+        store.client.revoke_lease(leader.term)
+        return
+    assert isinstance(store, SqlKv)
+    with store.engine.begin() as conn:
+        conn.execute(update(election_table).values(expires_at=0.0))
+
+
+async def _until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.05)
