@@ -255,6 +255,19 @@ class TopicRegionMap:
         next `await`); node and checkpoint as in `routes`."""
         return dict(self._by_topic)
 
+    def routed_by_topic(self) -> dict[str, Mapping[int, RegionRoute]]:
+        """`routes_by_topic`, each region under the topic of its route only (a region
+        whose key is under two topics, `map_route`, once): what a stat table prepares.
+        A copy only when some region is under two topics (O(topics) to tell)."""
+        by_topic = self._by_topic
+        if sum(map(len, by_topic.values())) == len(self._routes):
+            return dict(by_topic)
+        routes = self._routes
+        return {
+            topic: {r: route for r, route in mapped.items() if routes[r].topic == topic}
+            for topic, mapped in by_topic.items()
+        }
+
     def region_count(self, topic: str | None = None) -> int:
         """Regions mapped to `topic`, or in total."""
         if topic is None:

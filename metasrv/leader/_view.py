@@ -105,7 +105,7 @@ class LeaderView:
         self.registry.reserve(len(self.region_map))  # every mapped region reports soon
         mapped_since, self._mapped_since = self._mapped_since, None
         if mapped_since is None:
-            self.registry.prepare(self.region_map.routes_by_topic().items())
+            self.registry.prepare(self.region_map.routed_by_topic().items())
             return
         routes = self.region_map.routes
         added: dict[str, list[int]] = {}

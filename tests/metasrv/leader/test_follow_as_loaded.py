@@ -105,6 +105,10 @@ async def test_stale_and_odd_puts_leave_the_follower_with_the_cold_loads_map(
     assert by_topic[LOWER] == [5] and by_topic[T2] == [4]
     assert routes[5] == RegionRoute(5, LOWER, 3, 9)
     assert routes[1] == RegionRoute(1, T0, 1, 77)
+    # A stat table is prepared with each region once, under its route's topic.
+    routed = world.region_map.routed_by_topic()
+    placed = sorted((r, t) for t, mapped in routed.items() for r in mapped)
+    assert placed == [(r, route.topic) for r, route in routes.items() if route is not None]
 
     # Deleting the key a doubled region's route comes from leaves it on the other one.
     world.delete(LOWER, 5)
