@@ -26,12 +26,15 @@ from metasrv.model import (
     replay_start_entry_id,
 )
 from metasrv.sql import require_schema
-from procedures.wal_purge import export_gauges, gather_plans
+from procedures.wal_purge import export_gauges, gather_plans, plan_topic
 
 logger = logging.getLogger(__name__)
 
 _READY_TIMEOUT = 5.0
 _DURABILITY_TIMEOUT = 5.0
+_REPLAY_KAFKA_WAIT = 1.0
+"""Seconds replay-start waits for Kafka's offsets to check for a reset not latched yet
+(datanodes ask with a 3 s timeout)."""
 _KAFKA_PING_TIMEOUT = 4.0
 """The Kafka check's own budget, inside `_READY_TIMEOUT`: a dead partition leader makes it
 answer "unreachable" rather than time out."""
@@ -94,13 +97,17 @@ def _route(rt: Runtime, region_id: int) -> RegionRoute:
 async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     """The entry id region `region_id` must replay from; `NotFound` if unregistered.
 
-    No offset is answered from a marker that has a topic reset latched (`TopicReset`,
-    409: the marker's offsets belong to a topic that is gone, DESIGN §2 invariant 8) or
-    that does not decode (`DamagedMarker`, 500: "never purged" would be a guess)."""
+    No offset is answered from a marker that has a topic reset latched, or whose topic
+    Kafka shows reset now (`TopicReset`, 409: the marker's offsets belong to a topic that
+    is gone, DESIGN §2 invariant 8), or that does not decode (`DamagedMarker`, 500:
+    "never purged" would be a guess)."""
     route = _route(rt, region_id)
     marker = await _marker(rt, route.topic)
     if marker.reset is not None:
         raise _reset_error(route.topic, marker.reset)
+    unlatched = await _unlatched_reset(rt, route.topic, marker)
+    if unlatched is not None:
+        raise _reset_error(route.topic, ResetLatch(unlatched))
     # Re-read after the await: the stat may have advanced meanwhile (never backwards).
     route = _route(rt, region_id)
     start = replay_start_entry_id(
@@ -118,6 +125,36 @@ async def _marker(rt: Runtime, topic: str) -> Marker:
         return keys.decode_marker(stored.value)
     except ValueError as exc:
         raise damaged_marker(topic, stored) from exc
+
+
+async def _unlatched_reset(rt: Runtime, topic: str, marker: Marker) -> str | None:
+    """Why `topic` is a reset no purge has latched yet (the marker's topic id is not
+    Kafka's, or Kafka's high watermark is below the marker + 1: the planner's rule,
+    `plan_topic`), or None. Best effort, bounded by `_REPLAY_KAFKA_WAIT`: Kafka's offsets
+    come through the purge's batcher (replay starts asked together share one request),
+    and when Kafka does not answer in time the marker alone answers, as before."""
+    if marker.pruned_entry_id is None and marker.topic_id is None:
+        return None  # nothing of an older topic to compare Kafka's offsets with
+    try:
+        offsets = await asyncio.wait_for(rt.purge.batcher.offsets(topic), _REPLAY_KAFKA_WAIT)
+    except (TimeoutError, MetasrvError) as exc:
+        logger.warning(
+            "replay start answered without Kafka's offsets",
+            extra={"topic": topic, "error": str(exc)},
+        )
+        return None
+    plan = plan_topic(
+        topic,
+        {},
+        rt.registry.topic_snapshot(topic),
+        now=time.monotonic(),
+        stat_ttl=rt.settings.wal.region_stat_ttl,
+        pruned_entry_id=marker.pruned_entry_id,
+        offsets=offsets,
+        marker=marker,
+        compare_reports=False,
+    )
+    return plan.topic_reset
 
 
 def _reset_error(topic: str, reset: ResetLatch) -> TopicReset:

@@ -109,7 +109,7 @@ def test_bad_path_ids_are_422(client: httpx.Client) -> None:
 
 
 def test_replay_start_uses_live_stat_then_checkpoint_then_marker(
-    make_settings: SettingsFactory, etcd: EtcdKv
+    make_settings: SettingsFactory, etcd: EtcdKv, kafka_bootstrap: str
 ) -> None:
     settings = make_settings()
     with start_server(settings) as srv, srv.client() as c:
@@ -119,6 +119,9 @@ def test_replay_start_uses_live_stat_then_checkpoint_then_marker(
             "topic": topic,
             "start_entry_id": 0,
         }
+        # The entries the markers below name (a marker above Kafka's high watermark - 1
+        # is a topic reset).
+        produce(kafka_bootstrap, topic, 60)
         c.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 30, latest=None)]))
         assert c.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 31
         etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": 50}')

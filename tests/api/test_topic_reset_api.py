@@ -15,6 +15,7 @@ from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.keys import Marker, ResetLatch
 from metasrv.kv import EtcdKv
+from tests.api._live import produce
 from tests.api.conftest import (
     SettingsFactory,
     assert_error,
@@ -22,7 +23,7 @@ from tests.api.conftest import (
     region,
     start_server,
 )
-from tests.metasrv.kafka._recreate import delete_topic, topic_id
+from tests.metasrv.kafka._recreate import delete_topic, recreate_topic, topic_id
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -82,9 +83,10 @@ def test_a_new_term_does_not_recreate_a_purged_pool_topic_and_reports_it(
 
 
 def test_replay_start_answers_no_offset_of_a_reset_topic(
-    client: httpx.Client, etcd: EtcdKv
+    client: httpx.Client, etcd: EtcdKv, kafka_bootstrap: str
 ) -> None:
     topic = client.post("/v1/regions", json={"region_id": 8, "node_id": 1}).json()["topic"]
+    produce(kafka_bootstrap, topic, 60)
     client.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 30)]))
     assert client.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 31
 
@@ -96,10 +98,35 @@ def test_replay_start_answers_no_offset_of_a_reset_topic(
     assert client.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 51
 
 
-def test_replay_start_answers_no_offset_from_a_damaged_marker(
-    client: httpx.Client, etcd: EtcdKv
+def test_replay_start_answers_no_offset_of_a_topic_recreated_before_any_purge_saw_it(
+    client: httpx.Client, etcd: EtcdKv, kafka_bootstrap: str
 ) -> None:
     topic = client.post("/v1/regions", json={"region_id": 8, "node_id": 1}).json()["topic"]
+    kafka = KafkaAdmin(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, 70)
+    old_id = kafka.offsets([topic])[topic].topic_id
+    etcd.put(keys.topic_name(topic), keys.encode_marker(Marker(60, old_id)))
+    client.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 60)]))
+    assert client.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 61
+
+    recreate_topic(kafka, topic)
+    produce(kafka_bootstrap, topic, 70)  # the new topic has an offset 61: not read as ours
+
+    error = assert_error(client.get("/v1/regions/8/replay-start"), 409, "topic_reset")
+    assert str(error["reason"]).startswith("topic_id_changed"), error
+    # A marker written before metasrv recorded topic ids: Kafka's high watermark tells.
+    etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": 80}')
+    error = assert_error(client.get("/v1/regions/8/replay-start"), 409, "topic_reset")
+    assert str(error["reason"]).startswith("high_watermark_below_marker"), error
+    stored = etcd.get(keys.topic_name(topic))
+    assert stored is not None and keys.decode_marker(stored.value).reset is None  # a read
+
+
+def test_replay_start_answers_no_offset_from_a_damaged_marker(
+    client: httpx.Client, etcd: EtcdKv, kafka_bootstrap: str
+) -> None:
+    topic = client.post("/v1/regions", json={"region_id": 8, "node_id": 1}).json()["topic"]
+    produce(kafka_bootstrap, topic, 60)
     client.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 30)]))
     # ef11397 read a damaged marker as "never purged" and answered 31.
     etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": "fifty"}')
