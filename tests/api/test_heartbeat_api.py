@@ -13,6 +13,7 @@ from metasrv import keys
 from metasrv.kv import EtcdKv
 from metasrv.wire import encode_columns
 from tests._metrics import sample
+from tests.api._live import produce
 from tests.api.conftest import (
     Server,
     SettingsFactory,
@@ -23,8 +24,11 @@ from tests.api.conftest import (
 )
 
 
-def register(client: httpx.Client, region_id: int, topic: str | None = None) -> str:
-    body: dict[str, object] = {"region_id": region_id, "node_id": 1}
+def register(
+    client: httpx.Client, region_id: int, topic: str | None = None, *, node: int = 1
+) -> str:
+    """Register a region on `node` (a report from another datanode is `wrong_node`)."""
+    body: dict[str, object] = {"region_id": region_id, "node_id": node}
     if topic is not None:
         body["topic"] = topic
     resp = client.post("/v1/regions", json=body)
@@ -44,8 +48,8 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 def test_heartbeat_stats_show_up_in_topics_regions_and_plan(
     server: Server, client: httpx.Client
 ) -> None:
-    t0 = register(client, 1)
-    register(client, 2, topic=t0)
+    t0 = register(client, 1, node=7)
+    register(client, 2, topic=t0, node=7)
     plan = client.get("/v1/purge/plan", params={"topic": t0}).json()["topics"][0]
     assert plan["prune_point"] is None
     assert {b["region_id"]: b["reason"] for b in plan["blocked_by"]} == {1: "no_stat", 2: "no_stat"}
@@ -187,8 +191,8 @@ def test_follower_answers_421_with_leader_address(make_settings: SettingsFactory
 def test_checkpoints_are_batched_into_etcd(
     server: Server, client: httpx.Client, etcd: EtcdKv
 ) -> None:
-    t0 = register(client, 1)
-    register(client, 2, topic=t0)
+    t0 = register(client, 1, node=3)
+    register(client, 2, topic=t0, node=3)
     key1, key2 = keys.topic_region(t0, 1), keys.topic_region(t0, 2)
 
     def checkpoint(key: str) -> int | None:
@@ -230,8 +234,8 @@ def test_heartbeat_fast_path_runs_inside_the_body_limit(make_settings: SettingsF
 def test_columns_heartbeat_over_http_and_the_untrusted_idle_claim_in_status(
     client: httpx.Client,
 ) -> None:
-    t0 = register(client, 1)
-    register(client, 2, t0)
+    t0 = register(client, 1, node=7)
+    register(client, 2, t0, node=7)
     body = encode_columns(
         7,
         "dn7:4001",
@@ -257,9 +261,10 @@ def test_columns_heartbeat_over_http_and_the_untrusted_idle_claim_in_status(
 
 
 def test_scrapes_share_one_plan_while_planning_is_costly(
-    server: Server, client: httpx.Client
+    server: Server, client: httpx.Client, kafka_bootstrap: str
 ) -> None:
-    t0 = register(client, 1)
+    t0 = register(client, 1, node=7)
+    produce(kafka_bootstrap, t0, 6)  # the entries the region reports (else a topic reset)
     metrics = server.runtime.metrics
 
     def blocked() -> float:
