@@ -37,6 +37,7 @@ from metasrv.kv import EtcdKv
 from metasrv.wire import HeartbeatResponse, MetasrvClient
 from tests.metasrv.datanode._vectors import DIR as VECTORS_DIR
 from tests.metasrv.datanode._vectors import VECTORS, read_hex
+from tests.procedures._harness import produce
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, VIEWER, settings, start_metasrv
 from toolbox.simulator import MetasrvProcess, free_port
 
@@ -132,9 +133,10 @@ def cluster(
         yield cluster
 
 
-def register(cluster: Cluster, *region_ids: int, topic: str | None = None) -> str:
+def register(cluster: Cluster, *region_ids: int, topic: str | None = None, node_id: int = 1) -> str:
+    """Register the regions on `node_id` (the datanode whose reports are trusted)."""
     with MetasrvClient(cluster.leader.url, token=OPERATOR, timeout=30) as operator:
-        topics = {operator.add_region(r, 1, topic).topic for r in region_ids}
+        topics = {operator.add_region(r, node_id, topic).topic for r in region_ids}
     (topic,) = topics
     return topic
 
@@ -202,7 +204,7 @@ def test_every_vector_is_accepted_over_http_in_both_encodings(shared: Cluster, n
 
 async def test_the_async_client_follows_the_421_too(shared: Cluster) -> None:
     region = (5 << 32) | 3
-    topic = register(shared, region)
+    topic = register(shared, region, node_id=2)
     async with AsyncDatanodeClient([shared.follower.url], token=DATANODE) as client:
         answer = await client.heartbeat(body(2, region, topic))
         assert answer.rejected == []
@@ -247,7 +249,7 @@ def test_after_a_leader_sigkill_datanodes_reach_the_survivor_with_spread_retries
 ) -> None:
     count, interval = 50, 1.0
     region_ids = [(6 << 32) | n for n in range(count)]
-    topic = register(cluster, *region_ids)
+    (topic,) = {register(cluster, rid, node_id=n) for n, rid in enumerate(region_ids)}
     leader, survivor = cluster.leader.url, cluster.follower.url
     nodes = [
         Node(n, rid, topic, DatanodeClient(cluster.addrs, token=DATANODE, timeout=2.0))
@@ -337,11 +339,14 @@ class Database:
 
 
 def test_a_flush_instruction_reaches_the_callback_and_the_flush_is_reported(
-    shared: Cluster,
+    shared: Cluster, kafka_bootstrap: str
 ) -> None:
     region = (7 << 32) | 1
     # A topic of its own: the purge must not wait on the other tests' regions.
-    topic = register(shared, region, topic=f"{shared.prefix}_flush")
+    topic = register(shared, region, topic=f"{shared.prefix}_flush", node_id=3)
+    # The 100 entries the region reports: a report of entries the topic does not hold
+    # would be a topic reset (DESIGN §2 invariant 8).
+    produce(kafka_bootstrap, topic, 100)
     db = Database(region, topic)
     interval = 3.0
     with (
