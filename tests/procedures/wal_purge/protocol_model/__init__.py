@@ -1,0 +1,81 @@
+"""An exhaustive model of the WAL purge protocol: a breadth-first search over every
+interleaving of a small world, whose transitions call the product's real decisions.
+
+Modules, in the order a search uses them:
+
+- `_world.py`: the state (Kafka's topic with its incarnations, the regions, the kv marker,
+  routes and procedure record, the leader's term, stats, map and running step, the writes
+  in flight), the bounds and the known-bad `Variant`s.
+- `_product.py`: the product's decision functions as the model calls them (`plan_topic`,
+  `flush_candidates`, `decide_prepare`, `decide_after_flush`, `decide_purge`,
+  `advanced_marker`, `reset_marker`, the marker codec, `replay_start_entry_id` behind the
+  API's reset check, the datanode's `replay_from`, the judge's `regresses`), memoised.
+- `_stats.py`: the planner's `TopicStats` over the model's stats.
+- `_actions.py`: every transition and the safety invariants checked on it.
+- `_liveness.py`: from every explored state, quiet transitions end the purge and a new one.
+- `_search.py`: the search, traces, results.
+
+Actions: a region writes (high watermark + 1), flushes, sees its memtable empty (an idle
+claim), restarts (replay-start answered from the leader's stat, the checkpoint and the
+marker) and replays (from `replay_from(answer, own flushed id)`; a consumer below Kafka's
+log start fails); heartbeats carry any flushed id between the stored stat and the truth
+(delayed, reordered, duplicated), with or without the idle claim; registration and
+deregistration under the topic lock; purges submitted and run step by step (each step one
+transition that reads, decides with the real function, and acts); leader changes (stats
+dropped, the map loaded from the kv, the record resumed); writes in flight landing at any
+later time or never: a marker CAS (fenced: a deposed term's never lands), a DeleteRecords
+(not fenced: Kafka has no fence), and with `UNFENCED_CHECKPOINT` a checkpoint; Kafka's log
+start moved by retention, a record appended by another producer, the topic deleted and
+recreated (a new topic id, offsets from 0), with or without regions.
+
+Invariants, on every transition:
+- needed entry deleted: metasrv's DeleteRecords removes an entry a registered region has
+  not flushed (its memtable, or what its restart must replay);
+- replay skips an entry: a replay-start answered above the region's first unflushed entry,
+  unless the region itself said it had flushed past it (after a recreation a region's
+  flushed id may name the old topic's offsets, which only the region could know);
+- replay below the log start: the datanode's consumer starts below Kafka's log start,
+  where metasrv deleted, although the region needs nothing below it (retention deleting
+  under a region is WAL data loss, reported by the plan, not a protocol failure);
+- deposed write landed: a kv write of a deposed term takes effect;
+- liveness (every explored state): once writes stop, every write in flight lands, and every
+  region flushes and reports the truth, the purge in progress ends, no record that no task
+  runs holds the topic's lock, no route of a region that no longer exists blocks the
+  topic, and a new purge ends.
+
+Bounds (`SMALL`, run by `make test`; `LARGE`, the slow test and the benchmark): four
+worlds, each 1 topic and 1-2 regions (the second registered later in `purge` and `idle`),
+with high watermark <= 2-4 per incarnation and 2-3 leader terms; `kafka` adds one outside
+move of the offsets and one recreation. Their union in one world is several million states
+(more than two minutes on two cores), so each world keeps the actions its invariants need.
+
+Not modelled: more than one topic (the purge and its locks are per topic), stale stats
+(ttl), flush instructions (a region flushes whenever it likes, which covers them), the
+archive, logical deletion. A DeleteRecords sent for one incarnation of the topic and landing
+on the next one is off by default (`late_delete_across_reset`): Kafka's DeleteRecords names
+the topic, not its id, so nothing metasrv does can fence it; the window is one request.
+
+States are deduped by their 64-bit hash (`_search.py`).
+"""
+
+from tests.procedures.wal_purge.protocol_model._search import Counterexample, Result, search
+from tests.procedures.wal_purge.protocol_model._world import (
+    IDLE_REPLAY,
+    LARGE,
+    SMALL,
+    Bounds,
+    State,
+    Variant,
+)
+
+__all__ = [
+    "IDLE_REPLAY",
+    "LARGE",
+    "SMALL",
+    "Bounds",
+    "Counterexample",
+    "Result",
+    "State",
+    "Variant",
+    "search",
+]
