@@ -19,7 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 import msgspec
 
 from metasrv import keys
-from metasrv.errors import Conflict, InvalidArgument, KvUnavailable, LeadershipLost, NotFound
+from metasrv.errors import (
+    Conflict,
+    InvalidArgument,
+    KvUnavailable,
+    LeadershipLost,
+    NotFound,
+    TopicReset,
+)
 from metasrv.kafka import KafkaAdmin, topic_name_problem
 from metasrv.kv import Compare, Delete, KeyValue, KvBackend, KvChange, Put
 from metasrv.leader._locks import TopicLocks
@@ -448,6 +455,7 @@ class TopicRegionMap:
                 )
             self._created.update(topics)
             return []
+        await self._refuse_reset_topics(topics)
         created = await asyncio.to_thread(
             self._kafka.ensure_topics,
             topics,
@@ -458,6 +466,27 @@ class TopicRegionMap:
         )
         self._created.update(topics)
         return created
+
+    async def _refuse_reset_topics(self, topics: list[str]) -> None:
+        """`TopicReset` when one of `topics` is missing from Kafka although metasrv purged it
+        (its marker names an entry id or a latched reset): creating it again would start
+        its offsets at 0 under a marker that says otherwise (DESIGN §2 invariant 8)."""
+        existing = await asyncio.to_thread(self._kafka.list_topics)
+        for topic in sorted(set(topics) - existing):
+            stored = await asyncio.to_thread(self._kv.get, keys.topic_name(topic))
+            if stored is None:
+                continue
+            try:
+                marker = keys.decode_marker(stored.value)
+            except ValueError:
+                marker = None  # damaged: as good as purged, never recreate under it
+            if marker is None or marker.pruned_entry_id is not None or marker.reset is not None:
+                raise TopicReset(
+                    f"kafka topic {topic} is missing but metasrv has purged it (its marker is "
+                    "in the kv): not created again; a topic reset must be resolved by an "
+                    f"operator (create the topic, then POST /v1/topics/{topic}/resolve-reset)",
+                    details={"topic": topic},
+                )
 
     async def deregister(self, region_id: int) -> RegionRoute:
         """Remove a region from the map; `NotFound` if it is not registered."""

@@ -250,3 +250,23 @@ def test_resolve_reset_needs_an_operator_token(make_settings: SettingsFactory) -
             assert_error(viewer.post(path, json=body), 403, "permission_denied")
         with srv.client() as anonymous:
             assert_error(anonymous.post(path, json=body), 401, "unauthenticated")
+
+
+def test_a_registration_does_not_recreate_a_purged_topic(
+    client: httpx.Client, etcd: EtcdKv, kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    kafka = KafkaAdmin(kafka_bootstrap)
+    purged, fresh = f"{unique_prefix}_gone", f"{unique_prefix}_new"
+    # metasrv purged `purged` once (its marker), then the topic vanished from Kafka.
+    etcd.put(keys.topic_name(purged), orjson.dumps({"pruned_entry_id": 10, "topic_id": "x"}))
+    assert purged not in kafka.list_topics()
+
+    refused = client.post("/v1/regions", json={"region_id": 91, "node_id": 1, "topic": purged})
+    error = assert_error(refused, 409, "topic_reset")
+    assert error["topic"] == purged and "resolve-reset" in str(error["message"])
+    assert purged not in kafka.list_topics()
+    assert client.get("/v1/regions/91").status_code == 404
+    # A topic metasrv never purged is created on its first registration, as before.
+    created = client.post("/v1/regions", json={"region_id": 92, "node_id": 1, "topic": fresh})
+    assert created.status_code == 201, created.text
+    assert fresh in kafka.list_topics()
