@@ -64,41 +64,51 @@ def test_the_protocol_holds_in_the_small_bounds(world: str) -> None:
     _holds(search(SMALL[world], stop_at_first=False))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay-start answers max(stat, marker) + 1 from the marker of a topic deleted and "
-    "recreated since (Kafka's topic id is not the marker's) until a purge latches the reset: "
-    "api/queries.py replay_start checks only the latch",
-)
+def _unmarked_recreation(example: Counterexample) -> bool:
+    """The topic was recreated while it had no marker (never purged, or during its first
+    purge): no topic id was recorded to compare Kafka's with."""
+    states = [state for _, state in example.trace]
+    for r, (label, _) in enumerate(example.trace):
+        if "recreated" in label and (r == 0 or states[r - 1].marker is None):
+            return True
+    return False
+
+
 def test_replay_start_after_a_recreation_skips_no_entry() -> None:
-    result = search(SMALL["kafka"], wanted=_kind("replay skips an entry"))
-    assert not [c for c in result.counterexamples if c.violation.startswith("replay skips")], (
-        _traces(result)
+    """A topic recreated under a marker: replay-start answers an error, not the old
+    marker's offset (ebd3d58; before it, the model found: flushed 0, purged to 0, the
+    topic recreated, the region writes entry 0 and restarts: replay-start answered 1)."""
+    result = search(
+        SMALL["kafka"],
+        wanted=lambda c: c.violation.startswith("replay skips") and not _unmarked_recreation(c),
     )
+    skips = [
+        c
+        for c in result.counterexamples
+        if c.violation.startswith("replay skips") and not _unmarked_recreation(c)
+    ]
+    assert not skips, _traces(result)
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a topic recreated between prepare and the purge step of a topic never purged "
-    "(no marker, so no topic id to compare) is cut at the P prepare planned on the old "
-    "topic: decide_purge does not compare Kafka's topic id with the one prepare saw",
+    reason="a topic recreated before any marker recorded its Kafka topic id (never purged, "
+    "or between the prepare and the marker write of its first purge) is not a topic reset: "
+    "the regions' reports of the old topic are planned against the new one, which is cut "
+    "below entries a region has not flushed (and replay-start then skips them); "
+    "procedures/wal_purge/_plan.py decide_purge (no topic id kept from prepare) and the "
+    "marker, which gets a topic id only from a purge",
 )
-def test_a_recreation_during_a_purge_deletes_no_needed_entry() -> None:
-    result = search(SMALL["kafka"], wanted=_kind("needed entry deleted"))
-    assert not [c for c in result.counterexamples if c.violation.startswith("needed entry")], (
-        _traces(result)
-    )
+def test_a_recreation_of_an_unmarked_topic_loses_nothing() -> None:
+    result = search(SMALL["kafka"], wanted=_unmarked_recreation)
+    assert not [c for c in result.counterexamples if _unmarked_recreation(c)], _traces(result)
 
 
 def test_the_kafka_world_finds_nothing_else() -> None:
-    """Every counterexample in the `kafka` world is one of the two known above."""
-    result = search(SMALL["kafka"], stop_at_first=False)
+    """Every counterexample in the `kafka` world is the known gap above."""
+    result = search(SMALL["kafka"], wanted=lambda c: not _unmarked_recreation(c))
     print(result.summary())
-    other = [
-        c
-        for c in result.counterexamples
-        if not c.violation.startswith(("replay skips an entry", "needed entry deleted"))
-    ]
+    other = [c for c in result.counterexamples if not _unmarked_recreation(c)]
     assert result.complete and not other, _traces(result)
 
 
@@ -133,6 +143,14 @@ VARIANTS: list[tuple[Variant, Bounds, Wanted]] = [
 ]
 
 
+CONTROLLED_BY_THE_WORLD_TEST = {
+    Variant.UNFENCED_CHECKPOINT,
+    Variant.STALE_MAP_AT_TAKEOVER,
+    Variant.ORPHAN_ON_UNKNOWN_CREATE,
+}
+"""Variants searched in a world the product holds in whole (the control is that test)."""
+
+
 @pytest.mark.parametrize(
     ("variant", "bounds", "wanted"), VARIANTS, ids=[v.name or "" for v, _, _ in VARIANTS]
 )
@@ -144,6 +162,8 @@ def test_the_search_catches_a_known_bad_variant(
     caught = [c for c in bad.counterexamples if wanted(c)]
     assert caught, f"no counterexample for {variant.name}: {bad.summary()}"
     print(caught[0].render())
+    if variant in CONTROLLED_BY_THE_WORLD_TEST:
+        return  # test_the_protocol_holds_in_the_small_bounds: nothing at all in that world
     # And the product as it is has none of that shape in the same world.
     good = search(bounds, wanted=wanted)
     assert not [c for c in good.counterexamples if wanted(c)], _traces(good)

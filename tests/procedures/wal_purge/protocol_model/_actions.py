@@ -531,7 +531,7 @@ class Model:
     def _answer(self, s: State, i: int) -> int:
         if s.lmap[i] == ABSENT:
             return ERROR
-        return self.product.replay_start(i, s.stats[i], s.lmap[i], s.marker)
+        return self.product.replay_start(i, s.stats[i], s.lmap[i], s.marker, s.kafka)
 
     # -- Kafka moved by something else ---------------------------------------------------
 

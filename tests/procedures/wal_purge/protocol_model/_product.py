@@ -229,16 +229,38 @@ class Product:
         return None if new is None else keys.encode_marker(new, marker)
 
     def _replay_start(
-        self, index: int, stat: Stat | None, checkpoint: int | None, marker: bytes | None
+        self,
+        index: int,
+        stat: Stat | None,
+        checkpoint: int | None,
+        marker: bytes | None,
+        kafka: Kafka,
     ) -> int:
         """What `GET /v1/regions/{id}/replay-start` answers (api/queries.py), ERROR for
-        an error answer."""
+        an error answer: a marker that does not decode, a reset latched, or one Kafka
+        shows now (`plan_topic`'s rule over no regions, as the API asks it); else
+        `replay_start_entry_id`."""
         try:
             stored = decoded(marker)
         except ValueError:
             return ERROR
         if stored is not None and stored.reset is not None:
             return ERROR
+        if stored is not None and (stored.pruned_entry_id is not None or stored.topic_id):
+            _, rows = self._inputs((), ())
+            unlatched = self._plan_fn(
+                TOPIC,
+                {},
+                rows,
+                now=NOW,
+                stat_ttl=STAT_TTL,
+                pruned_entry_id=stored.pruned_entry_id,
+                offsets=offsets(kafka),
+                marker=stored,
+                compare_reports=False,
+            )
+            if unlatched.topic_reset is not None:
+                return ERROR
         live = None
         if stat is not None:
             row = _row(stat)
