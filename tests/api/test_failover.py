@@ -23,6 +23,7 @@ import pytest
 import migrations
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from tests.api._live import produce
 from tests.api.conftest import free_port, heartbeat, region
 from tests.metasrv.kv._pgschema import fresh_schema
 
@@ -116,7 +117,7 @@ def leader_of(addrs: list[str], timeout: float) -> str:
 
 @pytest.mark.faults
 def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
-    two_daemons: dict[str, subprocess.Popen[bytes]],
+    two_daemons: dict[str, subprocess.Popen[bytes]], kafka_bootstrap: str
 ) -> None:
     addrs = list(two_daemons)
     leader = leader_of(addrs, timeout=60)
@@ -134,6 +135,9 @@ def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
     topic = httpx.post(
         f"http://{leader}/v1/regions", json={"region_id": 42, "node_id": 1}, timeout=30
     ).json()["topic"]
+    # The 8 entries the region reports flushed: a report of entries the topic does not
+    # hold is a topic reset (DESIGN §2 invariant 8).
+    produce(kafka_bootstrap, topic, 8)
     body = heartbeat(1, [region(42, topic, 7)])
     assert (
         httpx.post(f"http://{leader}/v1/heartbeat", json=body, timeout=5).json()["rejected"] == []

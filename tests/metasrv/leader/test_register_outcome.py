@@ -78,6 +78,9 @@ async def world(
     kv = kv_store("ro/")
     region_map = TopicRegionMap(kv, kafka, TopicLocks(), settings)
     await region_map.load()
+    # The pool exists, as a leader makes it at the start of its term: a registration's
+    # only kv reads are then the ones these tests inject faults into.
+    await region_map.create_pool()
     yield World(kv, kv_store("ro/"), region_map, settings, kafka)
     kafka.delete_topics(t for t in kafka.list_topics() if t.startswith(unique_prefix))
 
