@@ -170,6 +170,7 @@ def test_the_search_catches_a_known_bad_variant(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("world", ["purge", "idle", "replay"])
 def test_the_protocol_holds_in_the_large_bounds(world: str) -> None:
     _holds(search(LARGE[world], stop_at_first=False))

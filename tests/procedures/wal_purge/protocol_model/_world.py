@@ -189,9 +189,9 @@ for two minutes on two cores)."""
 LARGE: dict[str, Bounds] = {
     "purge": Bounds(max_hwm=4, max_terms=3, outside_moves=0, resets=0, replay=False,
                     checkpoints=False, claims=False),
-    "idle": Bounds(max_hwm=3, max_terms=3, outside_moves=0, resets=0, replay=False,
+    "idle": Bounds(max_hwm=3, max_terms=2, outside_moves=0, resets=0, replay=False,
                    checkpoints=False),
-    "replay": Bounds(max_hwm=3, max_terms=3, outside_moves=0, resets=0, checkpoints=True,
+    "replay": Bounds(max_hwm=3, max_terms=2, outside_moves=0, resets=0, checkpoints=True,
                      claims=False, registration=False),
     "kafka": Bounds(regions=2, max_hwm=3, max_terms=2, outside_moves=1, resets=1,
                     checkpoints=False, claims=False, registration=False),
