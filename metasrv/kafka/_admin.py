@@ -47,6 +47,9 @@ T = TypeVar("T")
 
 _MIN_REBUILD_INTERVAL = 5.0
 _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # all zeros: a broker keeping no ids (Kafka < 2.8)
+_DESCRIBE_WAIT = 2.0
+"""Seconds an offsets read waits for DescribeTopics' topic ids (answered in milliseconds by
+a live broker)."""
 _READ_TIMEOUT = 5.0
 """Default seconds an offsets read waits: ListOffsets is answered in milliseconds by a live
 leader, and one sent to a dead leader spins librdkafka until it expires (`_conf`)."""
@@ -290,11 +293,11 @@ class KafkaAdmin:
         }
 
     def offsets(
-        self, topics: Iterable[str], *, timeout: float | None = None
+        self, topics: Iterable[str], *, timeout: float | None = None, topic_ids: bool = True
     ) -> dict[str, PartitionOffsets]:
         """Log start and high watermark of partition 0 of each topic, with its topic id
-        (`offsets_each`); raises the first topic's error."""
-        answers = self.offsets_each(topics, timeout=timeout)
+        unless `topic_ids` is false (`offsets_each`); raises the first topic's error."""
+        answers = self.offsets_each(topics, timeout=timeout, topic_ids=topic_ids)
         found: dict[str, PartitionOffsets] = {}
         for topic, answer in answers.items():
             if isinstance(answer, MetasrvError):
@@ -303,30 +306,31 @@ class KafkaAdmin:
         return found
 
     def offsets_each(
-        self, topics: Iterable[str], *, timeout: float | None = None
+        self, topics: Iterable[str], *, timeout: float | None = None, topic_ids: bool = True
     ) -> dict[str, PartitionOffsets | MetasrvError]:
         """Each topic's partition-0 offsets and Kafka topic id, or the error that stopped
         them, from one batched request per offset kind and one batched DescribeTopics, all
         in flight at once and answered within `timeout` seconds (default: `_READ_TIMEOUT`,
         at most the request timeout; the id is never cached: a recreated topic has a new
         one). A topic whose answer made the client rebuild (stale metadata, a negative
-        offset, a timeout) is asked once more on the fresh client."""
+        offset, a timeout) is asked once more on the fresh client. `topic_ids=False` skips
+        DescribeTopics (a reader that never plans a purge, such as a sampler)."""
         names = sorted(set(topics))
         if not names:
             return {}
         wait = min(_READ_TIMEOUT, self.request_timeout) if timeout is None else timeout
         deadline = time.monotonic() + wait
         client = self._client
-        answers = self._offsets_once(names, deadline)
+        answers = self._offsets_once(names, deadline, topic_ids)
         again = [t for t, a in answers.items() if isinstance(a, MetasrvError)]
         if again and self._client is not client and time.monotonic() < deadline:
             # Fresh metadata (a topic created a moment ago, a new partition leader): a read
             # is safe to ask again, once.
-            answers.update(self._offsets_once(again, deadline))
+            answers.update(self._offsets_once(again, deadline, topic_ids))
         return answers
 
     def _offsets_once(
-        self, topics: list[str], deadline: float
+        self, topics: list[str], deadline: float, topic_ids: bool
     ) -> dict[str, PartitionOffsets | MetasrvError]:
         # OffsetSpec's factories carry no annotations in confluent-kafka's own stubs.
         specs = {
@@ -346,28 +350,45 @@ class KafkaAdmin:
             pending[kind] = {tp.topic: f for tp, f in futures.items() if tp.partition == 0}
         # A topic recreated between these answers pairs old offsets with the new id (a reset
         # by its id) or new offsets with the old id (by the high watermark below the marker).
-        wait = max(0.1, deadline - time.monotonic())
-        try:
-            described = self._client.describe_topics(TopicCollection(topics), request_timeout=wait)
-        except KafkaException as exc:
-            failed = translate_kafka_error(exc, "describe_topics")
-            return dict.fromkeys(topics, failed)
+        # DescribeTopics goes to the broker librdkafka takes for the controller, not to the
+        # partition leader: one paused broker must not stall the offsets a purge needs, so
+        # its answer is waited for `_DESCRIBE_WAIT` at most and a topic without one gets no
+        # id (the plan then names no prune point for a topic whose marker records an id).
+        described_by = min(deadline, time.monotonic() + _DESCRIBE_WAIT)
+        described: Mapping[str, Future[Any]] = {}
+        if topic_ids:
+            try:
+                described = self._client.describe_topics(
+                    TopicCollection(topics),
+                    request_timeout=max(0.1, described_by - time.monotonic()),
+                )
+            except KafkaException as exc:
+                logger.warning("describe_topics failed; offsets without topic ids: %s", exc)
         answers: dict[str, PartitionOffsets | MetasrvError] = {}
         for topic in topics:
             try:
                 low, high = (self._offset(pending[kind], topic, kind, deadline) for kind in specs)
-                topic_id = self._topic_id(described, topic, deadline)
             except MetasrvError as exc:
                 answers[topic] = exc
             else:
-                answers[topic] = PartitionOffsets(low, high, topic_id)
+                answers[topic] = PartitionOffsets(
+                    low, high, self._topic_id(described, topic, described_by)
+                )
         return answers
 
     def _topic_id(
         self, futures: Mapping[str, Future[Any]], topic: str, deadline: float
     ) -> str | None:
-        """Kafka's id of `topic` (base64, as `kafka-topics.sh --describe` prints it)."""
-        topic_id = str(self._result(futures, topic, f"describe_topics {topic}", deadline).topic_id)
+        """Kafka's id of `topic` (base64, as `kafka-topics.sh --describe` prints it); None
+        when Kafka did not say by `deadline`."""
+        future = futures.get(topic)
+        if future is None:
+            return None
+        try:
+            topic_id = str(future.result(timeout=max(0.0, deadline - time.monotonic())).topic_id)
+        except (KafkaException, TimeoutError) as exc:
+            logger.warning("no topic id for %s: %s", topic, exc)
+            return None
         return None if topic_id == _NO_TOPIC_ID else topic_id
 
     def _offset(

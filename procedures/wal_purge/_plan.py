@@ -239,6 +239,14 @@ def plan_topic(
             prune_point = high_watermark - 1
         prune_point = max(prune_point, -1)
 
+    unverified: str | None = None
+    if offsets is not None and topic_id is None and marker is not None and marker.topic_id:
+        # The marker records which topic its offsets belong to and Kafka did not say which
+        # topic this is: a topic recreated and written past the marker would pass every
+        # other check, so no cut is named until Kafka says (invariant 8).
+        unverified = "Kafka gave no topic id; the marker records one (topic reset unchecked)"
+        prune_point = None
+
     return TopicPlan(
         topic=topic,
         prune_point=prune_point,
@@ -250,6 +258,7 @@ def plan_topic(
         data_loss=tuple(lost),
         region_count=count,
         topic_id=topic_id,
+        kafka_unavailable=unverified,
     )
 
 
@@ -423,6 +432,8 @@ def describe_blocked(plan: TopicPlan) -> str:
     """Why a plan has no prune point, in one line (the first ten blocking regions)."""
     if plan.region_count == 0:
         return "no regions mapped to the topic"
+    if plan.kafka_unavailable is not None and not plan.blocked_by:
+        return f"Kafka: {plan.kafka_unavailable}"
     shown = ", ".join(f"{b.region_id} ({b.reason})" for b in plan.blocked_by[:10])
     more = len(plan.blocked_by) - 10
     return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")

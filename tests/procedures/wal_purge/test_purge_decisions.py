@@ -94,6 +94,21 @@ def test_a_topic_id_other_than_the_markers_is_a_reset() -> None:
         assert same.topic_id == kafka_id
 
 
+def test_no_cut_while_kafka_gives_no_id_and_the_marker_records_one() -> None:
+    # A topic recreated and written past the marker passes every other check: without
+    # Kafka's id the plan names no cut, and the purge step waits instead of deleting.
+    unverified = plan_of(
+        [stat(1, 60)], marker=Marker(50, topic_id="old"), offsets=PartitionOffsets(0, 100)
+    )
+    assert unverified.prune_point is None and unverified.topic_reset is None
+    assert unverified.kafka_unavailable is not None
+    assert isinstance(decide_prepare(unverified, [], logical_delete=False), Skip)
+    assert isinstance(decide_purge(55, unverified, logical_delete=False), Wait)
+    # A marker without an id (written before ids were recorded) is planned as before.
+    legacy = plan_of([stat(1, 60)], marker=Marker(50), offsets=PartitionOffsets(0, 100))
+    assert legacy.prune_point == 60 and legacy.kafka_unavailable is None
+
+
 def test_a_latched_reset_stays_whatever_kafka_shows() -> None:
     latched = Marker(60, "id", ResetLatch("topic_missing"))
     plan = plan_of([stat(1, 90)], marker=latched, offsets=PartitionOffsets(0, 100, "id"))

@@ -82,7 +82,7 @@ async def test_replay_start_never_below_log_start_while_a_follower_is_paused(
             # Log start first, then the marker: the marker only moves forward, so a
             # replay-start below this log start is a real lie, not a sampling race.
             try:
-                read = await asyncio.to_thread(probe.offsets, [topic])
+                read = await asyncio.to_thread(probe.offsets, [topic], topic_ids=False)
             except KafkaUnavailable:
                 continue
             log_start = read[topic].log_start_offset
