@@ -75,7 +75,8 @@ class RecoveryReport:
     region_id: int
     topic: str
     start_entry_id: int
-    """First entry id replayed (from the metasrv's replay-start)."""
+    """First entry id replayed: metasrv's replay-start, or the manifest's flushed id + 1
+    where that is higher (`metasrv.datanode.replay_from`)."""
     flushed_entry_id: int
     """Flushed entry id found in the manifest."""
     records_read: int
