@@ -57,10 +57,13 @@ def idle_claims_ignored(
 
 
 def replay_start_entry_id(
-    stat: RegionStat | None, checkpoint_entry_id: int | None, pruned_entry_id: int | None
+    stat: RegionStat | None,
+    checkpoint_entry_id: int | None,
+    pruned_entry_id: int | None,
+    in_flight_target: int | None = None,
 ) -> int:
     """Where a restarting region replays its WAL from (DESIGN §1):
-    `max(prunable_entry_id, pruned_entry_id) + 1`.
+    `max(prunable_entry_id, pruned_entry_id, in_flight_target) + 1`.
 
     The region needs nothing at or below its prunable id (its flushed id, or the topic's
     latest id when it reported an empty memtable: every entry it writes afterwards is
@@ -68,6 +71,14 @@ def replay_start_entry_id(
     else the persisted checkpoint (a checkpoint is a prunable id), else -1. A purge never
     deletes past the prunable id of any mapped region, so this start stays readable after
     it is answered, through every later purge.
+
+    `in_flight_target` is the persisted intent (`PurgeData.target`) of a purge of the
+    region's topic that has not finished: its marker write and DeleteRecords may land
+    after this answer, so no answer is below it. A region's prunable id may drop below it
+    after the purge step re-validated (the region wrote again, ending an idle claim), but
+    the region needs nothing at or below it: the target was at most every mapped
+    region's prunable id when it was validated, and every entry written since lies above
+    Kafka's high watermark of then, so above the target.
     """
     if stat is not None:
         needs_after = stat.prunable_entry_id
@@ -75,7 +86,8 @@ def replay_start_entry_id(
         needs_after = checkpoint_entry_id
     else:
         needs_after = -1
-    return max(needs_after, pruned_entry_id if pruned_entry_id is not None else -1) + 1
+    below = (needs_after, pruned_entry_id, in_flight_target)
+    return max(b for b in below if b is not None) + 1
 
 
 def region_id_of(table_id: int, region_number: int) -> int:

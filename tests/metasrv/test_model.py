@@ -74,3 +74,47 @@ def test_replay_start_is_one_past_the_prunable_id_or_the_marker(
     stat: RegionStat | None, checkpoint: int | None, pruned: int | None, start: int
 ) -> None:
     assert replay_start_entry_id(stat, checkpoint, pruned) == start
+
+
+@pytest.mark.parametrize(
+    ("stat", "checkpoint", "pruned", "in_flight", "start"),
+    [
+        # Issue #34: an idle region's claim (1) was replaced by a lower report (-1) after
+        # a purge to 1 re-validated; its marker write and DeleteRecords(1) may land later.
+        (_stat(-1), None, None, 1, 2),
+        (_stat(-1), None, 0, 1, 2),
+        (None, None, None, 7, 8),  # no stat, no checkpoint: still not below the purge
+        (None, 3, None, 7, 8),
+        (_stat(10), None, 4, 7, 11),  # a higher prunable id or marker still wins
+        (_stat(3), None, 9, 7, 10),
+        (_stat(3), None, 1, None, 4),  # no purge in flight: the rule as before
+    ],
+)
+def test_replay_start_is_never_below_the_target_of_a_purge_in_flight(
+    stat: RegionStat | None,
+    checkpoint: int | None,
+    pruned: int | None,
+    in_flight: int | None,
+    start: int,
+) -> None:
+    assert replay_start_entry_id(stat, checkpoint, pruned, in_flight) == start
+
+
+@given(
+    _region,
+    st.one_of(st.none(), _entry_id),
+    st.one_of(st.none(), _entry_id),
+    st.one_of(st.none(), _entry_id),
+)
+def test_a_purge_in_flight_only_raises_the_replay_start(
+    region: tuple[int, int | None, int],
+    checkpoint: int | None,
+    pruned: int | None,
+    in_flight: int | None,
+) -> None:
+    flushed, latest, memtable = region
+    stat = _stat(flushed, latest, memtable)
+    for known in (stat, None):
+        without = replay_start_entry_id(known, checkpoint, pruned)
+        with_purge = replay_start_entry_id(known, checkpoint, pruned, in_flight)
+        assert with_purge == (without if in_flight is None else max(without, in_flight + 1))
