@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap bootstrap-test setup stack stack-down test lint check demo bench
+.PHONY: bootstrap bootstrap-test setup stack stack-down test lint check demo bench model
 
 # System packages (deploy/bootstrap.sh holds the one list); silent when nothing is missing.
 bootstrap:
@@ -44,6 +44,10 @@ check: setup
 	{ rc=0; $(BIN)/ruff check . || rc=1; $(BIN)/mypy || rc=1; exit $$rc; } >$$log 2>&1 & lint=$$!; \
 	rc=0; env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -m "not services" $(PYTEST_ARGS) || rc=1; \
 	wait $$lint || rc=1; cat $$log; rm -f $$log; exit $$rc
+
+# The protocol model at its larger bounds (minutes; `make test` runs the small ones).
+model: setup
+	$(BIN)/pytest --run-slow -m slow -p no:cacheprovider tests/procedures/wal_purge/test_protocol_model.py
 
 demo: setup stack
 	$(BIN)/metasrv demo
