@@ -531,7 +531,8 @@ class Model:
     def _answer(self, s: State, i: int) -> int:
         if s.lmap[i] == ABSENT:
             return ERROR
-        return self.product.replay_start(i, s.stats[i], s.lmap[i], s.marker, s.kafka)
+        in_flight = None if s.record is None else s.record.target
+        return self.product.replay_start(i, s.stats[i], s.lmap[i], s.marker, s.kafka, in_flight)
 
     # -- Kafka moved by something else ---------------------------------------------------
 

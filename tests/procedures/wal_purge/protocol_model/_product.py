@@ -235,11 +235,13 @@ class Product:
         checkpoint: int | None,
         marker: bytes | None,
         kafka: Kafka,
+        in_flight: int | None,
     ) -> int:
         """What `GET /v1/regions/{id}/replay-start` answers (api/queries.py), ERROR for
         an error answer: a marker that does not decode, a reset latched, or one Kafka
         shows now (`plan_topic`'s rule over no regions, as the API asks it); else
-        `replay_start_entry_id`."""
+        `replay_start_entry_id`, with `in_flight` the persisted target of the topic's
+        unfinished purge (the leader's procedure manager holds it)."""
         try:
             stored = decoded(marker)
         except ValueError:
@@ -276,7 +278,7 @@ class Product:
             )
         try:
             return replay_start_entry_id(
-                live, checkpoint, None if stored is None else stored.pruned_entry_id
+                live, checkpoint, None if stored is None else stored.pruned_entry_id, in_flight
             )
         except MetasrvError:
             return ERROR
