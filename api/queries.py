@@ -26,7 +26,7 @@ from metasrv.model import (
     replay_start_entry_id,
 )
 from metasrv.sql import require_schema
-from procedures.wal_purge import export_gauges, gather_plans, plan_topic
+from procedures.wal_purge import PurgeData, WalPurge, export_gauges, gather_plans, plan_topic
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ class ReplayStart:
     region_id: int
     topic: str
     start_entry_id: int
-    """`max(prunable_entry_id, pruned_entry_id) + 1` (DESIGN §1 with the prunable id for
-    the flushed one; `metasrv.model.replay_start_entry_id`)."""
+    """`max(prunable_entry_id, pruned_entry_id, in-flight purge target) + 1` (DESIGN §1
+    with the prunable id for the flushed one; `metasrv.model.replay_start_entry_id`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,14 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     No offset is answered from a marker that has a topic reset latched, or whose topic
     Kafka shows reset now (`TopicReset`, 409: the marker's offsets belong to a topic that
     is gone, DESIGN §2 invariant 8), or that does not decode (`DamagedMarker`, 500:
-    "never purged" would be a guess)."""
+    "never purged" would be a guess).
+
+    Never below the target of a purge of the topic in flight (`_in_flight_target`): the
+    region's stat may have dropped below it after the purge step re-validated, and its
+    marker write and DeleteRecords may land after this answer (issue #34). Read in this
+    order: the stat, then the purge in flight, then the marker again; a purge that
+    finished in between has moved the marker before the second read, and one whose intent
+    is persisted after the stat was read re-validates against that stat or a later one."""
     route = _route(rt, region_id)
     marker = await _marker(rt, route.topic)
     if marker.reset is not None:
@@ -108,12 +115,35 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     unlatched = await _unlatched_reset(rt, route.topic, marker)
     if unlatched is not None:
         raise _reset_error(route.topic, ResetLatch(unlatched))
-    # Re-read after the await: the stat may have advanced meanwhile (never backwards).
+    # Re-read after the await: the stat may have changed meanwhile.
     route = _route(rt, region_id)
+    stat = _live_stat(rt, route)
+    in_flight = await _in_flight_target(rt, route.topic)
+    marker = await _marker(rt, route.topic)
+    if marker.reset is not None:
+        raise _reset_error(route.topic, marker.reset)
     start = replay_start_entry_id(
-        _live_stat(rt, route), route.checkpoint_entry_id, marker.pruned_entry_id
+        stat, route.checkpoint_entry_id, marker.pruned_entry_id, in_flight
     )
     return ReplayStart(region_id=region_id, topic=route.topic, start_entry_id=start)
+
+
+async def _in_flight_target(rt: Runtime, topic: str) -> int | None:
+    """The persisted target (`PurgeData.target`, the purge step's intent) of the purge of
+    `topic` that has not finished, if one has got that far. From the leader's procedure
+    manager, which holds every unfinished procedure record (it resumed those of earlier
+    terms before this process served) and each save of one as soon as it is stored."""
+    procedures = rt.procedures
+    procedure_id = procedures.in_flight(topic)
+    if procedure_id is None:
+        return None
+    try:
+        view = await procedures.get(procedure_id)
+    except NotFound:
+        return None  # finished and forgotten meanwhile: its marker write has landed
+    if view.kind != WalPurge.kind or view.state.terminal:
+        return None
+    return PurgeData.from_json(view.data).target
 
 
 async def _marker(rt: Runtime, topic: str) -> Marker:
@@ -179,12 +209,15 @@ async def region_view(rt: Runtime, region_id: int) -> RegionView:
     pruned = await rt.region_map.pruned_entry_id(route.topic)
     route = _route(rt, region_id)
     stat = _live_stat(rt, route)
+    in_flight = await _in_flight_target(rt, route.topic)
     return RegionView(
         route=route,
         stat=stat,
         stat_age=None if stat is None else max(0.0, time.monotonic() - stat.received_at),
         pruned_entry_id=pruned,
-        replay_start_entry_id=replay_start_entry_id(stat, route.checkpoint_entry_id, pruned),
+        replay_start_entry_id=replay_start_entry_id(
+            stat, route.checkpoint_entry_id, pruned, in_flight
+        ),
     )
 
 
@@ -200,6 +233,7 @@ async def region_views(rt: Runtime, topic: str | None, limit: int) -> list[Regio
         for r in sorted(routes, key=lambda r: r.region_id)[:limit]
     ]
     now = time.monotonic()
+    in_flight = {t: await _in_flight_target(rt, t) for t in {r.topic for r in chosen}}
     views = []
     for route in chosen:
         stat = _live_stat(rt, route)
@@ -211,7 +245,7 @@ async def region_views(rt: Runtime, topic: str | None, limit: int) -> list[Regio
                 stat_age=None if stat is None else max(0.0, now - stat.received_at),
                 pruned_entry_id=marker,
                 replay_start_entry_id=replay_start_entry_id(
-                    stat, route.checkpoint_entry_id, marker
+                    stat, route.checkpoint_entry_id, marker, in_flight[route.topic]
                 ),
             )
         )
