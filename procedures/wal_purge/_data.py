@@ -37,6 +37,11 @@ class PurgeData:
     """Kafka's log start offset when the latest plan was made."""
     high_watermark: int | None = None
     """Kafka's high watermark when the latest plan was made."""
+    topic_id: str | None = None
+    """Kafka's topic id when prepare planned (None: Kafka did not say). The purge step
+    treats offsets of another topic id as a topic reset: a topic deleted and recreated
+    during the purge, before any marker recorded its id, must not be cut with the plan
+    of the old one."""
     flush: tuple[FlushTarget, ...] = ()
     """Flush candidates chosen by prepare."""
     flush_sent_at: float | None = None

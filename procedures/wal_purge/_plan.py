@@ -46,10 +46,12 @@ protocol model in the tests calls exactly these):
 - `decide_prepare(plan, flush_targets, *, logical_delete) -> Reset | Lost | Skip | Flush
   | Cut`: the prepare step, from a plan made under the topic's write lock and the
   regions worth asking to flush (`FlushTarget`s).
-- `decide_after_flush(plan, *, logical_delete) -> Reset | Lost | Skip | Cut`: the flush
-  step once its wait is over, from a fresh plan.
-- `decide_purge(target, plan, *, logical_delete) -> Reset | Lost | Skip | Wait | Advance
-  | CatchUp`: the purge step, from the persisted `target` and a fresh plan made from the
+- `decide_after_flush(plan, *, planned_topic_id, logical_delete) -> Reset | Lost | Skip
+  | Cut`: the flush step once its wait is over, from a fresh plan and the Kafka topic id
+  prepare planned on (`PurgeData.topic_id`).
+- `decide_purge(target, plan, *, planned_topic_id, logical_delete) -> Reset | Lost | Skip
+  | Wait | Advance | CatchUp`: the purge step, from the persisted `target`, the persisted
+  Kafka topic id prepare planned on (`PurgeData.topic_id`) and a fresh plan made from the
   marker and Kafka's offsets as read now (`plan.pruned_entry_id` is that marker,
   `plan.log_start_offset` / `high_watermark` / `topic_id` those offsets).
   `Advance(target, lowered)`: move the marker to `target` (lowered below the persisted
@@ -100,7 +102,8 @@ TOPIC_RESET = BlockReason.TOPIC_RESET.value
 RESET_LATCHED = "latched"
 """The marker has a reset latched; it stays until an operator resolves it."""
 RESET_TOPIC_ID = "topic_id_changed"
-"""Kafka's topic id is not the one the marker records: deleted and recreated."""
+"""Kafka's topic id is not the one the marker records, or (`decide_purge`) not the one the
+purge's prepare step planned on: deleted and recreated."""
 RESET_BELOW_MARKER = "high_watermark_below_marker"
 """The high watermark is below `pruned_entry_id + 1`: offsets the marker covers are gone."""
 RESET_REGIONS_AHEAD = "regions_ahead_of_high_watermark"
@@ -579,11 +582,33 @@ def decide_prepare(
     return Cut(p)
 
 
-def decide_after_flush(plan: TopicPlan, *, logical_delete: bool) -> AfterFlushDecision:
-    """The flush step's decision once its wait is over, from a fresh plan: the new P must
-    pass every check again."""
+def _recreated(plan: TopicPlan, planned_topic_id: str | None) -> Reset | None:
+    """A `Reset` when Kafka's topic id in `plan` is not `planned_topic_id`, the one the
+    purge's prepare step planned on (both known): the topic was deleted and recreated
+    during the purge, and the P it planned came from reports of the old topic."""
+    now_id = plan.topic_id
+    if planned_topic_id is None or now_id is None or now_id == planned_topic_id:
+        return None
+    return Reset(
+        reason=f"{RESET_TOPIC_ID}: Kafka's topic id {now_id} is not the "
+        f"{planned_topic_id} the purge planned on",
+        regions=(),
+        topic_id=now_id,
+        high_watermark=plan.high_watermark,
+    )
+
+
+def decide_after_flush(
+    plan: TopicPlan, *, planned_topic_id: str | None, logical_delete: bool
+) -> AfterFlushDecision:
+    """The flush step's decision once its wait is over, from a fresh plan and the Kafka
+    topic id prepare planned on (`planned_topic_id`): the new P must pass every check
+    again, and a topic recreated since prepare is a `Reset` (as in `decide_purge`)."""
     if plan.topic_reset is not None:
         return _reset(plan)
+    recreated = _recreated(plan, planned_topic_id)
+    if recreated is not None:
+        return recreated
     if plan.data_loss:
         return Lost(plan.data_loss, plan.log_start_offset)
     p = plan.prune_point
@@ -598,12 +623,20 @@ def decide_after_flush(plan: TopicPlan, *, logical_delete: bool) -> AfterFlushDe
 NOTHING_LEFT = "prune point fell to the marker after regions changed; nothing to purge"
 
 
-def decide_purge(target: int, plan: TopicPlan, *, logical_delete: bool) -> PurgeDecision:
+def decide_purge(
+    target: int, plan: TopicPlan, *, planned_topic_id: str | None, logical_delete: bool
+) -> PurgeDecision:
     """The purge step's decision (the only step that destroys data), from the persisted
-    `target` and a plan made now from the marker and Kafka's offsets as read now.
+    `target`, the persisted Kafka topic id the prepare step planned on
+    (`planned_topic_id`, None when Kafka did not say) and a plan made now from the marker
+    and Kafka's offsets as read now.
 
-    - A reset topic (the plan's, or a high watermark now below the target, which was at
-      most the high watermark - 1 when planned) is `Reset`: nothing is deleted.
+    - A reset topic (the plan's; Kafka's topic id now not the one prepare planned on, both
+      known; or a high watermark now below the target, which was at most the high
+      watermark - 1 when planned) is `Reset`: nothing is deleted. The topic id check
+      covers a topic recreated during the purge before any marker recorded its id (a
+      first purge): the target was planned from reports of the old topic, and the new
+      one's entries at those offsets are not flushed.
     - A marker at or past the target: `CatchUp`, delete below the target only; nobody
       replays below the marker, so this needs no stats (a new leader finishes it).
     - Otherwise the target is re-validated against the fresh plan (resume rule, module
@@ -614,6 +647,9 @@ def decide_purge(target: int, plan: TopicPlan, *, logical_delete: bool) -> Purge
     """
     if plan.topic_reset is not None:
         return _reset(plan)
+    recreated = _recreated(plan, planned_topic_id)
+    if recreated is not None:
+        return recreated
     high_watermark = plan.high_watermark
     if high_watermark is None or plan.log_start_offset is None:
         return Wait(f"topic {plan.topic}: Kafka's offsets unknown")

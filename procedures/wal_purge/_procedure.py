@@ -19,7 +19,11 @@ what the decision value says. No step decides anything itself.
   resumed wait), then plans again: the new P must pass every check again.
 - **purge** persists its intent (target P), moves the marker to P by CAS (monotonic,
   fenced, recording Kafka's topic id), then deletes below P in Kafka (unless
-  `wal.logical_delete`) and writes the purge history row.
+  `wal.logical_delete`) and writes the purge history row. Prepare persists the Kafka
+  topic id it planned on (`PurgeData.topic_id`); offsets of another topic id at the
+  flush or purge step are a topic reset, nothing is deleted (a topic recreated during a first
+  purge, before any marker recorded its id, would otherwise be cut with the old topic's
+  plan).
 
 Marker first, then DeleteRecords. A region replays from `max(flushed, marker) + 1`, so
 once the marker is at P no region reads below P + 1 again, and nothing Kafka does with
@@ -301,6 +305,8 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         services = ctx.services
         inputs = await gather_one(services, self.data.topic)
         self._saw(inputs.plan)
+        # The topic the purge plans on: the purge step cuts nothing of another one.
+        self.data = replace(self.data, topic_id=inputs.plan.topic_id)
         decision = decide_prepare(
             inputs.plan,
             flush_targets(services, inputs),
@@ -349,7 +355,9 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         self.data = replace(self.data, flushed_regions=tuple(sorted(flushed)))
         inputs = await gather_one(services, self.data.topic)
         self._saw(inputs.plan)
-        decision = decide_after_flush(inputs.plan, logical_delete=wal.logical_delete)
+        decision = decide_after_flush(
+            inputs.plan, planned_topic_id=self.data.topic_id, logical_delete=wal.logical_delete
+        )
         if isinstance(decision, Cut):
             return Next(PurgeStep.PURGE)
         return await self._decided(ctx, inputs, decision)
@@ -371,7 +379,12 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         offsets = inputs.offsets
         assert offsets is not None
         # Decide (resume rule in the module docstring).
-        decision = decide_purge(target, inputs.plan, logical_delete=wal.logical_delete)
+        decision = decide_purge(
+            target,
+            inputs.plan,
+            planned_topic_id=self.data.topic_id,
+            logical_delete=wal.logical_delete,
+        )
         # Act.
         if isinstance(decision, Wait):
             raise Unavailable(

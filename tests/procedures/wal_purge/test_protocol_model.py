@@ -90,14 +90,23 @@ def test_replay_start_after_a_recreation_skips_no_entry() -> None:
     assert not skips, _traces(result)
 
 
+def test_a_topic_recreated_during_its_first_purge_loses_nothing() -> None:
+    """A topic recreated while a purge runs past its prepare step, before any marker
+    recorded Kafka's topic id, is a topic reset: prepare persists the id it planned on and
+    the flush and purge steps compare Kafka's with it (issue #34; before, the model found:
+    flushed 1, prepare P=1, the topic recreated, the region writes 0 and 1 again, the
+    marker moves to 1 recording the new id and DeleteRecords(1) deletes the new entry 0)."""
+    _holds(search(replace(SMALL["kafka"], recreate_during_purge_only=True), stop_at_first=False))
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="a topic recreated before any marker recorded its Kafka topic id (never purged, "
-    "or between the prepare and the marker write of its first purge) is not a topic reset: "
-    "the regions' reports of the old topic are planned against the new one, which is cut "
-    "below entries a region has not flushed (and replay-start then skips them); "
-    "procedures/wal_purge/_plan.py decide_purge (no topic id kept from prepare) and the "
-    "marker, which gets a topic id only from a purge",
+    reason="a topic recreated before any marker recorded its Kafka topic id and before a "
+    "purge planned on it (never purged, or every purge so far ended at prepare) is not a "
+    "topic reset: the regions' reports of the old topic are planned against the new one, "
+    "which is cut below entries a region has not flushed (and replay-start then skips "
+    "them); nothing records the topic id the reports belong to before the first purge's "
+    "prepare (the marker gets one only from a purge, heartbeats name the topic by name)",
 )
 def test_a_recreation_of_an_unmarked_topic_loses_nothing() -> None:
     result = search(SMALL["kafka"], wanted=_unmarked_recreation)

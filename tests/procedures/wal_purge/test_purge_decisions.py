@@ -74,9 +74,9 @@ def test_a_recreated_topic_is_a_reset_at_every_step() -> None:
     # ef11397 clamped P to 29 and called "marker ahead of log start" work.
     assert nothing_to_cut(plan) is not None
     assert isinstance(decide_prepare(plan, [], logical_delete=False), Reset)
-    assert isinstance(decide_after_flush(plan, logical_delete=False), Reset)
+    assert isinstance(decide_after_flush(plan, planned_topic_id=None, logical_delete=False), Reset)
     for target in (29, 60):
-        decision = decide_purge(target, plan, logical_delete=False)
+        decision = decide_purge(target, plan, planned_topic_id=None, logical_delete=False)
         assert isinstance(decision, Reset), decision
         assert decision.high_watermark == 30 and decision.regions == (1,)
 
@@ -85,13 +85,45 @@ def test_a_topic_id_other_than_the_markers_is_a_reset() -> None:
     offsets = PartitionOffsets(0, 100, topic_id="new")
     plan = plan_of([stat(1, 60)], marker=Marker(50, topic_id="old"), offsets=offsets)
     assert plan.topic_reset is not None and plan.topic_reset.startswith("topic_id_changed")
-    decision = decide_purge(50, plan, logical_delete=False)
+    decision = decide_purge(50, plan, planned_topic_id=None, logical_delete=False)
     assert isinstance(decision, Reset) and decision.topic_id == "new"
     # The same id, or an id not known on either side, is no reset.
     for marker, kafka_id in ((Marker(50, "new"), "new"), (Marker(50), "new"), (Marker(50), None)):
         same = plan_of([stat(1, 60)], marker=marker, offsets=PartitionOffsets(0, 100, kafka_id))
         assert same.topic_reset is None and same.prune_point == 60
         assert same.topic_id == kafka_id
+
+
+def test_a_topic_recreated_during_its_first_purge_is_a_reset() -> None:
+    # Issue #34, found by the protocol model: prepare planned P=1 on topic id "old" (the
+    # region flushed 1 and reported it; no marker yet, so none records an id). The topic
+    # was deleted and recreated and the region wrote 0 and 1 again: the fresh plan sees
+    # nothing wrong (no marker, the report 1 <= the high watermark 2 - 1), and advancing
+    # to 1 would delete the new entry 0, which the region has not flushed.
+    recreated = PartitionOffsets(0, 2, topic_id="new")
+    plan = plan_of([stat(1, 1)], offsets=recreated)
+    assert plan.topic_reset is None and plan.prune_point == 1
+    assert decide_purge(1, plan, planned_topic_id=None, logical_delete=False) == Advance(1)
+    decision = decide_purge(1, plan, planned_topic_id="old", logical_delete=False)
+    assert decision == Reset(
+        reason="topic_id_changed: Kafka's topic id new is not the old the purge planned on",
+        regions=(),
+        topic_id="new",
+        high_watermark=2,
+    )
+    # The flush step's fresh plan is checked the same way (a purge that ends there
+    # without a reset would leave the next one to plan the old reports on the new topic).
+    assert decide_after_flush(plan, planned_topic_id="old", logical_delete=False) == decision
+    assert decide_after_flush(plan, planned_topic_id="new", logical_delete=False) == Cut(1)
+    # Checked before the marker: one at the target (recording the new id) is no catch-up.
+    caught = plan_of([stat(1, 1)], marker=Marker(1, "new"), offsets=recreated)
+    assert decide_purge(1, caught, planned_topic_id="new", logical_delete=True) == CatchUp(1)
+    reset = decide_purge(1, caught, planned_topic_id="old", logical_delete=True)
+    assert isinstance(reset, Reset) and reset.reason.startswith("topic_id_changed")
+    # The same id, or an id either side does not know, is no reset.
+    assert decide_purge(1, plan, planned_topic_id="new", logical_delete=False) == Advance(1)
+    unknown = plan_of([stat(1, 1)], offsets=PartitionOffsets(0, 2))
+    assert decide_purge(1, unknown, planned_topic_id="old", logical_delete=False) == Advance(1)
 
 
 def test_no_cut_while_kafka_gives_no_id_and_the_marker_records_one() -> None:
@@ -103,7 +135,9 @@ def test_no_cut_while_kafka_gives_no_id_and_the_marker_records_one() -> None:
     assert unverified.prune_point is None and unverified.topic_reset is None
     assert unverified.kafka_unavailable is not None
     assert isinstance(decide_prepare(unverified, [], logical_delete=False), Skip)
-    assert isinstance(decide_purge(55, unverified, logical_delete=False), Wait)
+    assert isinstance(
+        decide_purge(55, unverified, planned_topic_id=None, logical_delete=False), Wait
+    )
     # A marker without an id (written before ids were recorded) is planned as before.
     legacy = plan_of([stat(1, 60)], marker=Marker(50), offsets=PartitionOffsets(0, 100))
     assert legacy.prune_point == 60 and legacy.kafka_unavailable is None
@@ -162,13 +196,17 @@ def test_prepare_decisions() -> None:
 
 def test_after_flush_decisions() -> None:
     offsets = PartitionOffsets(0, 100)
-    assert decide_after_flush(plan_of([stat(1, 40)], offsets=offsets), logical_delete=False) == (
-        Cut(40)
-    )
+    assert decide_after_flush(
+        plan_of([stat(1, 40)], offsets=offsets), planned_topic_id=None, logical_delete=False
+    ) == (Cut(40))
     blocked = plan_of([stat(1, 40, age=2 * TTL)], offsets=offsets)
-    assert isinstance(decide_after_flush(blocked, logical_delete=False), Skip)
+    assert isinstance(
+        decide_after_flush(blocked, planned_topic_id=None, logical_delete=False), Skip
+    )
     nothing = plan_of([stat(1, -1)], offsets=offsets)
-    assert isinstance(decide_after_flush(nothing, logical_delete=False), Skip)
+    assert isinstance(
+        decide_after_flush(nothing, planned_topic_id=None, logical_delete=False), Skip
+    )
 
 
 # --- the purge step ---------------------------------------------------------------------
@@ -177,32 +215,38 @@ def test_after_flush_decisions() -> None:
 def test_purge_decisions() -> None:
     offsets = PartitionOffsets(0, 100)
     fresh = plan_of([stat(1, 40), stat(2, 60)], marker=Marker(10), offsets=offsets)
-    assert decide_purge(40, fresh, logical_delete=False) == Advance(40)
-    assert decide_purge(30, fresh, logical_delete=False) == Advance(30)
+    assert decide_purge(40, fresh, planned_topic_id=None, logical_delete=False) == Advance(40)
+    assert decide_purge(30, fresh, planned_topic_id=None, logical_delete=False) == Advance(30)
     # A region registered meanwhile lowers P: the target follows it down.
     lowered = plan_of([stat(1, 40), stat(2, 60), stat(3, 25)], marker=Marker(10), offsets=offsets)
-    assert decide_purge(40, lowered, logical_delete=False) == Advance(25, lowered=True)
+    assert decide_purge(40, lowered, planned_topic_id=None, logical_delete=False) == Advance(
+        25, lowered=True
+    )
     at_marker = plan_of([stat(1, 40), stat(2, 5)], marker=Marker(10), offsets=offsets)
-    assert isinstance(decide_purge(40, at_marker, logical_delete=False), Skip)
+    assert isinstance(
+        decide_purge(40, at_marker, planned_topic_id=None, logical_delete=False), Skip
+    )
     # After a leader change nothing has reported: wait, never trust the old target.
     empty = plan_of([], regions=2, marker=Marker(10), offsets=offsets)
-    waiting = decide_purge(40, empty, logical_delete=False)
+    waiting = decide_purge(40, empty, planned_topic_id=None, logical_delete=False)
     assert isinstance(waiting, Wait) and waiting.regions == (1, 2)
     # The marker already at the target (a resumed purge): only Kafka's deletion is left,
     # with or without stats.
     done = plan_of([], regions=2, marker=Marker(40), offsets=offsets)
-    assert decide_purge(40, done, logical_delete=False) == CatchUp(40)
+    assert decide_purge(40, done, planned_topic_id=None, logical_delete=False) == CatchUp(40)
     # Retention deleted what a region needs: loss, nothing moves.
     lossy = plan_of(
         [stat(1, 40), stat(2, 20)], marker=Marker(10), offsets=PartitionOffsets(30, 100)
     )
-    assert decide_purge(40, lossy, logical_delete=False) == Lost((2,), 30)
+    assert decide_purge(40, lossy, planned_topic_id=None, logical_delete=False) == Lost((2,), 30)
     # The high watermark fell below the target since it was planned (at most hwm - 1).
     fallen = plan_of([stat(1, 5)], offsets=PartitionOffsets(0, 20))
-    below = decide_purge(40, fallen, logical_delete=False)
+    below = decide_purge(40, fallen, planned_topic_id=None, logical_delete=False)
     assert isinstance(below, Reset) and below.reason.startswith("high_watermark_below_target")
     # No offsets: wait.
-    assert isinstance(decide_purge(40, plan_of([stat(1, 40)]), logical_delete=False), Wait)
+    assert isinstance(
+        decide_purge(40, plan_of([stat(1, 40)]), planned_topic_id=None, logical_delete=False), Wait
+    )
 
 
 # --- properties -------------------------------------------------------------------------
@@ -239,15 +283,22 @@ def _worlds(draw: st.DrawFn) -> tuple[TopicPlan, int]:
 
 
 @settings(max_examples=1000, deadline=None)
-@given(world=_worlds(), logical=st.booleans())
-def test_purge_decision_properties(world: tuple[TopicPlan, int], logical: bool) -> None:
+@given(world=_worlds(), logical=st.booleans(), planned=st.sampled_from([None, "a", "a", "a", "b"]))
+def test_purge_decision_properties(
+    world: tuple[TopicPlan, int], logical: bool, planned: str | None
+) -> None:
     plan, target = world
-    decision = decide_purge(target, plan, logical_delete=logical)
+    decision = decide_purge(target, plan, planned_topic_id=planned, logical_delete=logical)
     marker = plan.pruned_entry_id
     hwm = plan.high_watermark
     if plan.topic_reset is not None:
         # Invariant 8: a reset topic is never cut, whatever the target.
         assert isinstance(decision, Reset)
+        return
+    if planned is not None and plan.topic_id is not None and plan.topic_id != planned:
+        # Not the topic prepare planned on: a reset, whatever the marker says.
+        assert isinstance(decision, Reset) and decision.reason.startswith("topic_id_changed")
+        assert decision.topic_id == plan.topic_id
         return
     if isinstance(decision, Advance):
         # Invariants 1 and 6: never past what every mapped region allows, nor past the
@@ -282,7 +333,7 @@ def test_prepare_and_after_flush_properties(
     plan, _ = world
     targets = [TARGET] if flush else []
     first = decide_prepare(plan, targets, logical_delete=logical)
-    then = decide_after_flush(plan, logical_delete=logical)
+    then = decide_after_flush(plan, planned_topic_id=None, logical_delete=logical)
     for decision in (first, then):
         if plan.topic_reset is not None:
             assert isinstance(decision, Reset)

@@ -160,7 +160,9 @@ class Model:
         plan, decision = self.product.prepare(s.lmap, s.stats, s.marker, s.kafka)
         if isinstance(decision, Flush | Cut):
             step = "flush" if isinstance(decision, Flush) else "purge"
-            record = s.record._replace(step=step, prune_point=decision.prune_point)
+            record = s.record._replace(
+                step=step, prune_point=decision.prune_point, topic_id=plan.topic_id
+            )
             return (
                 f"prepare: P={plan.prune_point}, next {step}",
                 s._replace(record=record, task=Task(step)),
@@ -170,7 +172,9 @@ class Model:
 
     def _after_flush(self, s: State) -> Transition:
         assert s.record is not None
-        plan, decision = self.product.after_flush(s.lmap, s.stats, s.marker, s.kafka)
+        plan, decision = self.product.after_flush(
+            s.record.topic_id, s.lmap, s.stats, s.marker, s.kafka
+        )
         if isinstance(decision, Cut):
             record = s.record._replace(step="purge", prune_point=decision.prune_point)
             return (
@@ -189,7 +193,9 @@ class Model:
             target = record.prune_point
             record = record._replace(target=target)
             s = s._replace(record=record)
-        _plan, decision = self.product.purge(target, s.lmap, s.stats, s.marker, s.kafka)
+        _plan, decision = self.product.purge(
+            target, record.topic_id, s.lmap, s.stats, s.marker, s.kafka
+        )
         if isinstance(decision, Wait):
             # Unavailable: retried later; when the retries run out the procedure fails.
             yield ("purge: blocked; retries exhausted: failed", _finish(s), None)
@@ -548,7 +554,8 @@ class Model:
                     kafka=kafka._replace(owners=(*kafka.owners, FOREIGN)), outside=s.outside + 1
                 )
                 yield (f"another producer writes entry {kafka.hwm}", state, None)
-        if s.resets < b.resets:
+        planned = s.record is not None and s.record.step != "prepare"
+        if s.resets < b.resets and (planned or not b.recreate_during_purge_only):
             state = s._replace(kafka=Kafka(kafka.inc + 1, 0, (), 0), resets=s.resets + 1)
             yield ("the topic is deleted and recreated (offsets from 0)", state, None)
 

@@ -204,16 +204,35 @@ class Product:
         return plan, decide_prepare(plan, targets, logical_delete=False)
 
     def _after_flush(
-        self, lmap: Lmap, stats: Stats, marker: bytes | None, kafka: Kafka
+        self,
+        planned_topic_id: str | None,
+        lmap: Lmap,
+        stats: Stats,
+        marker: bytes | None,
+        kafka: Kafka,
     ) -> tuple[TopicPlan, AfterFlushDecision]:
+        """`decide_after_flush` as `step_flush` calls it: a fresh plan and the persisted
+        topic id prepare planned on."""
         plan = self.plan(lmap, stats, marker, kafka)
-        return plan, decide_after_flush(plan, logical_delete=False)
+        return plan, decide_after_flush(
+            plan, planned_topic_id=planned_topic_id, logical_delete=False
+        )
 
     def _purge(
-        self, target: int, lmap: Lmap, stats: Stats, marker: bytes | None, kafka: Kafka
+        self,
+        target: int,
+        planned_topic_id: str | None,
+        lmap: Lmap,
+        stats: Stats,
+        marker: bytes | None,
+        kafka: Kafka,
     ) -> tuple[TopicPlan, PurgeDecision]:
+        """`decide_purge` as `step_purge` calls it: the persisted target and the persisted
+        topic id prepare planned on, and a fresh plan."""
         plan = self.plan(lmap, stats, marker, kafka)
-        return plan, decide_purge(target, plan, logical_delete=False)
+        return plan, decide_purge(
+            target, plan, planned_topic_id=planned_topic_id, logical_delete=False
+        )
 
     @staticmethod
     def advanced(marker: bytes | None, target: int, kafka: Kafka) -> bytes | None:

@@ -69,6 +69,8 @@ class Record(NamedTuple):
     prune_point: int | None
     target: int | None
     """The purge step's persisted intent."""
+    topic_id: str | None = None
+    """Kafka's topic id the prepare step planned on (`PurgeData.topic_id`)."""
 
 
 class Task(NamedTuple):
@@ -157,6 +159,10 @@ class Bounds:
     """A DeleteRecords in flight when the topic is deleted may land on the recreated
     topic (Kafka's DeleteRecords names the topic, not its id: nothing metasrv can fence;
     off by default, see the package docstring)."""
+    recreate_during_purge_only: bool = False
+    """The topic is deleted and recreated only while a purge runs past its prepare step
+    (the purge's own topic-id check then applies; a topic recreated with no marker and
+    no purge planned on it is the known gap of `test_protocol_model.py`)."""
     partial_reports: bool = True
     """A heartbeat may carry any flushed id between the stored one and the truth (a
     delayed or reordered one); otherwise only the truth."""
