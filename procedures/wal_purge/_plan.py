@@ -636,7 +636,8 @@ def decide_purge(
       watermark - 1 when planned) is `Reset`: nothing is deleted. The topic id check
       covers a topic recreated during the purge before any marker recorded its id (a
       first purge): the target was planned from reports of the old topic, and the new
-      one's entries at those offsets are not flushed.
+      one's entries at those offsets are not flushed. While Kafka gives no topic id and
+      prepare had one, the step waits (`Wait`): that check cannot be made.
     - A marker at or past the target: `CatchUp`, delete below the target only; nobody
       replays below the marker, so this needs no stats (a new leader finishes it).
     - Otherwise the target is re-validated against the fresh plan (resume rule, module
@@ -650,6 +651,14 @@ def decide_purge(
     recreated = _recreated(plan, planned_topic_id)
     if recreated is not None:
         return recreated
+    if planned_topic_id is not None and plan.topic_id is None:
+        # Kafka did not say which topic this is now (DescribeTopics slow): a topic
+        # recreated since prepare and written past the target passes every other check,
+        # the marker's too (a catch-up included).
+        return Wait(
+            f"topic {plan.topic}: Kafka gave no topic id; the purge planned on "
+            f"{planned_topic_id} (topic reset unchecked)"
+        )
     high_watermark = plan.high_watermark
     if high_watermark is None or plan.log_start_offset is None:
         return Wait(f"topic {plan.topic}: Kafka's offsets unknown")
