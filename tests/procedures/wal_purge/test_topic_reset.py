@@ -224,3 +224,51 @@ async def test_a_topic_recreated_while_a_purge_waits_for_a_flush(
     assert stored is not None
     reset = keys.decode_marker(stored.value).reset
     assert reset is not None and reset.reason.startswith("regions_ahead_of_high_watermark")
+
+
+async def test_a_topic_recreated_during_its_first_purge_is_a_topic_reset(
+    harness_factory: HarnessFactory,
+) -> None:
+    # Issue #34, found by the protocol model. Never purged, so no marker records Kafka's
+    # topic id: the purge's prepare plans P = 20 on the old topic and asks region 1 to
+    # flush. Meanwhile the topic is recreated, the region writes 30 entries on the new one
+    # (offsets 0-29) and reports flushed 25, a value the new topic could hold: no marker
+    # and no report tells the new topic from the old one. Only the topic id prepare planned
+    # on does; without it the purge moved the marker to 25 and deleted new entries 0-24.
+    h = await harness_factory(wal={"flush_trigger_size": "1KB", "flush_wait_timeout": "30s"})
+    topic = h.topic(0)
+    await h.register(1, topic)
+    h.produce(topic, 100)
+    h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
+    h.report(1, topic, flushed=20)
+    old_id = h.offsets(topic).topic_id
+    assert old_id is not None
+    [pid] = await submit_purges(h.manager, [topic], reason="test")
+
+    async def flushing() -> bool:
+        return (await h.manager.get(pid)).step == "flush" and bool(h.mailbox.pending(1))
+
+    await _until(flushing, "the purge waits for the flush")
+    assert h.kv.get(keys.topic_name(topic)) is None  # no marker, no topic id recorded
+    await recreate(h, topic)
+    h.produce(topic, 30)
+    h.report(1, topic, flushed=25)  # "flushed": the wait ends, the step plans again
+
+    view = await h.manager.wait(pid, 60)
+
+    assert view.state is ProcedureState.FAILED and view.error_code == "topic_reset", view
+    # Nothing deleted: every entry of the new topic is still there.
+    offsets = h.offsets(topic)
+    assert (offsets.log_start_offset, offsets.high_watermark) == (0, 30)
+    assert h.readable(topic, 0)
+    assert offsets.topic_id is not None and offsets.topic_id != old_id
+    # The reset is latched with Kafka's new id; the marker was never moved.
+    stored = h.kv.get(keys.topic_name(topic))
+    assert stored is not None
+    marker = keys.decode_marker(stored.value)
+    assert marker.pruned_entry_id is None
+    assert marker.reset is not None and marker.reset.reason.startswith("topic_id_changed"), marker
+    assert marker.reset.detected_topic_id == offsets.topic_id
+    events = [e for e in await h.services.events.read(limit=1000) if e.procedure_id == pid]
+    assert [e.kind for e in events].count("topic_reset") == 1
+    assert sample(h.services.metrics, "metasrv_wal_topic_reset", {"topic": topic}) == 1
