@@ -122,6 +122,8 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     marker = await _marker(rt, route.topic)
     if marker.reset is not None:
         raise _reset_error(route.topic, marker.reset)
+    if in_flight is not None:
+        await _check_purge_topic(rt, route.topic)
     start = replay_start_entry_id(
         stat, route.checkpoint_entry_id, marker.pruned_entry_id, in_flight
     )
@@ -144,6 +146,40 @@ async def _in_flight_target(rt: Runtime, topic: str) -> int | None:
     if view.kind != WalPurge.kind or view.state.terminal:
         return None
     return PurgeData.from_json(view.data).target
+
+
+async def _check_purge_topic(rt: Runtime, topic: str) -> None:
+    """`TopicReset` when the purge of `topic` in flight planned on a Kafka topic id that is
+    not Kafka's now: its target counts offsets of a topic that is gone, and a floor taken
+    from it would skip the new topic's entries. Best effort, as `_unlatched_reset`."""
+    procedure_id = rt.procedures.in_flight(topic)
+    if procedure_id is None:
+        return
+    try:
+        view = await rt.procedures.get(procedure_id)
+    except NotFound:
+        return
+    planned = PurgeData.from_json(view.data).topic_id
+    if planned is None:
+        return
+    try:
+        offsets = await asyncio.wait_for(rt.purge.batcher.offsets(topic), _REPLAY_KAFKA_WAIT)
+    except (TimeoutError, MetasrvError) as exc:
+        logger.warning(
+            "replay start answered without Kafka's topic id",
+            extra={"topic": topic, "error": str(exc)},
+        )
+        return
+    if offsets.topic_id is not None and offsets.topic_id != planned:
+        raise _reset_error(
+            topic,
+            ResetLatch(
+                f"topic_id_changed: a purge in flight planned on topic id {planned}; "
+                f"Kafka's is {offsets.topic_id}",
+                offsets.topic_id,
+                offsets.high_watermark,
+            ),
+        )
 
 
 async def _marker(rt: Runtime, topic: str) -> Marker:

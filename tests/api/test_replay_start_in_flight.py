@@ -21,6 +21,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import Compare, Put, TxnOp, TxnResult
 from tests.api._live import produce
 from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
+from tests.metasrv.kafka._recreate import recreate_topic
 
 FLUSHED = 11
 IDLE = 12
@@ -123,3 +124,31 @@ def test_an_idle_region_reporting_lower_under_a_purge_is_answered_above_its_targ
         # What the region was answered is readable: it replays from 2 >= the log start.
         assert answered >= log_start
         assert _replay_start(c, IDLE) == 2
+
+
+def test_replay_start_under_a_purge_of_a_recreated_topic_answers_no_offset(
+    make_settings: SettingsFactory, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The purge in flight planned on the old topic: its target counts offsets of a topic
+    # that is gone, and a floor taken from it would skip the new topic's entries.
+    settings = make_settings()
+    kafka = KafkaAdmin(kafka_bootstrap)
+    with start_server(settings) as srv, srv.client() as c:
+        topic = c.post("/v1/regions", json={"region_id": FLUSHED, "node_id": 1}).json()["topic"]
+        produce(kafka_bootstrap, topic, 2)
+        sent = c.post("/v1/heartbeat", json=heartbeat(1, [region(FLUSHED, topic, 1)]))
+        assert sent.status_code == 200, sent.text
+        runtime: Runtime = srv.app.state.runtime
+        hold = MarkerWriteHold(runtime, topic)
+        monkeypatch.setattr(runtime.purge.committer, "txn", hold.txn)
+        try:
+            submitted = c.post("/v1/purge", json={"topics": [topic]})
+            assert submitted.status_code == 202, submitted.text
+            assert hold.reached.wait(_HOLD_TIMEOUT), "the purge's marker write never came"
+            recreate_topic(kafka, topic)
+            produce(kafka_bootstrap, topic, 1)  # the region writes entry 0 of the new topic
+            answer = c.get(f"/v1/regions/{FLUSHED}/replay-start")
+            assert answer.status_code == 409, answer.text
+            assert answer.json()["error"]["code"] == "topic_reset"
+        finally:
+            hold.release.set()

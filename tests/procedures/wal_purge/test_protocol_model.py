@@ -107,14 +107,6 @@ def test_a_topic_recreated_during_its_first_purge_deletes_nothing_needed() -> No
     assert result.complete and kinds <= {"replay skips an entry"}, _traces(result)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay-start answers at least the target of the purge in flight (api/queries.py "
-    "_in_flight_target) even when Kafka's topic id is no longer the one that purge planned "
-    "on (PurgeData.topic_id): after a recreation the target names the old topic's offsets "
-    "and the answer skips the new topic's unflushed entries (a target of 0, the topic "
-    "recreated, the region writes 0 and restarts: answered 1)",
-)
 def test_a_topic_recreated_during_its_first_purge_loses_nothing() -> None:
     _holds(search(RECREATED_DURING_A_PURGE, stop_at_first=False))
 

@@ -537,8 +537,12 @@ class Model:
     def _answer(self, s: State, i: int) -> int:
         if s.lmap[i] == ABSENT:
             return ERROR
-        in_flight = None if s.record is None else s.record.target
-        return self.product.replay_start(i, s.stats[i], s.lmap[i], s.marker, s.kafka, in_flight)
+        record = s.record
+        in_flight = None if record is None else record.target
+        planned = None if record is None else record.topic_id
+        return self.product.replay_start(
+            i, s.stats[i], s.lmap[i], s.marker, s.kafka, in_flight, planned
+        )
 
     # -- Kafka moved by something else ---------------------------------------------------
 

@@ -255,12 +255,15 @@ class Product:
         marker: bytes | None,
         kafka: Kafka,
         in_flight: int | None,
+        in_flight_topic_id: str | None = None,
     ) -> int:
         """What `GET /v1/regions/{id}/replay-start` answers (api/queries.py), ERROR for
         an error answer: a marker that does not decode, a reset latched, or one Kafka
         shows now (`plan_topic`'s rule over no regions, as the API asks it); else
         `replay_start_entry_id`, with `in_flight` the persisted target of the topic's
-        unfinished purge (the leader's procedure manager holds it)."""
+        unfinished purge (the leader's procedure manager holds it); an error when that
+        purge planned on a Kafka topic id (`in_flight_topic_id`) that is not Kafka's now
+        (`api.queries._check_purge_topic`)."""
         try:
             stored = decoded(marker)
         except ValueError:
@@ -282,6 +285,9 @@ class Product:
             )
             if unlatched.topic_reset is not None:
                 return ERROR
+        now_id = offsets(kafka).topic_id
+        if in_flight is not None and in_flight_topic_id not in (None, now_id) and now_id:
+            return ERROR
         live = None
         if stat is not None:
             row = _row(stat)
