@@ -112,7 +112,13 @@ class ReplayStart(Answer):
 
     region_id: int
     topic: str
-    start_entry_id: Annotated[int, _doc("max(flushed_entry_id, pruned_entry_id) + 1")]
+    start_entry_id: Annotated[
+        int,
+        _doc(
+            "max(prunable_entry_id, pruned_entry_id, target of an unfinished purge) + 1; "
+            "a datanode reads from max(this, its own flushed_entry_id + 1)"
+        ),
+    ]
 
 
 # --- topics and plans ----------------------------------------------------------------------
