@@ -363,7 +363,7 @@ class KafkaAdmin:
                     request_timeout=max(0.1, described_by - time.monotonic()),
                 )
             except KafkaException as exc:
-                logger.warning("describe_topics failed; offsets without topic ids: %s", exc)
+                self._rebuild(f"describe_topics failed: {exc}")
         answers: dict[str, PartitionOffsets | MetasrvError] = {}
         for topic in topics:
             try:
@@ -387,7 +387,9 @@ class KafkaAdmin:
         try:
             topic_id = str(future.result(timeout=max(0.0, deadline - time.monotonic())).topic_id)
         except (KafkaException, TimeoutError) as exc:
-            logger.warning("no topic id for %s: %s", topic, exc)
+            # librdkafka keeps asking the broker it took for the controller; fresh metadata
+            # names another once Kafka has fenced a paused or dead one.
+            self._rebuild(f"no topic id for {topic}: {exc}")
             return None
         return None if topic_id == _NO_TOPIC_ID else topic_id
 
