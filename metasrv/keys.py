@@ -47,12 +47,26 @@ class ResetLatch:
 class Marker:
     """A topic's marker value. `topic_id` is the Kafka topic id (UUID, as Kafka prints it)
     of the topic the marker's offsets belong to: a topic deleted and recreated under the
-    same name gets a new id and starts again at offset 0. None: not recorded yet (a
-    marker written before metasrv recorded ids, or never purged)."""
+    same name gets a new id and starts again at offset 0. Recorded by the first
+    registration on the topic (`registered_marker`) and at every advance; None on a
+    marker written before metasrv recorded ids."""
 
     pruned_entry_id: int | None = None
     topic_id: str | None = None
     reset: ResetLatch | None = None
+
+
+def registered_marker(marker: Marker | None, kafka_topic_id: str) -> Marker | None:
+    """The marker a registration writes before a region's first route on a topic: one
+    recording Kafka's `kafka_topic_id`, so the regions' reports are tied to the topic they
+    wrote to and a recreation is a topic reset even before the first purge (invariant 8).
+    None when there is nothing to write: an id is recorded already (the purge compares it
+    with Kafka's) or a reset is latched (only an operator clears it)."""
+    if marker is None:
+        return Marker(None, kafka_topic_id)
+    if marker.topic_id is not None or marker.reset is not None:
+        return None
+    return Marker(marker.pruned_entry_id, kafka_topic_id)
 
 
 def decode_marker(value: bytes) -> Marker:

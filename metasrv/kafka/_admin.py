@@ -47,6 +47,8 @@ T = TypeVar("T")
 
 _MIN_REBUILD_INTERVAL = 5.0
 _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # all zeros: a broker keeping no ids (Kafka < 2.8)
+_ID_RETRY_DELAY = 0.2
+"""Seconds between two DescribeTopics of one topic whose id `topic_id` waits for."""
 _DESCRIBE_WAIT = 2.0
 """Seconds an offsets read waits for DescribeTopics' topic ids (answered in milliseconds by
 a live broker)."""
@@ -291,6 +293,31 @@ class KafkaAdmin:
             t: TopicDurability(replication_factor=rf, min_insync_replicas=min_isr.get(t))
             for t, rf in replicas.items()
         }
+
+    def topic_id(self, topic: str, *, timeout: float | None = None) -> str:
+        """Kafka's id of `topic` (DescribeTopics), asked again until `timeout` seconds
+        (default: the request timeout) have passed: a topic created a moment ago may not be
+        known to the broker asked yet. `KafkaUnavailable` when no id came."""
+        deadline = time.monotonic() + (self.request_timeout if timeout is None else timeout)
+        why = "no answer"
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                futures = self._client.describe_topics(
+                    TopicCollection([topic]), request_timeout=left
+                )
+                found = str(futures[topic].result(timeout=left).topic_id)
+            except (KafkaException, TimeoutError) as exc:
+                why = str(exc) or type(exc).__name__
+                if isinstance(exc, KafkaException):
+                    self._refresh_if_stale(exc)
+            else:
+                if found != _NO_TOPIC_ID:
+                    return found
+                why = "the broker keeps no topic ids"
+            if time.monotonic() + _ID_RETRY_DELAY >= deadline:
+                raise KafkaUnavailable(f"describe_topics {topic}: {why}", details={"topic": topic})
+            time.sleep(_ID_RETRY_DELAY)
 
     def offsets(
         self, topics: Iterable[str], *, timeout: float | None = None, topic_ids: bool = True

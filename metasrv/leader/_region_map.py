@@ -88,6 +88,8 @@ class TopicRegionMap:
         # a collection either (a million entries at the design load).
         self._checkpoints: dict[int, _Written] = {}
         self._created: set[str] = set()
+        self._identified: set[str] = set()
+        """Topics whose marker records a Kafka topic id (read or written this term)."""
         self._malformed: set[str] = set()
         self.revision = 0
         """The kv revision the map reflects (its load's, then the last change applied)."""
@@ -126,6 +128,7 @@ class TopicRegionMap:
             self._checkpoints = {}
             self._uncertain = {}
             self._created = set(loaded.by_topic)
+            self._identified = set()
             self.revision = loaded.revision
             self.loaded = True
         logger.info(
@@ -209,6 +212,7 @@ class TopicRegionMap:
         self._checkpoints = {}
         self._uncertain = {}
         self._created = set()
+        self._identified = set()
         self._malformed = set()
         self.revision = 0
         self.loaded = False
@@ -332,6 +336,8 @@ class TopicRegionMap:
                 if existing is None:
                     if chosen not in self._created:
                         await self._ensure_topics([chosen])
+                    if chosen not in self._identified:
+                        await self._record_topic_id(chosen)
                     route = await self._create(region_id, node_id, chosen)
         finally:
             self._reserved[chosen] -= 1
@@ -378,6 +384,41 @@ class TopicRegionMap:
         )
         self._insert(route)
         return route
+
+    async def _record_topic_id(self, topic: str) -> None:
+        """Make the topic's marker record Kafka's topic id before a route is written on it
+        (`keys.registered_marker`; the caller holds the topic's shared lock and `_mutate`).
+        Every region's reports then belong to a known topic: one deleted and recreated
+        before its first purge is a topic reset, not a topic to cut by the old reports.
+        Once per topic per term; `KafkaUnavailable` when Kafka does not name the topic's id
+        (the registration is refused, to be retried, rather than left unchecked)."""
+        key = keys.topic_name(topic)
+        stored = await asyncio.to_thread(self._kv.get, key)
+        try:
+            marker = None if stored is None else keys.decode_marker(stored.value)
+        except ValueError:
+            # Damaged: left for the purge to report (it plans nothing under it).
+            self._identified.add(topic)
+            return
+        if marker is not None and (marker.topic_id is not None or marker.reset is not None):
+            self._identified.add(topic)
+            return
+        topic_id = await asyncio.to_thread(self._kafka.topic_id, topic)
+        recorded = keys.registered_marker(marker, topic_id)
+        assert recorded is not None
+        result = await asyncio.to_thread(
+            self._kv.txn,
+            [*self.fence(), Compare(key, revision=stored.mod_revision if stored else 0)],
+            [Put(key, keys.encode_marker(recorded, stored.value if stored else None))],
+        )
+        if not result.succeeded:
+            # Purges and resolve-reset write the marker under the exclusive lock, so only
+            # the fence can have failed (or an earlier attempt whose answer was lost landed).
+            again = await asyncio.to_thread(self._kv.get, key)
+            if again is None or keys.decode_marker(again.value).topic_id is None:
+                raise LeadershipLost("lost leadership while recording a topic id")
+        self._identified.add(topic)
+        logger.info("topic id recorded", extra={"topic": topic, "topic_id": topic_id})
 
     async def _move(self, route: RegionRoute, node_id: int) -> RegionRoute:
         """Route a registered region to another datanode (it moved): its checkpoint is
@@ -468,23 +509,17 @@ class TopicRegionMap:
         return created
 
     async def _refuse_reset_topics(self, topics: list[str]) -> None:
-        """`TopicReset` when one of `topics` is missing from Kafka although metasrv purged it
-        (its marker names an entry id or a latched reset): creating it again would start
+        """`TopicReset` when one of `topics` is missing from Kafka although it has a marker
+        (regions were registered on it, or it was purged): creating it again would start
         its offsets at 0 under a marker that says otherwise (DESIGN §2 invariant 8)."""
         existing = await asyncio.to_thread(self._kafka.list_topics)
         for topic in sorted(set(topics) - existing):
-            stored = await asyncio.to_thread(self._kv.get, keys.topic_name(topic))
-            if stored is None:
-                continue
-            try:
-                marker = keys.decode_marker(stored.value)
-            except ValueError:
-                marker = None  # damaged: as good as purged, never recreate under it
-            if marker is None or marker.pruned_entry_id is not None or marker.reset is not None:
+            if await asyncio.to_thread(self._kv.get, keys.topic_name(topic)) is not None:
                 raise TopicReset(
-                    f"kafka topic {topic} is missing but metasrv has purged it (its marker is "
-                    "in the kv): not created again; a topic reset must be resolved by an "
-                    f"operator (create the topic, then POST /v1/topics/{topic}/resolve-reset)",
+                    f"kafka topic {topic} is missing but metasrv has a marker for it (regions "
+                    "were registered on it): not created again; a topic reset must be "
+                    f"resolved by an operator (create the topic, then POST "
+                    f"/v1/topics/{topic}/resolve-reset)",
                     details={"topic": topic},
                 )
 

@@ -1,7 +1,8 @@
 """Heartbeat ingest: per-region rejections, whole-body validation, what gets stored.
 
 The topic-region map comes from a real SQL kv backend (SQLite in memory), loaded by
-`TopicRegionMap.load()`; Kafka is never contacted because no region is registered here.
+`TopicRegionMap.load()`; Kafka is never contacted: regions are registered only on topics
+the map loaded, whose markers record a Kafka topic id already.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Setup:
             None, wal={"broker_endpoints": [kafka_bootstrap], "checkpoint_batch": 1000}
         )
         self.kv = kv
+        for topic in ("t_0", "t_1"):  # registered on before: their markers record an id
+            kv.put(keys.topic_name(topic), keys.encode_marker(keys.Marker(None, f"id-{topic}")))
         self.kafka = KafkaAdmin(kafka_bootstrap)
         self.registry = RegionRegistry()
         self.metrics = Metrics()

@@ -14,6 +14,7 @@ from metasrv.errors import KvUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import Compare, KeyValue, KvBackend, TxnOp, TxnResult
 from metasrv.leader import TopicLocks, TopicRegionMap
+from metasrv.model import ID_MAX
 from metasrv.settings import Settings, load_settings
 from tests.metasrv.kv.conftest import KvFactory
 
@@ -78,9 +79,13 @@ async def world(
     kv = kv_store("ro/")
     region_map = TopicRegionMap(kv, kafka, TopicLocks(), settings)
     await region_map.load()
-    # The pool exists, as a leader makes it at the start of its term: a registration's
+    # The pool exists, as a leader makes it at the start of its term, and each topic's
+    # marker records its Kafka id (a first registration on it does): a registration's
     # only kv reads are then the ones these tests inject faults into.
     await region_map.create_pool()
+    for topic in region_map.pool_topics():
+        await region_map.register(ID_MAX, 1, topic)
+        await region_map.deregister(ID_MAX)
     yield World(kv, kv_store("ro/"), region_map, settings, kafka)
     kafka.delete_topics(t for t in kafka.list_topics() if t.startswith(unique_prefix))
 

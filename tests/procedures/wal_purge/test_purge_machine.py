@@ -208,7 +208,6 @@ class PurgeMachine(RuleBasedStateMachine):
         self.regions = {r: Region() for r in REGIONS}
         self.violations: list[str] = []
         self.term = 0
-        self.unmarked_recreation = False
         """The topic was recreated before a marker recorded its id (a known gap)."""
         self.purged = 0
         """Where metasrv's own DeleteRecords moved the log start (this incarnation)."""
@@ -266,7 +265,7 @@ class PurgeMachine(RuleBasedStateMachine):
             self.purged = max(self.purged, new)
         for region_id, region in self.regions.items():
             gone = [o for t, o in region.mem if t == topic_id and old <= o < new]
-            if region.registered and gone and not self.unmarked_recreation:
+            if region.registered and gone:
                 self.violations.append(
                     f"DeleteRecords({new}) removed entries {gone} region {region_id} needs"
                 )
@@ -383,8 +382,6 @@ class PurgeMachine(RuleBasedStateMachine):
     @rule()
     def recreate(self) -> None:
         """The topic deleted and recreated: a new topic id, offsets from 0."""
-        if self.kv.get(keys.topic_name(TOPIC)) is None:
-            self.unmarked_recreation = True
         self.kafka.create(TOPIC)
         self.purged = 0
 
@@ -408,9 +405,7 @@ class PurgeMachine(RuleBasedStateMachine):
             stat.prunable_entry_id if stat is not None else -1,
             route.checkpoint_entry_id if route.checkpoint_entry_id is not None else -1,
         )
-        # Known gap (test_protocol_model.py::test_a_recreation_of_an_unmarked_topic_loses_nothing):
-        # a topic recreated before any marker recorded its topic id.
-        if needed and answer > min(needed) and answer > own + 1 and not self.unmarked_recreation:
+        if needed and answer > min(needed) and answer > own + 1:
             self.violations.append(f"replay-start {answer} skips entry {min(needed)}")
         start = replay_from(answer, region.flushed)
         lost_outside = any(t != topic.topic_id or o < topic.log_start for t, o in region.mem)

@@ -95,7 +95,7 @@ def search(
     `stop_at_first`: stop at the first counterexample (`wanted` by the predicate, when
     one is given: the others are kept, one per kind, and the search goes on)."""
     model = Model(bounds, variant)
-    root = initial(bounds)
+    root = initial(bounds, variant)
     result = Result(bounds, variant)
     started = time.perf_counter()
     h0 = hash(root)

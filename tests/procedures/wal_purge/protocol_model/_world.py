@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from metasrv import keys
+
 ABSENT = -99
 """A route (kv or the leader's map) that does not exist; None is a route without a
 checkpoint."""
@@ -129,6 +131,9 @@ class Variant(enum.Flag):
     """The planner as of ef11397, without the topic-reset check."""
     ORPHAN_ON_UNKNOWN_CREATE = enum.auto()
     """A procedure create whose outcome is unknown is not read back (ef11397's store)."""
+    UNIDENTIFIED_REGISTRATION = enum.auto()
+    """A registration records no Kafka topic id in the marker (ef11397: only a purge's
+    advance did), so a topic recreated before its first purge is not a reset."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +165,7 @@ class Bounds:
     topic (Kafka's DeleteRecords names the topic, not its id: nothing metasrv can fence;
     off by default, see the package docstring)."""
     recreate_during_purge_only: bool = False
-    """The topic is deleted and recreated only while a purge runs past its prepare step
-    (the purge's own topic-id check then applies; a topic recreated with no marker and
-    no purge planned on it is the known gap of `test_protocol_model.py`)."""
+    """The topic is deleted and recreated only while a purge runs past its prepare step."""
     partial_reports: bool = True
     """A heartbeat may carry any flushed id between the stored one and the truth (a
     delayed or reordered one); otherwise only the truth."""
@@ -209,9 +212,10 @@ IDLE_REPLAY = Bounds(max_hwm=2, max_terms=2, outside_moves=0, resets=0, checkpoi
 """Idle claims with restarts: where a report lowers a region's prunable id under a purge."""
 
 
-def initial(bounds: Bounds) -> State:
+def initial(bounds: Bounds, variant: Variant = Variant.NONE) -> State:
     """Region 0 registered and live; the others not registered yet (or all registered
-    when the bounds leave registration out); term 1 leads with its map loaded."""
+    when the bounds leave registration out); term 1 leads with its map loaded. The
+    registrations recorded the topic's id in the marker (`keys.registered_marker`)."""
     n = bounds.regions
     phases = [LIVE] + [NEW if bounds.registration else LIVE] * (n - 1)
     regions = tuple(Region(p, (), -1, None, None, ()) for p in phases)
@@ -222,7 +226,7 @@ def initial(bounds: Bounds) -> State:
         outside=0,
         resets=0,
         regions=regions,
-        marker=None,
+        marker=None if Variant.UNIDENTIFIED_REGISTRATION in variant else registered(None, 0),
         routes=routes,
         record=None,
         stats=(None,) * n,
@@ -230,3 +234,10 @@ def initial(bounds: Bounds) -> State:
         task=None,
         pending=frozenset(),
     )
+
+
+def registered(marker: bytes | None, inc: int) -> bytes | None:
+    """The marker value a registration on incarnation `inc` writes (None: none to write)."""
+    found = None if marker is None else keys.decode_marker(marker)
+    new = keys.registered_marker(found, topic_id(inc))
+    return None if new is None else keys.encode_marker(new, marker)
