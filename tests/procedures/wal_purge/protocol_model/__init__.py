@@ -8,7 +8,7 @@ Modules, in the order a search uses them:
   in flight), the bounds and the known-bad `Variant`s.
 - `_product.py`: the product's decision functions as the model calls them (`plan_topic`,
   `flush_candidates`, `decide_prepare`, `decide_after_flush`, `decide_purge`,
-  `advanced_marker`, `reset_marker`, the marker codec, `replay_start_entry_id` behind the
+  `advanced_marker`, `reset_marker`, `registered_marker`, the marker codec, `replay_start_entry_id` behind the
   API's reset check, the datanode's `replay_from`, the judge's `regresses`), memoised.
 - `_stats.py`: the planner's `TopicStats` over the model's stats.
 - `_actions.py`: every transition and the safety invariants checked on it.
@@ -20,7 +20,8 @@ claim), restarts (replay-start answered from the leader's stat, the checkpoint a
 marker) and replays (from `replay_from(answer, own flushed id)`; a consumer below Kafka's
 log start fails); heartbeats carry any flushed id between the stored stat and the truth
 (delayed, reordered, duplicated), with or without the idle claim; registration and
-deregistration under the topic lock; purges submitted and run step by step (each step one
+deregistration under the topic lock (a registration records Kafka's topic id in the marker,
+`keys.registered_marker`); purges submitted and run step by step (each step one
 transition that reads, decides with the real function, and acts); leader changes (stats
 dropped, the map loaded from the kv, the record resumed); writes in flight landing at any
 later time or never: a marker CAS (fenced: a deposed term's never lands), a DeleteRecords
@@ -50,7 +51,7 @@ Bounds. `SMALL` (`make test`), each world 1 topic, explored whole:
 - `replay`: 2 regions, high watermark <= 2, 3 terms, restarts, replays, checkpoints:
   173,578 states;
 - `kafka`: 1 region, high watermark <= 2, 2 terms, restarts, one outside move of the
-  offsets and one recreation of the topic: 85,617 states;
+  offsets and one recreation of the topic: 44,763 states;
 - `IDLE_REPLAY`: idle claims with restarts (2 regions, high watermark <= 2, 2 terms).
 `LARGE` (the slow test, `benchmarks/protocol_model.py --bound large`): `purge` at high
 watermark <= 4 (784,336 states, 82 s), `idle` and `replay` at high watermark <= 3 and 2
