@@ -1,0 +1,100 @@
+"""Waiting for something to happen: poll a condition until it holds or a deadline passes.
+
+The one way a test waits for an outcome. A test never sleeps for a fixed time to let something
+happen; it names the state it expects and waits for it here. An absence ("X did not happen") is
+checked after an event that proves the system had the chance, not after a pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
+
+TIMEOUT = 30.0
+"""Seconds before a wait fails: generous, since the machine running the suite may be loaded."""
+INTERVAL = 0.02
+"""Seconds between two polls: short enough that a test waits little more than it must."""
+
+
+def _timed_out(
+    what: str, timeout: float, last: object, error: BaseException | None
+) -> AssertionError:
+    seen = f" (last error: {error!r})" if error is not None else f" (last seen: {last!r})"
+    return AssertionError(f"timed out after {timeout:g}s waiting for {what}{seen}")
+
+
+def wait_until(
+    cond: Callable[[], T],
+    what: str,
+    *,
+    timeout: float = TIMEOUT,
+    interval: float = INTERVAL,
+    ignore: tuple[type[Exception], ...] = (),
+) -> T:
+    """Call `cond` until it returns a true value, and return that value.
+
+    Raise AssertionError naming `what` (and the last value or error seen) when `timeout`
+    seconds pass first. Exceptions of the types in `ignore` count as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        error: Exception | None = None
+        value: T | None = None
+        try:
+            value = cond()
+        except ignore as exc:
+            error = exc
+        if error is None and value:
+            return value
+        if time.monotonic() > deadline:
+            raise _timed_out(what, timeout, value, error) from error
+        time.sleep(interval)
+
+
+@overload
+async def eventually(
+    cond: Callable[[], Awaitable[T]],
+    what: str,
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    ignore: tuple[type[Exception], ...] = ...,
+) -> T: ...
+@overload
+async def eventually(
+    cond: Callable[[], T],
+    what: str,
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    ignore: tuple[type[Exception], ...] = ...,
+) -> T: ...
+async def eventually(
+    cond: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float = TIMEOUT,
+    interval: float = INTERVAL,
+    ignore: tuple[type[Exception], ...] = (),
+) -> Any:
+    """`wait_until` for a test on the event loop: `cond` may be a plain or an async function,
+    and the loop runs the system under test between two polls."""
+    deadline = time.monotonic() + timeout
+    while True:
+        error: Exception | None = None
+        value: Any = None
+        try:
+            result = cond()
+            value = await result if inspect.isawaitable(result) else result
+        except ignore as exc:
+            error = exc
+        if error is None and value:
+            return value
+        if time.monotonic() > deadline:
+            raise _timed_out(what, timeout, value, error) from error
+        await asyncio.sleep(interval)

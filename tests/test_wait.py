@@ -1,0 +1,53 @@
+"""The polling helper: returns what the condition found, fails naming what it waited for."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests._wait import eventually, wait_until
+
+
+def test_returns_the_first_true_value() -> None:
+    counter = itertools.count()
+    assert wait_until(lambda: max(0, next(counter) - 2), "the third poll") == 1
+
+
+def test_times_out_naming_what_it_waited_for() -> None:
+    with pytest.raises(AssertionError, match=r"waiting for the impossible \(last seen: 0\)"):
+        wait_until(lambda: 0, "the impossible", timeout=0.05)
+
+
+def test_ignored_errors_are_not_yet_and_are_reported() -> None:
+    calls = itertools.count()
+
+    def flaky() -> bool:
+        if next(calls) < 2:
+            raise ConnectionError("refused")
+        return True
+
+    assert wait_until(flaky, "a connection", ignore=(ConnectionError,))
+
+    def refused() -> bool:
+        raise ConnectionError("refused")
+
+    with pytest.raises(AssertionError, match="last error: ConnectionError"):
+        wait_until(refused, "a refused connection", timeout=0.05, ignore=(ConnectionError,))
+
+
+def test_other_errors_propagate() -> None:
+    with pytest.raises(ZeroDivisionError):
+        wait_until(lambda: 1 // 0, "a division")
+
+
+async def test_eventually_takes_plain_and_async_conditions() -> None:
+    polls = itertools.count()
+
+    async def third() -> bool:
+        return next(polls) >= 2
+
+    assert await eventually(third, "the third async poll")
+    assert await eventually(lambda: "yes", "a plain value") == "yes"
+    with pytest.raises(AssertionError, match="waiting for never"):
+        await eventually(lambda: None, "never", timeout=0.05)
