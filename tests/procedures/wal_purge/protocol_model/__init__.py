@@ -5,10 +5,11 @@ Modules, in the order a search uses them:
 
 - `_world.py`: the state (Kafka's topic with its incarnations, the regions, the kv marker,
   routes and procedure record, the leader's term, stats, map and running step, the writes
-  in flight), the bounds and the known-bad `Variant`s.
+  in flight), the bounds, the known-bad `Variant`s and the marker a registration writes
+  (`keys.registered_marker`).
 - `_product.py`: the product's decision functions as the model calls them (`plan_topic`,
   `flush_candidates`, `decide_prepare`, `decide_after_flush`, `decide_purge`,
-  `advanced_marker`, `reset_marker`, `registered_marker`, the marker codec, `replay_start_entry_id` behind the
+  `advanced_marker`, `reset_marker`, the marker codec, `replay_start_entry_id` behind the
   API's reset check, the datanode's `replay_from`, the judge's `regresses`), memoised.
 - `_stats.py`: the planner's `TopicStats` over the model's stats.
 - `_actions.py`: every transition and the safety invariants checked on it.
