@@ -36,7 +36,7 @@ from metasrv.leader import (
 )
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
-from metasrv.process import BackgroundTasks, GcPacer, LoopLagMonitor
+from metasrv.process import BackgroundTasks, Backoff, GcPacer, Jitter, LoopLagMonitor
 from metasrv.settings import Settings
 from metasrv.sql import engine_url
 from metasrv.stat_history import StatHistoryWriter, cluster_root
@@ -44,6 +44,9 @@ from procedures import EventRetention, ProcedureManager
 from procedures.wal_purge import PurgeServices, PurgeTicker, TrendSampler, purge_manager
 
 logger = logging.getLogger(__name__)
+
+POOL_RETRY = Backoff(base=0.5, cap=30.0, jitter=Jitter.NONE)
+"""Pauses between two attempts at creating the topic pool: 0.5 s doubling to 30 s."""
 
 
 @dataclass(eq=False)
@@ -323,14 +326,14 @@ class Runtime:
         invariant 8: it was purged, so it was deleted behind metasrv, and a new topic under
         its name would start again at offset 0 and hide the loss): it is reported as a
         topic reset instead (`api.topic_reset.report_missing`)."""
-        delay = 0.5
+        failures = 0
         while self.election.is_leader and not self._closed:
             try:
                 created = await self._create_missing_pool_topics()
             except MetasrvError as exc:
                 logger.warning("creating the topic pool failed", extra={"error": str(exc)})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await asyncio.sleep(POOL_RETRY.delay(failures))
+                failures += 1
                 continue
             logger.info("topic pool ready", extra={"topics_created": len(created)})
             await self._check_durability()

@@ -1,5 +1,5 @@
 """Which metasrv a load generator's datanode sends to, and when it retries: the policy of
-the product's datanode client (`metasrv.datanode`: `_route.py` and `_backoff.py`) kept as
+the product's datanode client (`metasrv.datanode`: `_route.py` and its `Backoff`) kept as
 plain state, cheap enough for a thousand datanodes on one thread of `_load_gen.py`.
 
 An attempt sends a heartbeat at most once to each address, starting at `current`:

@@ -20,7 +20,7 @@ from procedures._procedure import (
     StepResult,
     StepRun,
 )
-from procedures._runner import ProcedureRun, backoff_delay
+from procedures._runner import ProcedureRun
 from procedures._store import ProcedureStore, RecordConflict, state_key
 
 __all__ = [
@@ -43,6 +43,5 @@ __all__ = [
     "StepContext",
     "StepResult",
     "StepRun",
-    "backoff_delay",
     "state_key",
 ]

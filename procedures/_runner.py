@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -21,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from metasrv.errors import Cancelled, LeadershipLost, MetasrvError
 from metasrv.metrics import Metrics
+from metasrv.process import Backoff, Jitter
 from metasrv.settings import ProcedureSettings
 from metasrv.wire import ProcedureState
 from procedures._procedure import (
@@ -39,27 +39,34 @@ S = TypeVar("S")
 """The services steps use."""
 
 MAX_RETRY_DELAY = 30.0
-"""Upper bound of one backoff sleep, seconds."""
+"""Upper bound of one retry's wait, seconds (`step_backoff`)."""
 RESTARTS_AFTER_CONFLICT = 3
 """Reloads of a procedure's record after write conflicts before it is left to a restart."""
 
 
-def backoff_delay(attempt: int, base: float, *, rng: random.Random | None = None) -> float:
-    """Delay before retry number `attempt` (1-based): base * 2^(attempt-1), +-50% jitter."""
-    exp = base * (2 ** min(max(attempt - 1, 0), 30))
-    jitter = 0.5 + (rng or random).random()
-    return float(min(MAX_RETRY_DELAY, exp * jitter))
+def step_backoff(settings: ProcedureSettings) -> Backoff | None:
+    """How long a step (or a run that could not persist) waits before retry k: from
+    `procedure.retry_delay`, doubling, +-50% jitter, at most `MAX_RETRY_DELAY` (a
+    `retry_delay` above it is its own cap). None for a `retry_delay` of 0: retry at once."""
+    base = float(settings.retry_delay)
+    if base <= 0:
+        return None
+    return Backoff(base=base, cap=max(base, MAX_RETRY_DELAY), jitter=Jitter.SPREAD)
+
+
+def retry_delay(settings: ProcedureSettings, attempt: int) -> float:
+    """The wait before retry number `attempt` (1-based) by `step_backoff`."""
+    backoff = step_backoff(settings)
+    return 0.0 if backoff is None else backoff.delay(attempt - 1)
 
 
 def retry_budget(settings: ProcedureSettings) -> float:
     """The longest the backoff sleeps of one step's retries add up to: every one of
-    `max_retry_times` retries at its upper jitter, each capped at `MAX_RETRY_DELAY`."""
-    return float(
-        sum(
-            min(MAX_RETRY_DELAY, float(settings.retry_delay) * 2 ** min(attempt - 1, 30) * 1.5)
-            for attempt in range(1, settings.max_retry_times + 1)
-        )
-    )
+    `max_retry_times` retries at its longest."""
+    backoff = step_backoff(settings)
+    if backoff is None:
+        return 0.0
+    return sum(backoff.longest(k) for k in range(settings.max_retry_times))
 
 
 class ProcedureRun(Generic[S]):
@@ -229,7 +236,7 @@ class ProcedureRun(Generic[S]):
         delay = (
             exc.next_retry_delay
             if exc.next_retry_delay is not None
-            else backoff_delay(attempts, self._settings.retry_delay)
+            else retry_delay(self._settings, attempts)
         )
         logger.warning(
             "step failed, retrying in %.2fs: %s",
@@ -337,7 +344,7 @@ async def run_until_settled(
             if not exc.retryable or failures > settings.max_retry_times:
                 logger.error("procedure run stopped: %s", exc, extra={"procedure_id": procedure_id})
                 return
-            delay = backoff_delay(failures, settings.retry_delay)
+            delay = retry_delay(settings, failures)
             logger.warning(
                 "procedure state not persisted, restarting from the stored record in %.2fs: %s",
                 delay,

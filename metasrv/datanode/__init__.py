@@ -6,17 +6,17 @@ In the order a heartbeat flows:
   written with the standard library only).
 - `_route.py`: which metasrv gets a request: the current leader, a 421's named leader at
   once, the next address after a failure; a 503 (a new leader loading) is retried there.
-- `_backoff.py`: capped exponential backoff between failed tries (full jitter below the cap).
 - `_client.py`: `DatanodeClient` (blocking) and `AsyncDatanodeClient`: `heartbeat` and
   `replay_start` against whichever metasrv leads; `replay_from`, the replay rule (never
   below the region's own flushed entry id + 1).
 - `_loop.py`: `HeartbeatLoop` (a thread) and `AsyncHeartbeatLoop`: report, send, hand new
   flush instructions to the database's `on_flush`, retry after a backoff.
 
-It imports only `metasrv.wire`, `metasrv.errors`, the standard library and httpx.
+It imports only `metasrv.wire`, `metasrv.errors`, `metasrv.process` (`Backoff`: capped
+exponential backoff between failed tries, full jitter below the cap), the standard library
+and httpx.
 """
 
-from metasrv.datanode._backoff import Backoff
 from metasrv.datanode._body import (
     CONTENT_TYPES,
     Body,
@@ -39,6 +39,7 @@ from metasrv.datanode._loop import (
     HeartbeatLoop,
 )
 from metasrv.datanode._route import Attempt, Route
+from metasrv.process import Backoff
 from metasrv.wire import Heartbeat, HeartbeatResponse, Instruction, RegionReport, TopicReport
 
 __all__ = [

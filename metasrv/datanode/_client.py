@@ -24,10 +24,10 @@ from typing import Final, TypeVar
 import httpx
 
 from metasrv import wire
-from metasrv.datanode._backoff import Backoff
 from metasrv.datanode._body import Body, Encoding, encode_heartbeat
 from metasrv.datanode._route import Attempt, Route
 from metasrv.errors import InvalidArgument, MetasrvError, NotLeader, Unavailable
+from metasrv.process import Backoff
 
 HEARTBEAT_PATH: Final = "/v1/heartbeat"
 REPLAY_START_PATH: Final = "/v1/regions/{region_id}/replay-start"

@@ -32,9 +32,9 @@ from typing import Final
 import httpx
 
 from metasrv import wire
-from metasrv.datanode._backoff import Backoff
 from metasrv.datanode._body import Body
 from metasrv.errors import MetasrvError
+from metasrv.process import Backoff
 
 logger = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from metasrv import keys
 from metasrv.errors import MetasrvError
 from metasrv.kv import KvBackend, KvWatch
 from metasrv.leader._region_map import TopicRegionMap
+from metasrv.process import Backoff, Jitter
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,8 @@ POLL_SECS = 0.25
 SYNC_SECS = 5.0
 """How long one catch-up waits for the store to confirm the map is current (then the
 follower loads in full, still for the same take-over)."""
-RETRY_MAX_SECS = 30.0
-"""Longest pause between two attempts at loading after a failure."""
+RETRY = Backoff(base=0.5, cap=30.0, jitter=Jitter.NONE)
+"""Pauses between two attempts at loading after a failure: 0.5 s doubling to 30 s."""
 
 
 class MapFollower:
@@ -108,7 +109,7 @@ class MapFollower:
         self.routes_read = routes
 
     async def _run(self) -> None:
-        delay = 0.5
+        failures = 0
         while True:
             watch: KvWatch | None = None
             try:
@@ -125,7 +126,7 @@ class MapFollower:
                     holds_after=region_map.holds_after,
                 )
                 self.warm = True
-                delay = 0.5
+                failures = 0
                 self._watch = watch
                 await self._follow(watch)
                 return  # handed over
@@ -137,8 +138,8 @@ class MapFollower:
                 )
                 if self._handover is not None:
                     continue  # a take-over waits: load again at once
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECS)
+                await asyncio.sleep(RETRY.delay(failures))
+                failures += 1
             finally:
                 self._watch = None
                 if watch is not None:

@@ -26,11 +26,12 @@ from metasrv.leader._mailbox import Mailbox
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry
 from metasrv.model import RegionRoute
+from metasrv.process import Backoff, Jitter
 
 logger = logging.getLogger(__name__)
 
-LOAD_RETRY_MAX = 5.0
-"""Longest wait between two attempts at loading the map (seconds)."""
+LOAD_RETRY = Backoff(base=0.25, cap=5.0, jitter=Jitter.NONE)
+"""Waits between two attempts at loading the map (seconds): 0.25 doubling to 5."""
 
 
 class LeaderView:
@@ -72,14 +73,14 @@ class LeaderView:
         self.registry.clear()
         self._mapped_since = None
         self.region_map.unload()
-        delay = 0.25
+        failures = 0
         while self._still_leading():
             try:
                 await self.region_map.load()
             except MetasrvError as exc:
                 logger.warning("loading the topic-region map failed", extra={"error": str(exc)})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, LOAD_RETRY_MAX)
+                await asyncio.sleep(LOAD_RETRY.delay(failures))
+                failures += 1
                 continue
             return self._ready()
         return False

@@ -25,7 +25,6 @@ from procedures import (
     ProcedureStore,
     RecordConflict,
     StepRun,
-    backoff_delay,
 )
 from tests.metasrv.kv._pgschema import fresh_schema
 
@@ -112,16 +111,6 @@ def test_record_round_trips_through_json() -> None:
     )
     assert ProcedureRecord.from_json(rec.to_json()) == rec
     assert rec.timings() == {"prepare": 2.5}
-
-
-def test_backoff_grows_exponentially_with_bounded_jitter() -> None:
-    import random
-
-    rng = random.Random(7)
-    for attempt in range(1, 8):
-        d = backoff_delay(attempt, 0.5, rng=rng)
-        assert 0.5 * 0.5 * 2 ** (attempt - 1) <= d <= min(30.0, 1.5 * 0.5 * 2 ** (attempt - 1))
-    assert backoff_delay(40, 0.5) <= 30.0
 
 
 @pytest.fixture
