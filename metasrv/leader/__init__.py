@@ -12,10 +12,15 @@ from metasrv.leader._lifecycle import Leadership, Role
 from metasrv.leader._locks import TopicLocks
 from metasrv.leader._mailbox import FLUSH_REGIONS, InstructionState, Mailbox
 from metasrv.leader._region_map import TopicRegionMap
+from metasrv.leader._region_stats import (
+    RowColumns,
+    RowValues,
+    StatRow,
+    StatTable,
+    TopicRows,
+    regresses,
+)
 from metasrv.leader._registry import RegionRegistry, row_of
-from metasrv.leader._stat_rows import RowColumns, RowValues, StatRow
-from metasrv.leader._stat_table import StatTable, regresses
-from metasrv.leader._topic_rows import TopicRows
 from metasrv.leader._view import LeaderView
 from metasrv.model import NULL
 

@@ -27,8 +27,8 @@ from metasrv.leader._checkpoints import Checkpointer
 from metasrv.leader._judge import REJECT_REASONS, HeartbeatJudge, Judged
 from metasrv.leader._mailbox import Mailbox
 from metasrv.leader._region_map import TopicRegionMap
+from metasrv.leader._region_stats import StatRow
 from metasrv.leader._registry import RegionRegistry
-from metasrv.leader._stat_rows import StatRow
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.wire import TopicReport, columns_of, decode_columns, decode_json

@@ -40,9 +40,8 @@ from typing import Any, Final
 import numpy as np
 
 from metasrv.leader._region_map import TopicRegionMap
+from metasrv.leader._region_stats import RowValues, StatRow, regresses
 from metasrv.leader._registry import RegionRegistry
-from metasrv.leader._stat_rows import RowValues, StatRow
-from metasrv.leader._stat_table import regresses
 from metasrv.model import (
     NULL,
     RegionStat,

@@ -15,9 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from metasrv.leader._stat_rows import StatRow
-from metasrv.leader._stat_table import StatTable
-from metasrv.leader._topic_rows import TopicRows
+from metasrv.leader._region_stats import StatRow, StatTable, TopicRows
 from metasrv.model import RegionStat, TopicStat
 
 DEFAULT_WINDOW = 300.0
