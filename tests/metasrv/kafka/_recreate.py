@@ -4,10 +4,9 @@ gone, and a new one starts again at offset 0 with a new topic id."""
 
 from __future__ import annotations
 
-import time
-
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
+from tests._wait import wait_until
 
 
 def topic_id(admin: KafkaAdmin, topic: str) -> str:
@@ -20,30 +19,32 @@ def topic_id(admin: KafkaAdmin, topic: str) -> str:
 def delete_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> None:
     """Delete `topic` and wait until Kafka's metadata no longer lists it."""
     admin.delete_topics([topic])
-    deadline = time.monotonic() + timeout
-    while topic in admin.list_topics():
-        assert time.monotonic() < deadline, f"{topic} still listed {timeout}s after its deletion"
-        time.sleep(0.1)
+    wait_until(
+        lambda: topic not in admin.list_topics(),
+        f"{topic} no longer listed after its deletion",
+        timeout=timeout,
+        interval=0.1,
+    )
 
 
 def create_topic(admin: KafkaAdmin, topic: str, *, timeout: float = 60.0) -> str | None:
     """Create `topic` (retrying while Kafka still finishes deleting an older one of that
     name) and wait until its offsets are readable; returns its topic id as read with them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if admin.ensure_topics([topic]) == [topic]:
-                break
-        except MetasrvError:
-            pass
-        assert time.monotonic() < deadline, f"{topic} not created within {timeout}s"
-        time.sleep(0.2)
-    while True:
-        try:
-            return admin.offsets([topic])[topic].topic_id
-        except MetasrvError:
-            assert time.monotonic() < deadline, f"{topic} not readable within {timeout}s"
-            time.sleep(0.1)
+    wait_until(
+        lambda: admin.ensure_topics([topic]) == [topic],
+        f"{topic} created",
+        timeout=timeout,
+        interval=0.2,
+        ignore=(MetasrvError,),
+    )
+    offsets = wait_until(
+        lambda: admin.offsets([topic])[topic],
+        f"{topic}'s offsets readable",
+        timeout=timeout,
+        interval=0.1,
+        ignore=(MetasrvError,),
+    )
+    return offsets.topic_id
 
 
 def recreate_topic(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -18,6 +18,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
 from tests._metrics import sample
+from tests._wait import eventually
 
 TOPIC = "cp_0"
 
@@ -73,25 +74,16 @@ async def world(
     w.kv.close()
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 async def test_nothing_written_until_batch_is_full(world: World) -> None:
     await world.checkpointer.start()
     for region_id in range(1, 5):
         world.report(region_id, 10 + region_id)
-    await asyncio.sleep(0.3)
     assert world.written == 0
     assert world.checkpoint(1) is None
     world.report(5, 15)  # fifth dirty region: a full batch
-    await wait_for(lambda: world.written == 5)
+    await eventually(lambda: world.written == 5, "the full batch written")
     assert [world.checkpoint(r) for r in range(1, 6)] == [11, 12, 13, 14, 15]
-    assert world.checkpointer.flushes == 1
+    assert world.checkpointer.flushes == 1  # the four before it were not written alone
 
 
 async def test_a_new_term_writes_nothing_until_every_mapped_region_reported(world: World) -> None:
@@ -99,11 +91,11 @@ async def test_a_new_term_writes_nothing_until_every_mapped_region_reported(worl
     await world.checkpointer.start()
     for region_id in range(1, 10):  # full batches, but region 10 of the map is not in
         world.report(region_id, 20 + region_id)
-    await asyncio.sleep(0.5)
     assert world.written == 0
     world.report(10, 30)
-    await wait_for(lambda: world.written == 10)
+    await eventually(lambda: world.written == 10, "every region written")
     assert [world.checkpoint(r) for r in (1, 10)] == [21, 30]
+    assert world.checkpointer.flushes == 1  # the nine full ones were held, not written
 
 
 async def test_a_new_terms_hold_ends_after_one_interval(
@@ -118,7 +110,7 @@ async def test_a_new_terms_hold_ends_after_one_interval(
         loop = asyncio.get_running_loop()
         started = loop.time()
         w.report(1, 33)  # one region of ten: the first round never completes
-        await wait_for(lambda: w.written == 1)
+        await eventually(lambda: w.written == 1, "the held region written")
         assert 0.9 <= loop.time() - started < 3.0
         assert w.checkpoint(1) == 33
     finally:
@@ -140,7 +132,7 @@ async def test_interval_flushes_a_partial_batch(
     try:
         await w.checkpointer.start()
         w.report(1, 33)
-        await wait_for(lambda: w.written == 1)
+        await eventually(lambda: w.written == 1, "the partial batch written")
         assert w.checkpoint(1) == 33
     finally:
         await w.checkpointer.stop()
@@ -209,12 +201,14 @@ async def test_full_batches_in_quick_succession_coalesce(
         await w.checkpointer.start()
         w.report(1, 1)
         w.report(2, 1)  # a full batch: written at once
-        await wait_for(lambda: w.written == 2)
+        await eventually(lambda: w.written == 2, "the first batch written")
         for flushed in range(2, 40):  # 19 more full batches of the same two regions
             w.report(1, flushed)
             w.report(2, flushed)
-            await asyncio.sleep(0.005)
-        await wait_for(lambda: w.checkpoint(1) == 39 and w.checkpoint(2) == 39)
+            await asyncio.sleep(0.005)  # the scenario: changes arriving over ~0.2 s
+        await eventually(
+            lambda: w.checkpoint(1) == 39 and w.checkpoint(2) == 39, "the last batch written"
+        )
         # ~0.2s of changes coalesced into one or two flushes, not 19.
         assert w.checkpointer.flushes <= 3
     finally:
@@ -285,10 +279,12 @@ async def test_the_background_writer_keeps_to_the_rate_and_stop_writes_the_rest(
         await w.checkpointer.start()
         for region_id in range(1, 11):
             w.report(region_id, 100 + region_id)
-        await wait_for(lambda: w.written >= 2)
-        await asyncio.sleep(0.6)
-        assert 2 <= w.written <= 4  # counted as written, at the rate
+        await eventually(lambda: w.written >= 2, "two regions written")
         loop = asyncio.get_running_loop()
+        started = loop.time()
+        await eventually(lambda: w.written >= 4, "four regions written")
+        assert loop.time() - started >= 0.9  # two regions more at two a second: 1 s
+        assert w.written < 10
         started = loop.time()
         await w.checkpointer.stop()  # does not wait out the pace: the rest at once
         assert loop.time() - started < 2.0
@@ -303,9 +299,11 @@ async def test_a_paced_flush_drops_what_it_holds_when_leadership_changes(
         await w.checkpointer.start()
         for region_id in range(1, 11):
             w.report(region_id, 9)
-        await wait_for(lambda: w.written >= 1)
+        await eventually(lambda: w.written >= 1, "a region written")
         w.checkpointer.clear()  # what `Runtime` does when leadership changes
-        await asyncio.sleep(0.5)  # at least two more steps' time at five a second
+        # The paced flush sees the change at its next step and ends (a flush that wrote
+        # something is counted when it returns).
+        await eventually(lambda: w.checkpointer.flushes == 1, "the paced flush given up")
         assert w.written <= 2
         await w.checkpointer.stop()
         assert w.written <= 2  # nothing of the old term is written on stop either

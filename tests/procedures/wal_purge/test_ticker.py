@@ -16,6 +16,7 @@ from metasrv.errors import MetasrvError
 from procedures import ProcedureState
 from procedures.wal_purge import DATA_LOSS_EVENT, PurgeTicker, submit_purges
 from tests._metrics import sample
+from tests._wait import eventually
 from tests.metasrv.kafka._recreate import delete_topic
 from tests.procedures._faulty_kv import BACKENDS, LeaderFactory, harnesses_on
 from tests.procedures._harness import Harness
@@ -31,14 +32,6 @@ async def leaders(
         request.param, request, kafka=kafka_bootstrap, prefix=unique_prefix, history_url=history_url
     ) as factory:
         yield factory
-
-
-async def wait_for(cond: object, timeout: float = 20.0) -> None:
-    assert callable(cond)
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def world(h: Harness) -> list[str]:
@@ -59,7 +52,7 @@ async def test_interval_purges_only_topics_that_can_advance(leader: Harness) -> 
     topics = await world(h)
     ticker = PurgeTicker(h.manager, interval=0.3, parallelism=4)
     async with ticker:
-        await wait_for(lambda: h.marker(topics[0]) == 10)
+        await eventually(lambda: h.marker(topics[0]) == 10, "topic 0 purged to 10")
     assert h.offsets(topics[0]).log_start_offset == 10
     assert h.marker(topics[1]) is None
     by_topic = {v.topic: v for v in await h.manager.list() if v.reason == "ticker"}
@@ -67,6 +60,12 @@ async def test_interval_purges_only_topics_that_can_advance(leader: Harness) -> 
     assert sample(h.metrics, "metasrv_wal_prune_point", {"topic": topics[1]}) == -1
     assert sample(h.metrics, "metasrv_wal_blocked_regions", {"topic": topics[1]}) == 1
     await ticker.shutdown()  # repeat-safe
+
+
+def purge_waits_for_lock(h: Harness, topic: str) -> bool:
+    """Whether a purge waits for `topic`'s lock while the test holds it shared."""
+    lock = h.locks._locks.get(topic)
+    return lock is not None and lock.users > 1
 
 
 async def test_parallelism_bounds_in_flight_purges(leader: Harness) -> None:
@@ -81,7 +80,13 @@ async def test_parallelism_bounds_in_flight_purges(leader: Harness) -> None:
         for topic in topics:  # keep every purge from finishing
             await stack.enter_async_context(h.locks.read(topic))
         round_ = asyncio.create_task(ticker.tick())
-        await asyncio.sleep(0.7)
+        # Every purge the round started is queued on its topic's lock. The round's other
+        # topics reached the gate before those two purges were even stored: had the gate
+        # let them through, they would be submitted by now too.
+        await eventually(
+            lambda: sum(purge_waits_for_lock(h, t) for t in topics) == 2,
+            "two purges waiting for their topic locks",
+        )
         assert len(await h.manager.list()) == 2
     result = await round_
     assert sorted(result.topics) == topics
@@ -102,9 +107,9 @@ async def test_size_trigger_submits_only_large_reclaimable_topics(leader: Harnes
     )
     assert ticker.enabled
     async with ticker:
-        await wait_for(lambda: h.marker(big) == 50)
-        await asyncio.sleep(0.5)
-    assert h.marker(small) is None
+        await eventually(lambda: h.marker(big) == 50, "the big topic purged to 50")
+        # The round that submitted the big topic's purge had decided on every topic first.
+        assert h.marker(small) is None
     assert [v.reason for v in await h.manager.list()] == ["size_trigger"]
 
 
@@ -114,7 +119,7 @@ async def test_disabled_ticker_does_nothing(leader: Harness) -> None:
     ticker = PurgeTicker.from_settings(h.manager, h.settings.wal)  # interval "0s", no size
     assert not ticker.enabled
     async with ticker:
-        await asyncio.sleep(0.3)
+        assert ticker.task is None  # no loop: nothing can ever submit a purge
     assert h.marker(topics[0]) is None
 
 
@@ -177,12 +182,26 @@ async def test_a_new_terms_first_round_runs_once_every_region_reported(
     h.report(1, topics[0], flushed=10)
     ticker = PurgeTicker(h.manager, interval=3600, parallelism=2)
     caplog.set_level(logging.INFO, logger="procedures.wal_purge._ticker")
+    checks = 0
+    every_region_reported = ticker._every_region_reported
+
+    def counted() -> bool:
+        nonlocal checks
+        checks += 1
+        return every_region_reported()
+
+    ticker._every_region_reported = counted  # type: ignore[method-assign]
     async with ticker:
-        await asyncio.sleep(2.5)  # region 2 has not reported: no round yet
+        # Two checks of the term (FIRST_ROUND_CHECK apart) found region 2 silent: no round.
+        await eventually(lambda: checks >= 2, "two first-round checks", timeout=10)
         assert h.marker(topics[0]) is None
         assert first_round_lines(caplog) == []
         h.report(2, topics[1], flushed=8)
-        await wait_for(lambda: h.marker(topics[0]) == 10 and h.marker(topics[1]) == 8, 10)
+        await eventually(
+            lambda: h.marker(topics[0]) == 10 and h.marker(topics[1]) == 8,
+            "both topics purged",
+            timeout=10,
+        )
     # The line that says when the round became possible, once, in seconds into the term.
     [line] = first_round_lines(caplog)
     assert line.__dict__["regions"] == 2
@@ -220,19 +239,20 @@ async def test_a_round_stops_waiting_for_a_purge_that_does_not_finish(
 async def recreate(h: Harness, topic: str, timeout: float = 60.0) -> None:
     """Delete `topic` and create it again under the same name (offsets from 0)."""
     delete_topic(h.kafka, topic, timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(MetasrvError):
-            if h.kafka.ensure_topics([topic]) == [topic]:
-                break
-        assert time.monotonic() < deadline, f"{topic} not created in {timeout}s"
-        await asyncio.sleep(0.2)
-    while True:
-        with contextlib.suppress(MetasrvError):
-            if h.offsets(topic).high_watermark == 0:
-                return
-        assert time.monotonic() < deadline, f"{topic} not readable in {timeout}s"
-        await asyncio.sleep(0.1)
+    await eventually(
+        lambda: h.kafka.ensure_topics([topic]) == [topic],
+        f"{topic} created",
+        timeout=timeout,
+        interval=0.2,
+        ignore=(MetasrvError,),
+    )
+    await eventually(
+        lambda: h.offsets(topic).high_watermark == 0,
+        f"{topic} readable, empty",
+        timeout=timeout,
+        interval=0.1,
+        ignore=(MetasrvError,),
+    )
 
 
 async def test_a_topic_reset_gets_one_purge_per_reset(leaders: LeaderFactory) -> None:
