@@ -106,7 +106,7 @@ async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
 async def replay_start(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
     """`max(prunable_entry_id, pruned_entry_id, target of an unfinished purge) + 1`; the
     prunable id from the live stat, else the last checkpoint, else -1. A datanode reads from
-    `max(this, its own flushed_entry_id + 1)` (README, "Replay start")."""
+    `max(this, its own flushed_entry_id + 1)` (docs/protocol.md, "Replay")."""
     start = await queries.replay_start(runtime, region_id)
     return answer(
         wire.ReplayStart(

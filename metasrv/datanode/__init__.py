@@ -1,4 +1,4 @@
-"""A datanode's side of metasrv: the client a database embeds (README "Writing a datanode").
+"""A datanode's side of metasrv: the client a database embeds (docs/protocol.md).
 
 In the order a heartbeat flows:
 

@@ -14,7 +14,7 @@ is one of DESIGN §2's invariants:
   own marker is ever read again. Without this, a region that was idle while the marker
   moved (it reported the topic's latest id) and then wrote again, or one registered after
   a purge, would fall below the marker and read as WAL data loss. (DESIGN §1-2 state the
-  rules with the raw prunable id; this is the one refinement, noted in the README.)
+  rules with the raw prunable id; this is the one refinement, noted in docs/deviations.md.)
 - If Kafka's log start offset is above that need + 1, entries the region still needs are
   gone: the region is listed in `data_loss` AND blocks the topic (`retention_overrun`), so
   the marker never silently moves past the gap (invariant 7). It clears by itself once
