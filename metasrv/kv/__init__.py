@@ -12,13 +12,15 @@ from metasrv.kv._protocol import (
     KeyPage,
     KeyValue,
     KvBackend,
+    KvChange,
+    KvWatch,
     Put,
     Snapshot,
     TxnOp,
     TxnResult,
+    WatchLost,
 )
 from metasrv.kv._sql import SqlKv
-from metasrv.kv._watch import KvChange, KvWatch, SqlWatch, WatchLost
 
 __all__ = [
     "BatchUpdate",
@@ -36,7 +38,6 @@ __all__ = [
     "Put",
     "Snapshot",
     "SqlKv",
-    "SqlWatch",
     "TxnOp",
     "TxnResult",
     "WatchLost",

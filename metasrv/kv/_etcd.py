@@ -35,12 +35,13 @@ from metasrv.kv._protocol import (
     Compare,
     KeyPage,
     KeyValue,
+    KvChange,
+    KvWatch,
     Put,
     Snapshot,
     TxnOp,
     TxnResult,
 )
-from metasrv.kv._watch import KvChange, KvWatch
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +301,9 @@ class EtcdKv:
         self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
     ) -> KvWatch:
         # etcd reports deletes itself: `holds_after` is for backends that cannot.
-        return EtcdWatch(self, prefix, after_revision)
+        return EtcdWatch(
+            self.endpoints, self.timeout, self.security, self.key_prefix, prefix, after_revision
+        )
 
     def put(self, key: str, value: bytes) -> int:
         resp = self._write("Put", etcdrpc.PutRequest(key=self._full(key), value=value))

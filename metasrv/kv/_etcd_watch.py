@@ -1,4 +1,4 @@
-"""`KvWatch` on etcd: one gRPC watch stream on one member (see `_watch.py`).
+"""`KvWatch` on etcd: one gRPC watch stream on one member (see `_protocol.py`).
 
 The stream is read on the caller's thread through a small queue fed by gRPC's response
 iterator on a daemon thread, so `next` can give up after its timeout. `sync` sends a
@@ -13,18 +13,16 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pyetcd import etcdrpc
 from pyetcd.etcdrpc import kv_pb2
 
 from metasrv.kv._common import prefix_range_end
 from metasrv.kv._etcd_members import EtcdMembers
-from metasrv.kv._watch import KvChange, WatchLost
-
-if TYPE_CHECKING:
-    from metasrv.kv._etcd import EtcdKv
+from metasrv.kv._etcd_security import EtcdSecurity
+from metasrv.kv._protocol import KvChange, WatchLost
 
 _PROGRESS_RETRY = 0.5
 """Seconds between two progress requests while `sync` waits for an answer."""
@@ -35,18 +33,27 @@ _WAKE = object()
 
 
 class EtcdWatch:
-    """Changes under `prefix` after `after_revision`, from one member of the cluster."""
+    """Changes under `key_prefix + prefix` after `after_revision`, from one member of the
+    cluster at `endpoints` (reached as the kv reaches them: `timeout`, `security`)."""
 
-    def __init__(self, kv: EtcdKv, prefix: str, after_revision: int) -> None:
-        self._cut = len(kv.key_prefix.encode())
-        self._members = EtcdMembers(kv.endpoints, kv.timeout, kv.security, name="watch")
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        timeout: float,
+        security: EtcdSecurity,
+        key_prefix: str,
+        prefix: str,
+        after_revision: int,
+    ) -> None:
+        self._cut = len(key_prefix.encode())
+        self._members = EtcdMembers(endpoints, timeout, security, name="watch")
         member = self._members.pick().member
         channel = self._members.client.endpoints[member].channel
         self._requests: queue.Queue[Any] = queue.Queue()
         self._responses: queue.Queue[Any] = queue.Queue()
         self._pending: list[KvChange] = []
         self._closed = False
-        lo = kv.key_prefix.encode() + prefix.encode()
+        lo = key_prefix.encode() + prefix.encode()
         self._requests.put(
             etcdrpc.WatchRequest(
                 create_request=etcdrpc.WatchCreateRequest(

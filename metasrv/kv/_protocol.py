@@ -7,6 +7,15 @@ A backend applies its configured `key_prefix` itself: callers always use bare ke
 
 `snapshot()` is the read for batch jobs: the whole store as of one revision, read page by
 page under as many prefixes as the job needs, unaffected by writes made meanwhile.
+
+`watch(prefix, after_revision)` follows the changes under a prefix from a known revision (a
+follower's warm copy) and returns a `KvWatch`. Its reader calls `next` in a loop, applying
+what it returns, and `sync` once when it must be current: `sync` returns a revision R such
+that every change up to R has been returned (by `sync` itself or an earlier `next`). A
+watch that cannot go on (etcd compacted the revision it needed, the member went away, the
+database is unreachable) raises `WatchLost`: the reader reloads in full and watches again
+from the reload's revision. etcd watches with a gRPC stream (`_etcd_watch.py`), SQL by
+polling (`_sql_watch.py`).
 """
 
 from __future__ import annotations
@@ -14,10 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from metasrv.kv._watch import KvChange, KvWatch
+from metasrv.errors import KvUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,45 @@ class Snapshot(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class KvChange:
+    """One key written or removed."""
+
+    key: str
+    """Key without the backend's key prefix."""
+    value: bytes | None
+    """The value written; None when the key was deleted."""
+    revision: int
+    """Store revision of the change."""
+
+
+class WatchLost(KvUnavailable):
+    """The watch cannot continue from where its reader is: reload in full."""
+
+
+class KvWatch(Protocol):
+    """Changes under one prefix after a revision (see the module docstring)."""
+
+    def next(self, timeout: float) -> list[KvChange]:
+        """Changes since the last call, in revision order; empty after `timeout` seconds
+        without any."""
+        ...
+
+    def sync(self, timeout: float) -> tuple[list[KvChange], int]:
+        """The changes not yet returned and a revision R, at least the store's revision
+        when `sync` was called, such that every change up to R is now returned."""
+        ...
+
+    def wake(self) -> None:
+        """Make the `next` that waits now, or else the next one, return at once (maybe
+        empty); any thread may call it. A reader that must `sync` calls it first."""
+        ...
+
+    def close(self) -> None:
+        """Stop watching; safe to call twice."""
+        ...
+
+
 @runtime_checkable
 class KvBackend(Protocol):
     """Blocking kv store. Async callers run it in a worker thread (`asyncio.to_thread`).
@@ -159,7 +206,7 @@ class KvBackend(Protocol):
         self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
     ) -> KvWatch:
         """Follow the changes under `prefix` after `after_revision` (a snapshot's revision):
-        see `metasrv/kv/_watch.py`. `holds_after(changes)` is how many keys under `prefix`
+        see the module docstring. `holds_after(changes)` is how many keys under `prefix`
         the reader holds once it applies `changes` (the SQL watch finds deletes by it)."""
         ...
 

@@ -10,6 +10,7 @@ create=True)` on a SQLite file runs them itself, so a bare `metasrv start` just 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -40,13 +41,15 @@ from metasrv.kv._protocol import (
     Compare,
     Delete,
     KeyValue,
+    KvChange,
+    KvWatch,
     Put,
     Snapshot,
     TxnOp,
     TxnResult,
 )
 from metasrv.kv._sql_snapshot import SqlSnapshot, snapshot_error
-from metasrv.kv._watch import KvChange, KvWatch, SqlWatch
+from metasrv.kv._sql_watch import SqlWatch
 from metasrv.sql import KV_KEY_MAX, engine_url, kv_revision_table, kv_table
 
 logger = logging.getLogger(__name__)
@@ -339,18 +342,31 @@ class SqlKv:
                     # first statement, SQLite's WAL at its first read): the revision row.
                     stmt = select(kv_revision_table.c.revision).where(kv_revision_table.c.id == 1)
                     revision = int(conn.execute(stmt).scalar_one_or_none() or 0)
-                    snap = SqlSnapshot(self, conn, revision)
+                    snap = SqlSnapshot(conn, self.key_prefix, revision, repr(self))
                     try:
                         yield snap
                     finally:
                         snap.close()
         except sa_exc.SQLAlchemyError as exc:
-            raise snapshot_error(self, exc) from exc
+            raise snapshot_error(repr(self), exc) from exc
 
     def watch(
-        self, prefix: str, after_revision: int, *, holds_after: Callable[[list[KvChange]], int]
+        self,
+        prefix: str,
+        after_revision: int,
+        *,
+        holds_after: Callable[[list[KvChange]], int],
+        poll_interval: float = 0.5,
     ) -> KvWatch:
-        return SqlWatch(self, prefix, after_revision, holds_after=holds_after)
+        return SqlWatch(
+            functools.partial(self.run_in_transaction, write=False),
+            self._prefix_clause(prefix),
+            len(self.key_prefix),
+            prefix,
+            after_revision,
+            holds_after=holds_after,
+            poll_interval=poll_interval,
+        )
 
     def put(self, key: str, value: bytes) -> int:
         return self.txn((), [Put(key, value)]).revision

@@ -57,7 +57,8 @@ kv_table = Table(
     Column("key", KV_KEY_TYPE, primary_key=True),
     Column("value", LargeBinary, nullable=False),
     Column("mod_revision", BigInteger, nullable=False),
-    # Migration 0005: a follower polls the keys written after a revision (metasrv/kv/_watch.py).
+    # Migration 0005: a follower polls the keys written after a revision
+    # (metasrv/kv/_sql_watch.py).
     Index(None, "mod_revision"),
 )
 

@@ -1,4 +1,4 @@
-"""What a follower's watch on the SQL kv reads (metasrv/kv/_watch.py): an index on
+"""What a follower's watch on the SQL kv reads (metasrv/kv/_sql_watch.py): an index on
 `metasrv_kv.mod_revision`, for its poll of the keys written after a revision (without it,
 every poll reads the whole table: half a core of PostgreSQL at a million routes), and
 `metasrv_kv_revision.deleted_revision`, the revision of the latest write that removed a

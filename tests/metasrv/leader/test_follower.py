@@ -20,7 +20,7 @@ from sqlalchemy import delete
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import KvBackend, KvWatch, SqlKv, SqlWatch, WatchLost
+from metasrv.kv import KvBackend, KvWatch, SqlKv, WatchLost
 from metasrv.leader import (
     Checkpointer,
     LeaderView,
@@ -268,7 +268,7 @@ def test_a_woken_watch_returns_from_its_wait_at_once_and_loses_no_change(
     kv = kv_store("w/")
     start = kv.put("p/a", b"1")
     watch: KvWatch = (
-        SqlWatch(kv, "p/", start, holds_after=lambda changes: 1, poll_interval=30.0)
+        kv.watch("p/", start, holds_after=lambda changes: 1, poll_interval=30.0)
         if isinstance(kv, SqlKv)
         else kv.watch("p/", start, holds_after=lambda changes: 1)
     )
