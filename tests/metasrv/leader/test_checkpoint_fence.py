@@ -7,8 +7,6 @@ nothing more, and no slice recreates a route key deleted behind the leader's map
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +25,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
+from tests._wait import eventually, wait_until
 from tests.metasrv.kv.conftest import KvFactory
 
 TOPIC = "cpf_0"
@@ -176,7 +175,7 @@ async def test_a_leader_whose_lease_ran_out_mid_flush_writes_nothing_more(
     a, b = _election(kv, "a"), _election(kv, "b")
     try:
         await a.start()
-        await _until(lambda: a.is_leader, "A leads")
+        await eventually(lambda: a.is_leader, "A leads")
         await b.start()
         region_map = TopicRegionMap(
             kv, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings, fence=a.fence
@@ -190,10 +189,7 @@ async def test_a_leader_whose_lease_ran_out_mid_flush_writes_nothing_more(
 
         def depose() -> None:  # on the flush's worker thread, between two slices
             _expire(store, a)
-            deadline = time.monotonic() + 30
-            while not b.is_leader:
-                assert time.monotonic() < deadline, "B was never elected"
-                time.sleep(0.05)
+            wait_until(lambda: b.is_leader, "B elected")
 
         w.after_first_slice(depose, monkeypatch)
         for region_id in range(1, 11):
@@ -225,10 +221,3 @@ def _expire(store: KvBackend, leader: EtcdElection | SqlElection) -> None:
     assert isinstance(store, SqlKv)
     with store.engine.begin() as conn:
         conn.execute(update(election_table).values(expires_at=0.0))
-
-
-async def _until(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not cond():
-        assert time.monotonic() < deadline, f"never: {what}"
-        await asyncio.sleep(0.05)

@@ -5,9 +5,7 @@ exactly the map a full load of the same kv gives."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -18,6 +16,7 @@ from metasrv.kv import Delete, KvBackend
 from metasrv.leader import MapFollower, TopicLocks, TopicRegionMap
 from metasrv.model import RegionRoute
 from metasrv.settings import Settings, load_settings
+from tests._wait import eventually
 from tests.metasrv.kv.conftest import KvFactory
 
 T0, T1, T2, T3 = "fa_0", "fa_1", "fa_2", "fa_3"
@@ -41,19 +40,14 @@ class World:
         return self.store.txn([], [Delete(keys.topic_region(topic, region_id))]).revision
 
     async def caught_up(self, revision: int) -> None:
-        await _until(lambda: self.region_map.revision >= revision)
+        await eventually(
+            lambda: self.region_map.revision >= revision, f"the follower at revision {revision}"
+        )
 
     async def cold(self) -> TopicRegionMap:
         cold = TopicRegionMap(self.store, self.kafka, TopicLocks(), self.settings)
         await cold.load()
         return cold
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 def _view(m: TopicRegionMap) -> tuple[dict[int, RegionRoute | None], dict[str, list[int]], int]:
@@ -72,7 +66,7 @@ async def world(kv_store: KvFactory, kafka_bootstrap: str) -> AsyncIterator[Worl
     region_map = TopicRegionMap(reader, kafka, TopicLocks(), settings)
     follower = MapFollower(region_map, reader)
     follower.start()
-    await _until(lambda: follower.warm)
+    await eventually(lambda: follower.warm, "the follower warm")
     yield World(writer, region_map, follower, settings, kafka)
     await follower.stop()
 

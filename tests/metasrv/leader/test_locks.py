@@ -4,13 +4,13 @@ never hold one topic at once, in interleavings driven step by step on one event 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 import pytest
 
 from metasrv.errors import LockNotAcquired
 from metasrv.leader import TopicLocks
+from tests._wait import eventually
 
 TOPIC = "t"
 
@@ -19,14 +19,6 @@ def _waiting(locks: TopicLocks, topic: str) -> int:
     """Tasks waiting on the topic's current lock object (asyncio.Condition waiters)."""
     lock = locks._locks.get(topic)
     return 0 if lock is None else len(lock._cond._waiters)
-
-
-async def _until(cond: Callable[[], bool], what: str) -> None:
-    """Let the loop run until `cond` holds (bounded: a deadline, not a fixed sleep)."""
-    deadline = asyncio.get_running_loop().time() + 5.0
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, f"never reached: {what}"
-        await asyncio.sleep(0)
 
 
 class Holders:
@@ -60,13 +52,13 @@ async def test_a_reader_woken_by_a_purges_release_and_the_next_purge_never_overl
     purge = h.start("purge", locks.write(TOPIC))
     await h.entered["purge"].wait()
     registration = h.start("registration", locks.read(TOPIC))
-    await _until(lambda: _waiting(locks, TOPIC) == 1, "the registration waits for the purge")
+    await eventually(lambda: _waiting(locks, TOPIC) == 1, "the registration waits for the purge")
 
     h.go["purge"].set()  # the purge ends: its release wakes the waiting registration
     await purge
     next_purge = h.start("next purge", locks.write(TOPIC))
     # One of the two gets the topic; the other is then in it too, or waits for it.
-    await _until(
+    await eventually(
         lambda: (
             (h.entered["registration"].is_set() or h.entered["next purge"].is_set())
             and (
@@ -114,9 +106,9 @@ async def test_a_purge_that_gives_up_lets_waiting_registrations_in() -> None:
     reader = h.start("registration", locks.read(TOPIC))
     await h.entered["registration"].wait()
     impatient = asyncio.create_task(_write_with_timeout(locks, 0.2))
-    await _until(lambda: _waiting(locks, TOPIC) == 1, "the purge waits")
+    await eventually(lambda: _waiting(locks, TOPIC) == 1, "the purge waits")
     late = h.start("late registration", locks.read(TOPIC))  # held back for the purge
-    await _until(lambda: _waiting(locks, TOPIC) == 2, "the late registration waits")
+    await eventually(lambda: _waiting(locks, TOPIC) == 2, "the late registration waits")
     with pytest.raises(LockNotAcquired):
         await impatient
     # Without a wake-up at the purge's timeout it would wait for an unrelated release.
