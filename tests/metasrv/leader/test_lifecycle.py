@@ -16,6 +16,7 @@ from metasrv.election import Listener
 from metasrv.errors import NotLeader, Unavailable
 from metasrv.kv import Compare
 from metasrv.leader import Leadership, Role
+from tests._wait import eventually
 
 
 class _Election:
@@ -99,8 +100,7 @@ async def test_no_serving_until_every_start_hook_is_done() -> None:
     leadership.add_hook("view", slow_load, drop)
     await leadership.start()
     change = asyncio.create_task(election.change(True))
-    await asyncio.sleep(0.01)
-    assert leadership.role is Role.ELECTED
+    await eventually(lambda: leadership.role is Role.ELECTED, "elected, the view loading")
     with pytest.raises(Unavailable):
         leadership.require_serving()
     gate.set()

@@ -126,14 +126,11 @@ async def test_wait_returns_when_applied() -> None:
     reg, box, _, _ = setup()
     report(reg, stat(1, 10))
     iid = box.send_flush(5, [1], ttl=30)
-
-    async def heartbeat_later() -> None:
-        await asyncio.sleep(0.05)
-        box.observe(5, {1: stat(1, 12)})
-
-    task = asyncio.create_task(heartbeat_later())
-    assert await box.wait(iid, timeout=5) is InstructionState.APPLIED
-    await task
+    waiter = asyncio.create_task(box.wait(iid, timeout=5))
+    await asyncio.sleep(0)  # one loop step, not a wait: the waiter parks on the instruction
+    assert not waiter.done()
+    box.observe(5, {1: stat(1, 12)})  # the heartbeat that shows the flush
+    assert await asyncio.wait_for(waiter, 1) is InstructionState.APPLIED
 
 
 async def test_wait_times_out_as_pending() -> None:

@@ -14,6 +14,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import Compare, EtcdKv
 from metasrv.leader import TopicLocks, TopicRegionMap
 from metasrv.settings import Settings, load_settings
+from tests._wait import eventually
 
 
 class World:
@@ -180,7 +181,9 @@ async def test_registration_waits_for_a_purge_holding_the_topic(world: World) ->
     await world.region_map.register(1, 1, topic=pool[0])  # topic exists now
     async with world.locks.write(pool[0]):
         task = asyncio.create_task(world.region_map.register(2, 1, topic=pool[0]))
-        await asyncio.sleep(0.3)
+        await eventually(
+            lambda: world.locks._locks[pool[0]].users == 2, "the registration queued on the lock"
+        )
         assert not task.done()
         assert world.region_map.route(2) is None
     route = await asyncio.wait_for(task, 10)
