@@ -21,7 +21,31 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from metasrv import errors, wire
+from metasrv import errors
+from metasrv.wire._bodies import (
+    Leader,
+    PlanList,
+    Procedure,
+    ProcedureList,
+    PurgeHistory,
+    PurgeRecord,
+    PurgeRequest,
+    PurgeSubmitted,
+    Region,
+    RegionList,
+    RegisteredRegion,
+    RegisterRegion,
+    ReplayStart,
+    ResetResolved,
+    ResolveReset,
+    Topic,
+    TopicList,
+    TopicPlan,
+    WalEvent,
+    WalEventList,
+)
+from metasrv.wire._codec import encode
+from metasrv.wire._heartbeat import HeartbeatResponse
 
 T = TypeVar("T")
 
@@ -156,7 +180,7 @@ class MetasrvClient:
                     method,
                     path,
                     params=clean,
-                    content=None if json is None else wire.encode(json),
+                    content=None if json is None else encode(json),
                     headers=None if json is None else {"content-type": "application/json"},
                 )
             except httpx.TransportError as exc:
@@ -205,38 +229,38 @@ class MetasrvClient:
         self._request("GET", "/healthz")
         return True
 
-    def leader(self) -> wire.Leader:
-        return self._get(wire.Leader, "GET", "/v1/leader")
+    def leader(self) -> Leader:
+        return self._get(Leader, "GET", "/v1/leader")
 
-    def plan(self, topic: str | None = None) -> list[wire.TopicPlan]:
+    def plan(self, topic: str | None = None) -> list[TopicPlan]:
         """Every topic's prune plan, or one topic's."""
-        return self._get(wire.PlanList, "GET", "/v1/purge/plan", params={"topic": topic}).topics
+        return self._get(PlanList, "GET", "/v1/purge/plan", params={"topic": topic}).topics
 
-    def topics(self) -> list[wire.Topic]:
-        return self._get(wire.TopicList, "GET", "/v1/topics").topics
+    def topics(self) -> list[Topic]:
+        return self._get(TopicList, "GET", "/v1/topics").topics
 
-    def topic(self, topic: str) -> wire.Topic:
+    def topic(self, topic: str) -> Topic:
         """One topic's plan, datanode report and durability (read afresh from Kafka)."""
-        return self._get(wire.Topic, "GET", f"/v1/topics/{quote(topic, safe='')}")
+        return self._get(Topic, "GET", f"/v1/topics/{quote(topic, safe='')}")
 
-    def region(self, region_id: int) -> wire.Region:
-        return self._get(wire.Region, "GET", f"/v1/regions/{region_id}")
+    def region(self, region_id: int) -> Region:
+        return self._get(Region, "GET", f"/v1/regions/{region_id}")
 
-    def regions(self, topic: str | None = None) -> list[wire.Region]:
+    def regions(self, topic: str | None = None) -> list[Region]:
         """Every registered region, or one topic's."""
-        return self._get(wire.RegionList, "GET", "/v1/regions", params={"topic": topic}).regions
+        return self._get(RegionList, "GET", "/v1/regions", params={"topic": topic}).regions
 
-    def procedures(self, state: str | None = None) -> list[wire.Procedure]:
+    def procedures(self, state: str | None = None) -> list[Procedure]:
         params = {"state": state}
-        return self._get(wire.ProcedureList, "GET", "/v1/procedures", params=params).procedures
+        return self._get(ProcedureList, "GET", "/v1/procedures", params=params).procedures
 
-    def procedure(self, procedure_id: str) -> wire.Procedure:
-        return self._get(wire.Procedure, "GET", f"/v1/procedures/{procedure_id}")
+    def procedure(self, procedure_id: str) -> Procedure:
+        return self._get(Procedure, "GET", f"/v1/procedures/{procedure_id}")
 
-    def history(self, topic: str | None = None, limit: int | None = None) -> list[wire.PurgeRecord]:
+    def history(self, topic: str | None = None, limit: int | None = None) -> list[PurgeRecord]:
         """Completed purges, newest first."""
         params = {"topic": topic, "limit": limit}
-        return self._get(wire.PurgeHistory, "GET", "/v1/purge/history", params=params).purges
+        return self._get(PurgeHistory, "GET", "/v1/purge/history", params=params).purges
 
     def events(
         self,
@@ -245,7 +269,7 @@ class MetasrvClient:
         limit: int | None = None,
         *,
         since: datetime | None = None,
-    ) -> list[wire.WalEvent]:
+    ) -> list[WalEvent]:
         """WAL events (prune attempts, `wal_data_loss`), newest first: of `topic`, of
         `kind` (one or several), at or after `since` (an aware datetime)."""
         if since is not None and since.tzinfo is None:
@@ -256,24 +280,24 @@ class MetasrvClient:
             "since": None if since is None else since.isoformat(),
             "limit": limit,
         }
-        return self._get(wire.WalEventList, "GET", "/v1/events", params=params).events
+        return self._get(WalEventList, "GET", "/v1/events", params=params).events
 
     # --- operator side ---
 
     def purge(self, topics: Sequence[str] | None = None) -> list[str]:
         """Submit purges; returns the procedure ids."""
-        request = wire.PurgeRequest(topics=None if topics is None else list(topics))
-        submitted = self._get(wire.PurgeSubmitted, "POST", "/v1/purge", json=request)
+        request = PurgeRequest(topics=None if topics is None else list(topics))
+        submitted = self._get(PurgeSubmitted, "POST", "/v1/purge", json=request)
         return submitted.procedure_ids
 
-    def purge_dry_run(self, topics: Sequence[str] | None = None) -> list[wire.TopicPlan]:
+    def purge_dry_run(self, topics: Sequence[str] | None = None) -> list[TopicPlan]:
         """The plan a purge would follow now."""
-        request = wire.PurgeRequest(topics=None if topics is None else list(topics), dry_run=True)
-        return self._get(wire.PlanList, "POST", "/v1/purge", json=request).topics
+        request = PurgeRequest(topics=None if topics is None else list(topics), dry_run=True)
+        return self._get(PlanList, "POST", "/v1/purge", json=request).topics
 
-    def cancel(self, procedure_id: str) -> wire.Procedure:
+    def cancel(self, procedure_id: str) -> Procedure:
         """Ask a procedure to stop; returns it after the request."""
-        return self._get(wire.Procedure, "POST", f"/v1/procedures/{procedure_id}/cancel")
+        return self._get(Procedure, "POST", f"/v1/procedures/{procedure_id}/cancel")
 
     def wait(
         self,
@@ -281,7 +305,7 @@ class MetasrvClient:
         *,
         timeout: float = 300.0,
         poll_interval: float = 0.5,
-    ) -> list[wire.Procedure]:
+    ) -> list[Procedure]:
         """Poll until every procedure is terminal; raises `TimeoutError` after `timeout` s."""
         ids = list(procedure_ids)
         deadline = time.monotonic() + timeout
@@ -296,16 +320,16 @@ class MetasrvClient:
 
     def add_region(
         self, region_id: int, node_id: int, topic: str | None = None
-    ) -> wire.RegisteredRegion:
+    ) -> RegisteredRegion:
         """Register a region (metasrv picks the topic unless given)."""
-        request = wire.RegisterRegion(region_id=region_id, node_id=node_id, topic=topic)
-        return self._get(wire.RegisteredRegion, "POST", "/v1/regions", json=request)
+        request = RegisterRegion(region_id=region_id, node_id=node_id, topic=topic)
+        return self._get(RegisteredRegion, "POST", "/v1/regions", json=request)
 
-    def resolve_reset(self, topic: str, topic_id: str) -> wire.ResetResolved:
+    def resolve_reset(self, topic: str, topic_id: str) -> ResetResolved:
         """Resolve the topic reset latched on `topic`, given Kafka's current id of it."""
-        request = wire.ResolveReset(topic_id=topic_id)
+        request = ResolveReset(topic_id=topic_id)
         path = f"/v1/topics/{topic}/resolve-reset"
-        return self._get(wire.ResetResolved, "POST", path, json=request)
+        return self._get(ResetResolved, "POST", path, json=request)
 
     def drop_region(self, region_id: int) -> None:
         """`DELETE /v1/regions/{region_id}`."""
@@ -313,11 +337,11 @@ class MetasrvClient:
 
     # --- datanode side ---
 
-    def heartbeat(self, payload: Mapping[str, Any]) -> wire.HeartbeatResponse:
+    def heartbeat(self, payload: Mapping[str, Any]) -> HeartbeatResponse:
         """Send a DESIGN §5 heartbeat body."""
-        return self._get(wire.HeartbeatResponse, "POST", "/v1/heartbeat", json=dict(payload))
+        return self._get(HeartbeatResponse, "POST", "/v1/heartbeat", json=dict(payload))
 
     def replay_start(self, region_id: int) -> int:
         """The entry id a restarting region replays from."""
         path = f"/v1/regions/{region_id}/replay-start"
-        return self._get(wire.ReplayStart, "GET", path).start_entry_id
+        return self._get(ReplayStart, "GET", path).start_entry_id
