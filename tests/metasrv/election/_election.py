@@ -1,10 +1,7 @@
-"""What the election tests share: the lease they run with, polling, and a listener recorder."""
+"""What the election tests share: the lease they run with and a listener recorder."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from typing import TypeVar
 
 from metasrv.election import Election
@@ -12,16 +9,6 @@ from metasrv.election import Election
 LEASE_SECS = 2
 
 E = TypeVar("E", bound=Election)
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll `cond` until true; return the seconds it took."""
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 class Recorder:

@@ -9,8 +9,8 @@ single-process leader and `build_election` are at the end of this file.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,7 +33,8 @@ from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, KvBackend, Put, SqlKv
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
-from tests.metasrv.election._election import LEASE_SECS, Recorder, leader_of, wait_until
+from tests._wait import eventually
+from tests.metasrv.election._election import LEASE_SECS, Recorder, leader_of
 from tests.metasrv.kv._pgschema import fresh_schema
 
 Lease = EtcdElection | SqlElection
@@ -123,11 +124,19 @@ async def pair(store: Store) -> AsyncIterator[Pair]:
 
 async def test_exactly_one_leader_and_the_follower_names_it(pair: Pair, store: Store) -> None:
     a, b = pair
-    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
-    await wait_until(lambda: a.leader_addr() is not None and b.leader_addr() is not None, 5, "addr")
-    for _ in range(int(LEASE_SECS * 2 / 0.1)):  # across several renewals
-        assert [a.is_leader, b.is_leader].count(True) == 1
-        await asyncio.sleep(0.1)
+    await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=10)
+    await eventually(
+        lambda: a.leader_addr() is not None and b.leader_addr() is not None, "addr", timeout=5
+    )
+    leader, _ = leader_of(pair)
+    for _ in range(2):  # exactly one leader at every poll, across two renewals
+        renewed = leader.lease_deadline
+
+        def one_leader_renewed() -> bool:
+            assert [a.is_leader, b.is_leader].count(True) == 1
+            return leader.lease_deadline != renewed  # noqa: B023 (called in this iteration)
+
+        await eventually(one_leader_renewed, "a renewal", timeout=LEASE_SECS)
     leader, follower = leader_of(pair)
     assert follower.leader_addr() == leader.addr == leader.leader_addr()
     assert follower.term == leader.term != 0
@@ -149,18 +158,19 @@ async def test_stopping_the_leader_hands_over_at_once_under_a_new_term(pair: Pai
     rec = {id(a): Recorder(), id(b): Recorder()}
     a.add_listener(rec[id(a)])
     b.add_listener(rec[id(b)])
-    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=10)
     leader, follower = leader_of(pair)
     old_term = leader.term
 
     await leader.stop()
 
     assert not leader.is_leader
-    took = await wait_until(lambda: follower.is_leader, LEASE_SECS + 5, "the follower to take over")
     # Resigning ends the lease, so the follower needs no expiry wait: one poll suffices.
-    assert took < LEASE_SECS
+    await eventually(lambda: follower.is_leader, "the follower to take over", timeout=LEASE_SECS)
     assert follower.term != old_term
-    await wait_until(lambda: rec[id(follower)].events == [True], 2, "the follower's listener")
+    await eventually(
+        lambda: rec[id(follower)].events == [True], "the follower's listener", timeout=2
+    )
     assert rec[id(leader)].events in ([True, False], [False])  # registered after its win, maybe
     assert rec[id(leader)].events[-1] is False
 
@@ -169,7 +179,7 @@ async def test_a_lease_that_runs_out_deposes_the_leader_and_its_fence(
     pair: Pair, store: Store
 ) -> None:
     a, b = pair
-    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=10)
     leader, _ = leader_of(pair)
     lost = Recorder()
     leader.add_listener(lost)
@@ -179,18 +189,17 @@ async def test_a_lease_that_runs_out_deposes_the_leader_and_its_fence(
 
     store.expire(leader)
 
-    took = await wait_until(
-        lambda: not leader.is_leader or leader.term != deposed, LEASE_SECS + 2, "step-down"
+    await eventually(
+        lambda: not leader.is_leader or leader.term != deposed, "step-down", timeout=LEASE_SECS + 1
     )
-    assert took <= LEASE_SECS + 1
-    await wait_until(lambda: False in lost.events, 2, "the loss to be announced")
+    await eventually(lambda: False in lost.events, "the loss to be announced", timeout=2)
 
     def new_term() -> bool:
         return any(e.is_leader and e.term != deposed for e in pair) and not (
             a.is_leader and b.is_leader
         )
 
-    await wait_until(new_term, LEASE_SECS + 5, "a leader under a new term")
+    await eventually(new_term, "a leader under a new term", timeout=LEASE_SECS + 5)
     new_leader, _ = leader_of(pair)
     # The deposed term's writes fail in the store, whatever its process still believes.
     assert not store.kv.txn(fence, [Put("fenced", b"deposed")]).succeeded
@@ -205,11 +214,16 @@ async def test_the_fence_of_a_never_elected_process_never_holds(store: Store) ->
     assert not store.kv.txn(e.fence(), [Put("x", b"1")]).succeeded
 
 
-async def test_an_unreachable_store_never_elects(store: Store) -> None:
+async def test_an_unreachable_store_never_elects(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     e = store.unreachable()
+    caplog.set_level(logging.WARNING, logger="metasrv.election")
     await e.start()
     try:
-        await asyncio.sleep(1.5)
+        await eventually(
+            lambda: len(_election_errors(caplog)) >= 2, "two failed campaigns", timeout=15
+        )
         assert not e.is_leader
         assert e.leader_addr() is None
     finally:
@@ -217,14 +231,26 @@ async def test_an_unreachable_store_never_elects(store: Store) -> None:
 
 
 async def test_a_stalled_event_loop_never_takes_over(store: Store) -> None:
-    wedged = store.election("wedged", "127.0.0.1:1", loop_stalled_for=lambda: 1e9)
+    asked = 0
+
+    def stalled_for() -> float:
+        nonlocal asked
+        asked += 1
+        return 1e9
+
+    wedged = store.election("wedged", "127.0.0.1:1", loop_stalled_for=stalled_for)
     await wedged.start()
     try:
-        await asyncio.sleep(1.5)
+        # Asked only by a campaign that found the lease free: twice, and it never took it.
+        await eventually(lambda: asked >= 2, "two campaigns on a free lease", timeout=15)
         assert not wedged.is_leader
         assert store.kv.get(ELECTION_KEY) is None
     finally:
         await wedged.stop()
+
+
+def _election_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith("election: ")]
 
 
 # -- beside the contract: no store, and the builder ---------------------------------------------

@@ -15,7 +15,8 @@ from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, Put
 from metasrv.process import LoopLagMonitor
 from metasrv.settings import load_settings
-from tests.metasrv.election._election import LEASE_SECS, Recorder, leader_of, wait_until
+from tests._wait import eventually
+from tests.metasrv.election._election import LEASE_SECS, Recorder, leader_of
 
 Pair = tuple[EtcdElection, EtcdElection]
 
@@ -50,7 +51,7 @@ async def pair(etcd_endpoint: str, unique_prefix: str) -> AsyncIterator[Pair]:
 
 async def test_a_revoked_lease_fences_at_once(pair: Pair, etcd_kv: EtcdKv) -> None:
     a, b = pair
-    await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
+    await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=10)
     leader, _ = leader_of(pair)
     fence = leader.fence()
     assert etcd_kv.txn(fence, [Put("fenced", b"while leader")]).succeeded
@@ -78,7 +79,7 @@ class TcpProxy:
 
     async def hold(self, seconds: float) -> None:
         self.flowing.clear()
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # the fault itself: a network this slow for this long
         self.flowing.set()
 
     async def start(self) -> str:
@@ -130,18 +131,23 @@ async def test_a_keepalive_timing_out_within_the_lease_keeps_leadership(
     lease = 3  # renewals every 1 s, each with a 1 s deadline
     proxy, kv, e, rec = await proxied_election(etcd_endpoint, unique_prefix, lease)
     try:
-        await wait_until(lambda: e.is_leader, 10, "leadership")
+        await eventually(lambda: e.is_leader, "leadership", timeout=10)
         term = e.term
         # Start right after a renewal, and hold long enough that the next one times out
         # (1 s later, 1 s deadline), but not so long that its retries outlast the lease.
         renewed = e.lease_deadline
-        await wait_until(lambda: e.lease_deadline != renewed, lease, "a renewal")
+        await eventually(lambda: e.lease_deadline != renewed, "a renewal", timeout=lease)
         await proxy.hold(lease * 0.7)
-        for _ in range(int(lease / 0.1)):
-            await asyncio.sleep(0.1)
-            assert e.is_leader and e.term == term
-        assert rec.events == [True]
         assert "keepalive failed, retrying" in caplog.text  # the hold did cost a renewal
+        held = e.lease_deadline
+
+        def leading_renewed() -> bool:
+            assert e.is_leader and e.term == term
+            return e.lease_deadline != held
+
+        # Leading at every poll until a renewal after the hold carries the lease on.
+        await eventually(leading_renewed, "a renewal after the hold", timeout=lease)
+        assert rec.events == [True]
     finally:
         await e.stop()
         kv.close()
@@ -153,17 +159,20 @@ async def test_leader_steps_down_when_keepalives_fail(
     proxy, kv, e, rec = await proxied_election(etcd_endpoint, unique_prefix, LEASE_SECS)
     direct = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
     try:
-        await wait_until(lambda: e.is_leader, 10, "leadership")
+        await eventually(lambda: e.is_leader, "leadership", timeout=10)
         fence = e.fence()
 
         await proxy.cut()
 
         # is_leader turns False within one TTL of the last renewal, whatever the RPCs do.
-        took = await wait_until(lambda: not e.is_leader, LEASE_SECS + 1, "step-down")
-        assert took <= LEASE_SECS + 1
-        await wait_until(lambda: rec.events == [True, False], LEASE_SECS + 2, "loss announced")
+        await eventually(lambda: not e.is_leader, "step-down", timeout=LEASE_SECS + 1)
+        await eventually(
+            lambda: rec.events == [True, False], "loss announced", timeout=LEASE_SECS + 2
+        )
         # and etcd expires the key, so the old fence no longer holds
-        await wait_until(lambda: direct.get(ELECTION_KEY) is None, LEASE_SECS + 2, "key expiry")
+        await eventually(
+            lambda: direct.get(ELECTION_KEY) is None, "key expiry", timeout=LEASE_SECS + 2
+        )
         assert not direct.txn(fence, [Put("x", b"1")]).succeeded
     finally:
         await e.stop()
@@ -199,9 +208,11 @@ async def watched(
     follower = EtcdElection(kvs[1], node_name="other", addr="127.0.0.1:4001", lease_secs=LEASE_SECS)
     await leader.start()
     try:
-        await wait_until(lambda: leader.is_leader, 10, "leadership")
+        await eventually(lambda: leader.is_leader, "leadership", timeout=10)
         await follower.start()
-        await wait_until(lambda: follower.leader_addr() == leader.addr, 5, "the follower to see it")
+        await eventually(
+            lambda: follower.leader_addr() == leader.addr, "the follower to see it", timeout=5
+        )
         yield leader, follower, monitor
     finally:
         await leader.stop()
@@ -225,9 +236,15 @@ async def test_a_busy_event_loop_keeps_leadership(
     assert monitor.stalled_for() >= 2 * LEASE_SECS - 0.5
     assert leader.is_leader and leader.term == term
     assert not follower.is_leader
-    for _ in range(int(LEASE_SECS / 0.1)):  # and it stays so: no step-down queued behind
-        await asyncio.sleep(0.1)
+    renewed = leader.lease_deadline
+
+    def leading_renewed() -> bool:
         assert leader.is_leader and leader.term == term
+        return leader.lease_deadline != renewed
+
+    # And it stays so, with no step-down queued behind: the loop runs its queue while
+    # a renewal goes by.
+    await eventually(leading_renewed, "a renewal after the busy loop", timeout=LEASE_SECS)
     assert rec.events == []
     assert monitor.max_lag >= 2 * LEASE_SECS - 0.5
 
@@ -248,16 +265,15 @@ async def test_a_wedged_event_loop_hands_over_past_the_watchdog(
 
     assert not leader.is_leader
     assert follower.is_leader and follower.term != term
-    await wait_until(lambda: rec.events == [False], 2, "the loss to be announced")
+    await eventually(lambda: rec.events == [False], "the loss to be announced", timeout=2)
     direct = EtcdKv(etcd_endpoint, f"{unique_prefix}/")
     try:
         assert not direct.txn(fence, [Put("after-wedge", b"1")]).succeeded
     finally:
         direct.close()
     # Once the loop runs again it may lead again later, but never under the old term.
-    await asyncio.sleep(LEASE_SECS)
+    await eventually(lambda: leader.term != term, "the old leader sees a new term")
     assert not (leader.is_leader and follower.is_leader)
-    assert leader.term != term
 
 
 async def test_a_follower_names_the_advertised_address_of_a_leader_bound_to_every_interface(
@@ -274,9 +290,11 @@ async def test_a_follower_names_the_advertised_address_of_a_leader_bound_to_ever
     follower = EtcdElection(kvs[1], node_name="follower", addr="127.0.0.1:4999", lease_secs=3)
     try:
         await leader.start()
-        await wait_until(lambda: leader.is_leader, 10, "the first election leads")
+        await eventually(lambda: leader.is_leader, "the first election leads", timeout=10)
         await follower.start()
-        await wait_until(lambda: follower.leader_addr() is not None, 10, "the follower sees it")
+        await eventually(
+            lambda: follower.leader_addr() is not None, "the follower sees it", timeout=10
+        )
         assert not follower.is_leader
         assert follower.leader_addr() == "10.9.8.7:4123"
     finally:

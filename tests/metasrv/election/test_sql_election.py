@@ -17,7 +17,8 @@ from metasrv.keys import ELECTION_KEY
 from metasrv.kv import SqlKv
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
-from tests.metasrv.election._election import LEASE_SECS, leader_of, wait_until
+from tests._wait import eventually
+from tests.metasrv.election._election import LEASE_SECS, leader_of
 from tests.metasrv.kv._pgschema import fresh_schema
 
 
@@ -43,20 +44,22 @@ async def test_terms_count_up_from_one(sql_url: str) -> None:
     try:
         await a.start()
         await b.start()
-        await wait_until(lambda: a.is_leader or b.is_leader, 10, "a leader")
-        await wait_until(lambda: a.term == b.term == 1, 5, "both to know term 1")
+        await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=10)
+        await eventually(lambda: a.term == b.term == 1, "both to know term 1", timeout=5)
         stored = kv.get(ELECTION_KEY)
         assert stored is not None and json.loads(stored.value)["term"] == 1
 
         first, second = leader_of((a, b))
         await first.stop()  # resigning: the next winner raises the term by one
-        await wait_until(lambda: second.is_leader, LEASE_SECS + 5, "the takeover")
+        await eventually(lambda: second.is_leader, "the takeover", timeout=LEASE_SECS + 5)
         assert second.term == 2
 
         with kv.engine.begin() as conn:  # the lease row runs out: the next winner raises it again
             conn.execute(update(election_table).values(expires_at=0.0))
-        await wait_until(
-            lambda: any(e.is_leader and e.term == 3 for e in (a, b)), LEASE_SECS + 5, "term 3"
+        await eventually(
+            lambda: any(e.is_leader and e.term == 3 for e in (a, b)),
+            "term 3",
+            timeout=LEASE_SECS + 5,
         )
     finally:
         await a.stop()
