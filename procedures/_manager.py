@@ -479,7 +479,3 @@ class ProcedureManager(Generic[S]):
     def kinds(self) -> Iterable[str]:
         """Registered procedure kinds."""
         return self._kinds.keys()
-
-    def register_kind(self, kind: type[Procedure[Any, S]]) -> None:
-        """Make another procedure kind submittable and resumable (before `start`)."""
-        self._kinds[kind.kind] = kind

@@ -48,7 +48,6 @@ from procedures.wal_purge._plan import (
     PurgeDecision,
     Reset,
     Skip,
-    StatsByTopic,
     TopicStats,
     Wait,
     advanced_marker,
@@ -60,7 +59,6 @@ from procedures.wal_purge._plan import (
     flushed_regions,
     nothing_to_cut,
     plan_topic,
-    plan_topics,
     reset_marker,
 )
 from procedures.wal_purge._procedure import DATA_LOSS_EVENT, PurgeStep, WalPurge
@@ -98,7 +96,6 @@ __all__ = [
     "Retained",
     "Skip",
     "StatSource",
-    "StatsByTopic",
     "TickResult",
     "TopicMap",
     "TopicSeries",
@@ -122,7 +119,6 @@ __all__ = [
     "gather_plans",
     "nothing_to_cut",
     "plan_topic",
-    "plan_topics",
     "purge_manager",
     "read_marker",
     "reset_marker",

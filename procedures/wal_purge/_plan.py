@@ -72,7 +72,7 @@ protocol model in the tests calls exactly these):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, KeysView, Mapping, Sequence
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -140,12 +140,6 @@ class TopicStats(Protocol):
         """The lowest `prunable_entry_id` over every stat, or None when there is none or
         one was received before `fresh_after`."""
         ...
-
-
-class StatsByTopic(Protocol):
-    """Every topic's `TopicStats` (`metasrv.leader.StatTable`, a copy of the leader's)."""
-
-    def topic_rows(self, topic: str) -> TopicStats: ...
 
 
 def plan_topic(
@@ -363,45 +357,6 @@ def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | N
         return 0
     base = log_start if log_start is not None else (pruned if pruned is not None else 0)
     return max(0, prune_point - base)
-
-
-def plan_topics(
-    routes_by_topic: Mapping[str, Collection[RegionRoute] | Mapping[int, RegionRoute]],
-    stats: StatsByTopic,
-    *,
-    now: float,
-    stat_ttl: float,
-    pruned_entry_ids: Mapping[str, int | None],
-    offsets: Mapping[str, PartitionOffsets] | None = None,
-    topics: Iterable[str] | None = None,
-    markers: Mapping[str, Marker] | None = None,
-    offsets_asked_at: float | None = None,
-    compare_reports: bool = True,
-) -> dict[str, TopicPlan]:
-    """Plan many topics at once: `topics` (default: every key of `routes_by_topic`).
-
-    A topic absent from `routes_by_topic` has no regions; one absent from `offsets`
-    is planned without Kafka's offsets; `markers` give each topic's stored marker
-    (`plan_topic`'s `marker`).
-    """
-    names = list(routes_by_topic) if topics is None else list(topics)
-    known = offsets or {}
-    stored = markers or {}
-    return {
-        topic: plan_topic(
-            topic,
-            routes_by_topic.get(topic, ()),
-            stats.topic_rows(topic),
-            now=now,
-            stat_ttl=stat_ttl,
-            pruned_entry_id=pruned_entry_ids.get(topic),
-            offsets=known.get(topic),
-            marker=stored.get(topic),
-            offsets_asked_at=offsets_asked_at,
-            compare_reports=compare_reports,
-        )
-        for topic in names
-    }
 
 
 def flush_candidates(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -32,6 +32,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionStat
 from metasrv.settings import Settings, load_settings
 from metasrv.sql import engine_url
+from procedures import Procedure
 from procedures.wal_purge import PurgeServices, purge_manager
 
 
@@ -76,7 +77,8 @@ class Harness:
 
     Its kv and election are etcd's, or the SQL ones (`SqlKv`, `SqlElection`) when the
     settings name a SQL kv. `kv` replaces the kv the procedures use; `wrap` wraps the real
-    one (a test's fault injection); the election always uses the real store.
+    one (a test's fault injection); the election always uses the real store. `kinds`: the
+    procedure kinds its manager runs besides `WalPurge`.
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class Harness:
         kv: KvBackend | None = None,
         wrap: Callable[[KvBackend], KvBackend] | None = None,
         kafka: KafkaAdmin | None = None,
+        kinds: Sequence[type[Procedure[Any, PurgeServices]]] = (),
     ) -> None:
         self.settings = settings
         self.prefix = settings.wal.topic_name_prefix
@@ -131,7 +134,7 @@ class Harness:
             metrics=self.metrics,
             settings=settings,
         )
-        self.manager = purge_manager(self.services)
+        self.manager = purge_manager(self.services, *kinds)
         # As the daemon wires it: the map loads before the manager resumes procedures.
         self.leadership = Leadership(self.election)
         self.leadership.add_hook("map", self._load_map, self._drop_view)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import migrations
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from procedures import Procedure
 from tests.procedures._harness import Harness, make_settings
 
 HarnessFactory = Callable[..., Awaitable[Harness]]
@@ -30,14 +31,17 @@ def history_url(tmp_path: Path) -> str:
 async def harness_factory(
     kafka_bootstrap: str, etcd_endpoint: str, unique_prefix: str, history_url: str
 ) -> AsyncIterator[HarnessFactory]:
-    """`await factory(**settings_overrides)` -> a started leader; all closed and cleaned after."""
+    """`await factory(**settings_overrides)` -> a started leader (`kinds`: procedure kinds
+    it runs besides the purge); all closed and cleaned after."""
     built: list[Harness] = []
 
-    async def factory(*, start: bool = True, **overrides: Any) -> Harness:
+    async def factory(
+        *, start: bool = True, kinds: Sequence[type[Procedure[Any, Any]]] = (), **overrides: Any
+    ) -> Harness:
         settings = make_settings(
             kafka=kafka_bootstrap, etcd=etcd_endpoint, prefix=unique_prefix, **overrides
         )
-        h = Harness(settings, history_url)
+        h = Harness(settings, history_url, kinds=kinds)
         built.append(h)
         if start:
             await h.start()

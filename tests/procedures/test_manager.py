@@ -93,10 +93,7 @@ class Toy(Procedure[ToyData, object]):
 
 
 async def toy_leader(factory: HarnessFactory, **overrides: Any) -> Harness:
-    h = await factory(start=False, **overrides)
-    h.manager.register_kind(Toy)
-    await h.start()
-    return h
+    return await factory(kinds=[Toy], **overrides)
 
 
 async def submit(h: Harness, **data: Any) -> str:
@@ -178,8 +175,7 @@ async def test_cancel_a_running_procedure(harness_factory: HarnessFactory) -> No
 
 
 async def test_new_leader_resumes_at_the_persisted_step(harness_factory: HarnessFactory) -> None:
-    h = await harness_factory(start=False)
-    h.manager.register_kind(Toy)
+    h = await harness_factory(start=False, kinds=[Toy])
     pid = uuid.uuid4().hex
     # What a leader that died after finishing step one left behind.
     record = ProcedureRecord(

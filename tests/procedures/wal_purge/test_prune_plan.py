@@ -17,7 +17,6 @@ from procedures.wal_purge import (
     TOPIC_RESET,
     nothing_to_cut,
     plan_topic,
-    plan_topics,
 )
 
 TOPIC = "wal_0"
@@ -290,27 +289,7 @@ def test_retention_past_the_marker_is_still_data_loss() -> None:
     assert p.prune_point is None
 
 
-# --- many topics --------------------------------------------------------------------------
-
-
-def test_plan_topics_includes_topics_without_regions_and_uses_per_topic_inputs() -> None:
-    routes = {"a": [route(1, "a")], "b": [route(2, "b")]}
-    stats = table_of([stat(1, 10, topic="a"), stat(2, 20, topic="b")])
-    plans = plan_topics(
-        routes,
-        stats,
-        now=NOW,
-        stat_ttl=TTL,
-        pruned_entry_ids={"a": 5},
-        offsets={"b": PartitionOffsets(0, 15)},
-        topics=["a", "b", "c"],
-        offsets_asked_at=NOW - 5,  # b's stat came after Kafka answered
-    )
-    assert list(plans) == ["a", "b", "c"]
-    assert plans["a"].prune_point == 10 and plans["a"].pruned_entry_id == 5
-    assert plans["a"].log_start_offset is None
-    assert plans["b"].prune_point == 14  # at most b's latest entry (high watermark - 1)
-    assert plans["c"].prune_point is None and plans["c"].region_count == 0
+# --- a registry snapshot ---------------------------------------------------------------
 
 
 def test_a_registry_topic_snapshot_is_planned_as_the_stats_it_holds() -> None:
@@ -329,14 +308,6 @@ def test_a_registry_topic_snapshot_is_planned_as_the_stats_it_holds() -> None:
         pruned_entry_id=None,
         offsets=offsets,
     )
-
-
-def test_plan_topics_defaults_to_mapped_topics() -> None:
-    plans = plan_topics(
-        {"a": [route(1, "a")]}, StatTable(), now=NOW, stat_ttl=TTL, pruned_entry_ids={}
-    )
-    assert list(plans) == ["a"]
-    assert reasons(plans["a"]) == {1: NO_STAT}
 
 
 # --- properties ---------------------------------------------------------------------------
