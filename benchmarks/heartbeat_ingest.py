@@ -321,10 +321,7 @@ def parse_ceiling(payload: bytes, seconds: float = 2.0) -> float:
 def decode_ceiling(payload: bytes, seconds: float = 2.0) -> float:
     """Region stats/s the handler's own typed decode (msgspec into its Structs, types and
     bounds checked) reaches alone on this payload (one core)."""
-    try:
-        from metasrv.wire import decode_json as _decode
-    except ImportError:  # a baseline checkout from before the wire module
-        from metasrv.heartbeat import _decode  # type: ignore[import-not-found,no-redef]
+    from metasrv.wire import decode_json as _decode
 
     regions = len(_decode(payload).regions)
     count = 0

@@ -184,11 +184,7 @@ def test_the_metasrv_scan_catches_upward_and_sideways_imports(tmp_path: Path) ->
 
 SCANNED = ["metasrv", "procedures", "api", "cli", "toolbox", "tests", "benchmarks"]
 
-PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("benchmarks/heartbeat_ingest.py", "metasrv.heartbeat._decode"): (
-        "the fallback for a baseline checkout older than metasrv.wire, run side by side"
-    ),
-}
+PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {}
 """(module, imported target) -> why it cannot go through the package's public names. The list
 only shrinks: an entry no longer needed fails the test."""
 
