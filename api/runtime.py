@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import Engine, create_engine
 
@@ -36,7 +35,15 @@ from metasrv.leader import (
 )
 from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute
-from metasrv.process import BackgroundTasks, Backoff, GcPacer, Jitter, LoopLagMonitor
+from metasrv.process import (
+    Backoff,
+    GcPacer,
+    Jitter,
+    LoopLagMonitor,
+    Step,
+    Supervisor,
+    nothing,
+)
 from metasrv.settings import Settings
 from metasrv.sql import engine_url
 from metasrv.stat_history import StatHistoryWriter, cluster_root
@@ -92,8 +99,9 @@ class Runtime:
     """Region stat snapshots for the reconcile job; None when its interval is 0s."""
     loop_lag: LoopLagMonitor
     """Event-loop lag probe; the leader's watchdog reads it."""
-    background: BackgroundTasks
-    """Failures of the background loops (counted; a dead one makes /readyz not ready)."""
+    background: Supervisor
+    """Owns every background loop: starts them, counts their failures (a dead one makes
+    /readyz not ready, naming it) and drains them on close (`start` registers them)."""
     leadership: Leadership
     """Follower -> elected -> leader, through the hooks `start` registers."""
     follower: MapFollower | None
@@ -118,7 +126,7 @@ class Runtime:
             kafka = KafkaAdmin.from_settings(settings.wal)
             locks = TopicLocks()
             metrics = Metrics()
-            background = BackgroundTasks(metrics.background_task_errors)
+            background = Supervisor(metrics.background_task_errors)
             registry = RegionRegistry()
             loop_lag = LoopLagMonitor(metrics.event_loop_lag)
             election = build_election(
@@ -225,7 +233,7 @@ class Runtime:
         )
 
     async def start(self) -> None:
-        """Register the leader hooks, start background work and campaign."""
+        """Register the leader hooks and every background loop, then start the loops."""
         view = LeaderView(
             self.region_map,
             self.registry,
@@ -238,57 +246,57 @@ class Runtime:
         self.leadership.add_hook("leader view", view.load, view.drop)
         self.leadership.add_hook("procedures", self.procedures.lead, self.procedures.follow)
         self.leadership.add_hook("topic pool", self._start_pool_creation, self._stop_pool_creation)
-        await self.loop_lag.start()
-        await self.gc_pacer.start()
-        await self.checkpointer.start()
-        await self.procedures.start()
-        await self.ticker.start()
-        await self.wal_trend.start()
-        await self.event_retention.start()
-        if self.stat_history is not None:
-            await self.stat_history.start()
+        # Start order; `close` drains in the reverse one: the loops that write (the purge
+        # ticker, procedures, the last WAL events, checkpoints) stop while this process
+        # still leads, then it resigns, then the map stops being followed.
+        loops = self.background
+        loops.add("loop_lag", self.loop_lag)
+        loops.add("gc_pacer", self.gc_pacer)
         if self.follower is not None:
-            self.follower.start()  # warm before any election: a win costs a catch-up
-        await self.leadership.start()
-        await self.election.start()
-        watch = self.background.watch
-        watch("loop_lag", self.loop_lag.task)
-        watch("gc_pacer", self.gc_pacer.task)
-        watch("checkpointer", self.checkpointer.task)
-        watch("procedure_sweeper", self.procedures.sweeper)
-        watch("ticker", self.ticker.task)
-        watch("wal_trend", self.wal_trend.task)
-        watch("event_retention", self.event_retention.task)
+            # Warm before any election: a win costs a catch-up. Its health is /readyz's
+            # `follower_map`; a take-over ends its task on purpose.
+            loops.add("map_follower", Step(self._follow, self.follower.stop), watch=False)
+        loops.add("election", Step(self._campaign, self._resign))
+        loops.add("checkpointer", self.checkpointer)
+        loops.add("wal_events", Step(nothing, self._write_last_events))
+        loops.add("procedure_sweeper", self.procedures)
+        loops.add("event_retention", self.event_retention)
+        loops.add("wal_trend", self.wal_trend)
+        loops.add("ticker", self.ticker)
         if self.stat_history is not None:
-            watch("stat_history", self.stat_history.task)
+            loops.add("stat_history", self.stat_history)
+        await loops.start()
 
     async def close(self) -> None:
-        """Stop in reverse dependency order; repeat-safe. Checkpoints are flushed while
-        this process still leads, before it resigns."""
+        """Stop every background loop in reverse start order, then close the clients;
+        repeat-safe. Checkpoints are flushed while this process still leads, before it
+        resigns."""
         if self._closed:
             return
         self._closed = True
         await self._stop_pool_creation()
-        if self.stat_history is not None:
-            await _quietly(self.stat_history.stop(), "stopping the stat history writer")
-        await _quietly(self.ticker.shutdown(), "stopping the purge ticker")
-        await _quietly(self.wal_trend.stop(), "stopping the WAL trend sampler")
-        await _quietly(self.procedures.stop(), "stopping the procedure manager")
-        await _quietly(self.event_retention.stop(), "stopping the event retention")
-        await _quietly(self.purge.events.flush(5.0), "writing the last WAL events")
-        self.purge.close()
-        await _quietly(self.checkpointer.stop(), "stopping checkpointer")
-        await _quietly(self.election.stop(), "stopping election")
-        await self.loop_lag.stop()
-        await self.gc_pacer.stop()
-        if self._view is not None:
-            self._view.closed = True
-        await self.leadership.close()
-        if self.follower is not None:
-            await self.follower.stop()
+        await self.background.stop()
         self.kafka.close()
         self.kv.close()
         self.history.dispose()
+
+    async def _follow(self) -> None:
+        if self.follower is not None:
+            self.follower.start()
+
+    async def _campaign(self) -> None:
+        await self.leadership.start()
+        await self.election.start()
+
+    async def _resign(self) -> None:
+        await self.election.stop()
+        if self._view is not None:
+            self._view.closed = True  # a dropped view is not followed again
+        await self.leadership.close()
+
+    async def _write_last_events(self) -> None:
+        await self.purge.events.flush(5.0)
+        self.purge.close()
 
     # --- region map changes (leader only; callers check `require_serving`) -----------
 
@@ -395,12 +403,3 @@ class Runtime:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait([task])
-
-
-async def _quietly(awaitable: Any, what: str) -> None:
-    try:
-        await awaitable
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        logger.exception("%s failed", what)

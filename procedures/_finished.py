@@ -12,14 +12,12 @@ interval at most, not for the next leader.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from metasrv.errors import MetasrvError
-from metasrv.process import ErrorSink, log_only
+from metasrv.process import PeriodicLoop, log_only
 from metasrv.settings import ProcedureSettings
 from procedures._history import History
 from procedures._procedure import ProcedureRecord
@@ -28,8 +26,11 @@ from procedures._store import ProcedureStore, Stored
 logger = logging.getLogger(__name__)
 
 
-class FinishedRecords:
-    """History rows and kv expiry of finished procedures."""
+class FinishedRecords(PeriodicLoop):
+    """History rows and kv expiry of finished procedures; the sweep is a loop on the
+    ticker, every quarter of `procedure.finished_ttl` (0.5 s to 1 min)."""
+
+    task_name = "procedure-sweeper"
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class FinishedRecords:
         forget: Callable[[str], None],
         adopt: Callable[[Stored], object] = lambda _stored: None,
     ) -> None:
+        super().__init__(log_only("procedure_sweeper"))
         self._store = store
         self._history = history
         self._settings = settings
@@ -52,29 +54,13 @@ class FinishedRecords:
         """Called with every unfinished record the sweep read."""
         self._written: set[str] = set()
         """Records whose history row is known to exist."""
-        self._task: asyncio.Task[None] | None = None
-        self._shutdown = asyncio.Event()
-        self.on_error: ErrorSink = log_only("procedure_sweeper")
-        """Called with what a sweep raised (the runtime counts it)."""
 
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The sweep loop, if started."""
-        return self._task
+    def next_round_in(self) -> float:
+        return max(0.5, min(60.0, self._settings.finished_ttl / 4))
 
-    def start(self) -> None:
-        """Start the sweep loop (idempotent)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="procedure-sweeper")
-
-    async def stop(self) -> None:
-        """Stop the sweep loop; repeat-safe."""
-        self._shutdown.set()
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def round(self) -> None:
+        if self._leading():
+            await self.sweep()
 
     async def record(self, record: ProcedureRecord) -> None:
         """Write the history row of a procedure that just ended; on failure the sweep
@@ -88,22 +74,6 @@ class FinishedRecords:
                 exc,
                 extra={"procedure_id": record.id},
             )
-
-    def _interval(self) -> float:
-        return max(0.5, min(60.0, self._settings.finished_ttl / 4))
-
-    async def _loop(self) -> None:
-        while not self._shutdown.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), self._interval())
-            if self._shutdown.is_set():
-                return
-            if not self._leading():
-                continue
-            try:
-                await self.sweep()
-            except Exception as exc:
-                self.on_error(exc)
 
     async def sweep(self, now: float | None = None) -> int:
         """Write missing history rows; delete finished kv records older than the TTL;

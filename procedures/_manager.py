@@ -104,11 +104,12 @@ class ProcedureManager(Generic[S]):
         if self._started:
             return
         self._started = True
-        self._finished.start()
+        await self._finished.start()
 
     @property
-    def sweeper(self) -> asyncio.Task[None] | None:
-        """The finished-record sweeper task, if started (`FinishedRecords`)."""
+    def task(self) -> asyncio.Task[None] | None:
+        """The finished-record sweeper task, if started (`FinishedRecords`): the loop a
+        supervisor watches."""
         return self._finished.task
 
     @property

@@ -16,10 +16,9 @@ start them no longer fires. The interpreter's own thresholds stay as a backstop.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 
-from metasrv.process._background import cancel_and_wait
+from metasrv.process._periodic import PeriodicLoop
 
 DEFAULT_INTERVAL = 0.05
 """Seconds between two young-generation collections."""
@@ -31,26 +30,16 @@ leader's own state, frozen out of reach when leadership began, so a full pass is
 but it still costs more than a young one, so it is rare."""
 
 
-class GcPacer:
+class GcPacer(PeriodicLoop):
     """Collects from the event loop every `interval`: generation 0 each time, 1 and 2
     every `MIDDLE_EVERY` and `FULL_EVERY` passes."""
 
+    task_name = "gc-pacer"
+
     def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
+        super().__init__()
         self.interval = interval
         self.passes = 0
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        return self._task
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="gc-pacer")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
 
     def collect(self) -> int:
         """One pass; returns the objects collected."""
@@ -61,7 +50,8 @@ class GcPacer:
             return gc.collect(1)
         return gc.collect(0)
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            self.collect()
+    def next_round_in(self) -> float:
+        return self.interval
+
+    async def round(self) -> None:
+        self.collect()

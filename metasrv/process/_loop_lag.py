@@ -13,31 +13,28 @@ import time
 
 from prometheus_client import Histogram
 
-from metasrv.process._background import cancel_and_wait
+from metasrv.process._periodic import PeriodicLoop
 
 DEFAULT_INTERVAL = 0.025
 """Seconds between probes: fine enough to see a 20 ms stall, cheap enough to run always."""
 
 
-class LoopLagMonitor:
+class LoopLagMonitor(PeriodicLoop):
     """Measures event-loop lag into `histogram` (see the module docstring)."""
 
+    task_name = "loop-lag"
+
     def __init__(self, histogram: Histogram | None = None, interval: float = DEFAULT_INTERVAL):
+        super().__init__()
         self.interval = interval
         self._histogram = histogram
         self._last_tick = 0.0
         self._max_lag = 0.0
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def max_lag(self) -> float:
         """The longest lag seen since start, in seconds."""
         return self._max_lag
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The probe, if started."""
-        return self._task
 
     def stalled_for(self) -> float:
         """Seconds since the loop last ran the probe (0 before `start`); safe from any thread."""
@@ -45,16 +42,16 @@ class LoopLagMonitor:
         return 0.0 if last == 0.0 else max(0.0, time.monotonic() - last)
 
     async def start(self) -> None:
-        if self._task is None:
+        if self.task is None:
             self._last_tick = time.monotonic()
-            self._task = asyncio.create_task(self._probe(), name="loop-lag")
+        await super().start()
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+    async def drained(self) -> None:
         self._last_tick = 0.0
 
-    async def _probe(self) -> None:
+    async def _run(self) -> None:
+        # The probe is the one loop that is not a round on the ticker's wait: its wait is
+        # what it measures, so it is a bare sleep, nothing else on the path.
         interval = self.interval
         observe = self._histogram.observe if self._histogram is not None else None
         while True:

@@ -22,7 +22,7 @@ twice `wal.flush_wait_timeout` plus the retry budget of one step, `ProcedureMana
 so no single purge holds back every topic's next round.
 
 Each round also refreshes the per-topic plan gauges (`export_gauges`).
-Follows the Worker shape: one task plus a shutdown event, repeat-safe `shutdown()`,
+Follows the Worker shape: one task plus a shutdown event, repeat-safe `stop()`,
 `async with` support. Only the leader's rounds do anything.
 """
 
@@ -144,7 +144,7 @@ class PurgeTicker:
         self._shutdown.clear()
         self._task = asyncio.create_task(self._run(), name="purge-ticker")
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         """Stop the loop and wait for it; safe to call more than once."""
         self._shutdown.set()
         task, self._task = self._task, None
@@ -159,12 +159,14 @@ class PurgeTicker:
         elif not task.cancelled() and task.exception() is not None:
             logger.error("purge ticker stopped with an error", exc_info=task.exception())
 
+    shutdown = stop
+
     async def __aenter__(self) -> PurgeTicker:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
+        await self.stop()
 
     async def _run(self) -> None:
         period = min(
