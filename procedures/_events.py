@@ -20,7 +20,6 @@ seen end, and shutdown calls it before the engine closes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -150,12 +149,13 @@ def trim_interval(retention: float) -> float:
 class EventRetention(PeriodicLoop):
     """Deletes events older than `retention` seconds, every `interval`, while `leading()`.
 
-    Worker shape: one task, a shutdown event, repeat-safe `stop()`. A retention of 0 keeps
+    A loop on the ticker (`PeriodicLoop`), a trim at start. A retention of 0 keeps
     events for good (the loop does not start). Every replica runs the loop; only the
     leader deletes, so one process works on the shared table at a time.
     """
 
     task_name = "event-retention"
+    round_first = True
 
     def __init__(
         self,
@@ -166,12 +166,11 @@ class EventRetention(PeriodicLoop):
         interval: float | None = None,
         on_error: ErrorSink | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(on_error or log_only("event_retention"))
         self.history = history
         self.retention = retention
         self.interval = trim_interval(retention) if interval is None else interval
         self._leading = leading
-        self._on_error = on_error or log_only("event_retention")
 
     @property
     def enabled(self) -> bool:
@@ -192,12 +191,8 @@ class EventRetention(PeriodicLoop):
             )
         return deleted
 
-    async def _run(self) -> None:
-        while not self._shutdown.is_set():
-            try:
-                await self.trim_once()
-            except Exception as exc:
-                # The history database unavailable, or a bug: counted; the next round retries.
-                self._on_error(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), self.interval)
+    def next_round_in(self) -> float:
+        return self.interval
+
+    async def round(self) -> None:
+        await self.trim_once()

@@ -14,14 +14,11 @@ purges, one SQL read, however many regions are mapped.
 
 The trend belongs to a leadership term: a process that stops leading drops it, and a
 new term starts with no samples and the purges of the last window read back from the
-SQL history. Follows the Worker shape of the ticker: one task, a shutdown event,
-repeat-safe `stop()`.
+SQL history. A loop on the ticker (`PeriodicLoop`), a round at start.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 import sys
@@ -73,6 +70,7 @@ class TrendSampler(PeriodicLoop):
     """Samples retained WAL and completed purges into `ring` while this process leads."""
 
     task_name = "wal-trend"
+    round_first = True
 
     def __init__(
         self,
@@ -84,7 +82,7 @@ class TrendSampler(PeriodicLoop):
         purge_capacity: int = PURGE_CAPACITY,
         on_error: ErrorSink | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(on_error or log_only("wal_trend"))
         """`term()` names the leadership term while this process serves as leader, None
         otherwise. A `sample_interval` of 0 keeps no trend (the loop does not start)."""
         self.services = services
@@ -94,7 +92,6 @@ class TrendSampler(PeriodicLoop):
             trend_capacity(sample_interval, window), purge_capacity=purge_capacity
         )
         self._term = term
-        self._on_error = on_error or log_only("wal_trend")
         self._sampled_term: int | None = None
         """The term the ring holds; None: nothing (not leading, or not caught up)."""
         self._purges_seen = 0.0
@@ -109,15 +106,11 @@ class TrendSampler(PeriodicLoop):
         """The leadership term the ring's samples belong to (None: no trend kept now)."""
         return self._sampled_term
 
-    async def _run(self) -> None:
-        while not self._shutdown.is_set():
-            try:
-                await self.sample_once()
-            except Exception as exc:
-                # Kafka or SQL unavailable, or a bug: counted; the next round tries again.
-                self._on_error(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), self.sample_interval)
+    def next_round_in(self) -> float:
+        return self.sample_interval
+
+    async def round(self) -> None:
+        await self.sample_once()
 
     async def sample_once(self) -> None:
         """One round (see module docstring); clears the ring when the term changed."""
