@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from pyetcd import etcdrpc
 from metasrv.election import EtcdElection
 from metasrv.errors import KvUnavailable
 from metasrv.kv import Compare, Delete, EtcdKv, Put
+from tests._wait import eventually, wait_until
 from toolbox.stack import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -45,24 +47,17 @@ def pause(cluster: Cluster, *members: str) -> None:
     for member in members:
         pid = cluster.pid(member)
         assert pid is not None
-        deadline = time.monotonic() + 5
-        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "T":
-            assert time.monotonic() < deadline, f"{member} did not stop"
-            time.sleep(0.01)
+        wait_until(partial(_stopped, pid), f"{member} stopped", timeout=5, interval=0.01)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the kernel shows process `pid` stopped (state T)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "T"
 
 
 def a_follower(cluster: Cluster) -> str:
     leader = cluster.etcd_leader()
     return next(m for m in cluster.etcd_members if m != leader)
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 class LeaderSampler:
@@ -77,7 +72,7 @@ class LeaderSampler:
         while True:
             leaders = sum(e.is_leader for e in self.elections)
             self.samples.append((time.monotonic(), leaders))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the sampling period, not a wait
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -151,7 +146,7 @@ async def pair(cluster: Cluster, prefix: str) -> AsyncIterator[Pair]:
 
 async def leader_of(pair: Pair) -> tuple[EtcdElection, EtcdElection]:
     a, b = pair
-    await wait_until(lambda: a.is_leader or b.is_leader, 15, "a leader")
+    await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=15)
     assert not (a.is_leader and b.is_leader)
     return (a, b) if a.is_leader else (b, a)
 
@@ -172,7 +167,8 @@ async def through_fault(
     kv.move_to(endpoint)
     sampler = LeaderSampler(pair)
     sampler.start()
-    await asyncio.sleep(0.5)
+    await eventually(lambda: len(sampler.samples) >= 10, "samples before the fault")
+    # The fault lasts this long: leadership is sampled throughout, not awaited.
     if freeze:
         pause(cluster, member)
         await asyncio.sleep(PAUSE_SECS)
@@ -203,7 +199,7 @@ async def fence_through_handover(pair: Pair, kv: EtcdKv) -> None:
     assert kv.get("fenced") is None
     assert kv.txn(old_fence, [Put("fenced", b"first")]).succeeded
     await leader.stop()
-    await wait_until(lambda: follower.is_leader, HANDOVER, "the follower to take over")
+    await eventually(lambda: follower.is_leader, "the follower to take over", timeout=HANDOVER)
     assert not kv.txn(old_fence, [Put("fenced", b"deposed")]).succeeded
     assert kv.txn(follower.fence(), [Put("fenced", b"second")]).succeeded
     stored = kv.get("fenced")

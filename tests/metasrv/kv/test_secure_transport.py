@@ -8,7 +8,6 @@ certificates, SASL_SSL with PLAIN / SCRAM users made at format time) and its own
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from metasrv.kafka import KafkaAdmin, client_config
 from metasrv.kv import EtcdKv, EtcdSecurity
 from metasrv.settings import Settings, WalSettings, load_settings
 from metasrv.wire import MetasrvClient
+from tests._wait import eventually, wait_until
 from tests.api._live import DATANODE_TOKEN, OPERATOR_TOKEN, live_settings, serve
 from toolbox.stack import SASL_USERS, Pki, StackConfig, make_pki, start_service, stop_service
 
@@ -136,10 +136,13 @@ def auth_etcd(local_stack: object) -> Iterator[str]:
     )  # fmt: skip
     try:
         ctl = ["etcdctl", f"--endpoints={endpoint}", "--dial-timeout=2s"]
-        deadline = time.monotonic() + 30
-        while subprocess.run([*ctl, "endpoint", "health"], capture_output=True).returncode:
-            assert time.monotonic() < deadline, "auth etcd did not start"
-            time.sleep(0.2)
+        wait_until(
+            lambda: (
+                subprocess.run([*ctl, "endpoint", "health"], capture_output=True).returncode == 0
+            ),
+            "the auth etcd healthy",
+            interval=0.2,
+        )
         for cmd in (
             ["user", "add", f"root:{ETCD_ROOT_PASSWORD}", "--interactive=false"],
             ["user", "grant-role", "root", "root"],
@@ -164,7 +167,7 @@ def test_etcd_user_password_kv_and_expired_token(auth_etcd: str) -> None:
     kv = _auth_kv(auth_etcd, ETCD_ROOT_PASSWORD)
     try:
         kv.put("k", b"v")
-        time.sleep(3)  # past etcd's 2 s token TTL, idle
+        time.sleep(3)  # the behaviour under test: idle past etcd's 2 s token TTL
         try:
             got = kv.get("k")
         except KvUnavailable as exc:
@@ -196,13 +199,15 @@ async def test_election_campaigns_and_keeps_its_lease_with_a_password(auth_etcd:
     election = EtcdElection(kv, node_name="n", addr="127.0.0.1:1", lease_secs=2)
     try:
         await election.start()
-        deadline = time.monotonic() + 10
-        while not election.is_leader:
-            assert time.monotonic() < deadline, "not elected over an authenticated etcd"
-            await asyncio.sleep(0.1)
-        # Keepalives over several token lifetimes (2 s): still the leader.
-        await asyncio.sleep(5)
-        assert election.is_leader
+        await eventually(lambda: election.is_leader, "elected over an authenticated etcd")
+        first = election.lease_deadline
+
+        def leading_renewed() -> bool:
+            assert election.is_leader
+            return election.lease_deadline >= first + 4.5
+
+        # Keepalives over two token lifetimes (2 s): the leader at every poll.
+        await eventually(leading_renewed, "4.5 s of renewals", timeout=15)
     finally:
         await election.stop()
         kv.close()
