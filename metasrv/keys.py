@@ -6,6 +6,7 @@ the only code that reads those values back.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 
@@ -183,7 +184,39 @@ def decode_route(key: str, value: bytes) -> RegionRoute | None:
     )
 
 
-# --- procedures, election, locks -------------------------------------------------------
+# --- `__metasrv_election` -> {"node": str, "addr": str, "term": int} -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionValue:
+    """The leader's value of the election key (and of the SQL election's lease row): every
+    leader-only kv write compares it (the fence), so it names the term."""
+
+    node: str
+    addr: str
+    """The leader's HTTP address (`host:port`), where followers send clients."""
+    term: int
+
+
+def encode_election(value: ElectionValue) -> bytes:
+    """`{"node":...,"addr":...,"term":...}`, compact, byte for byte what every version
+    wrote (the fence compares the bytes)."""
+    return json.dumps(
+        {"node": value.node, "addr": value.addr, "term": value.term}, separators=(",", ":")
+    ).encode()
+
+
+def decode_election(value: bytes) -> ElectionValue:
+    """The election key's value; `ValueError` for a value of any other shape (one another
+    tool wrote). Only `addr` and `term` are required: `node` only names the leader."""
+    info = json.loads(value)
+    try:
+        return ElectionValue(str(info.get("node", "")), str(info["addr"]), int(info["term"]))
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise ValueError(f"not an election value: {value[:200]!r}") from exc
+
+
+# --- procedures, locks ---------------------------------------------------------------
 
 
 def procedure_prefix(procedure_id: str) -> str:

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from metasrv.errors import KvUnavailable
-from metasrv.keys import ELECTION_KEY
+from metasrv.keys import ELECTION_KEY, ElectionValue, decode_election, encode_election
 from metasrv.kv import Compare
 
 logger = logging.getLogger(__name__)
@@ -221,9 +220,7 @@ class LeaseElection:
     # --- the election thread ------------------------------------------------------
 
     def _value_for(self, term: int) -> bytes:
-        return json.dumps(
-            {"node": self.node_name, "addr": self.addr, "term": term}, separators=(",", ":")
-        ).encode()
+        return encode_election(ElectionValue(self.node_name, self.addr, term))
 
     def _run(self) -> None:
         try:
@@ -326,9 +323,8 @@ class LeaseElection:
 
     def _observe(self, value: bytes) -> None:
         try:
-            info: Any = json.loads(value)
-            self._leader_addr = str(info["addr"])
-            self._leader_term = int(info["term"])
-        except (ValueError, KeyError, TypeError):
+            info = decode_election(value)
+            self._leader_addr, self._leader_term = info.addr, info.term
+        except ValueError:
             logger.warning("election key holds an unreadable value: %r", value[:200])
             self._leader_addr, self._leader_term = None, 0

@@ -21,11 +21,10 @@ serializes their transactions).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, Unpack
+from typing import TypeVar, Unpack
 
 import sqlalchemy.exc as sa_exc
 from sqlalchemy import ColumnElement, Float, and_, cast, func, insert, literal, select, update
@@ -33,7 +32,7 @@ from sqlalchemy.engine import Connection
 
 from metasrv.election._lease import Attempt, LeaseElection, LeaseOptions
 from metasrv.errors import KvUnavailable
-from metasrv.keys import ELECTION_KEY
+from metasrv.keys import ELECTION_KEY, decode_election
 from metasrv.kv import Compare, Put, SqlKv
 from metasrv.sql import election_table
 
@@ -203,7 +202,6 @@ class SqlElection(LeaseElection):
 def _term_of(value: bytes) -> int:
     """The term named by an election value; 0 when unreadable (a value of another tool)."""
     try:
-        info: Any = json.loads(value)
-        return int(info["term"])
-    except (ValueError, KeyError, TypeError):
+        return decode_election(value).term
+    except ValueError:
         return 0

@@ -62,3 +62,21 @@ def test_decode_route_keeps_a_damaged_value_mapped_and_skips_a_bad_key() -> None
         5, "t", -1, None
     )
     assert keys.decode_route(f"{keys.TOPIC_REGION_PREFIX}t/12x", keys.encode_route(1, None)) is None
+
+
+def test_an_election_value_is_written_compactly_and_read_back() -> None:
+    value = keys.ElectionValue("node-a", "10.0.0.1:4000", 7)
+    encoded = keys.encode_election(value)
+    # The fence compares these bytes: the layout every version wrote.
+    assert encoded == b'{"node":"node-a","addr":"10.0.0.1:4000","term":7}'
+    assert keys.decode_election(encoded) == value
+    assert keys.decode_election(b'{"addr": "h:1", "term": "3"}') == keys.ElectionValue("", "h:1", 3)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"not json", b"[]", b'{"term": 1}', b'{"addr": "h:1"}', b'{"addr": "h:1", "term": "x"}'],
+)
+def test_an_election_value_of_another_shape_is_refused(value: bytes) -> None:
+    with pytest.raises(ValueError):
+        keys.decode_election(value)
