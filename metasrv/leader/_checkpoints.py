@@ -1,9 +1,9 @@
 """Batched persistence of region checkpoints (DESIGN §4).
 
-Heartbeats only mark regions dirty: a flag per row of the stat table (`StatTable.mark_dirty`),
-so a region that changes on every heartbeat between two flushes is held once, and a
-flush takes the flagged rows' ids in one column pass. A background task writes each dirty
-region's `__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` when
+Heartbeats only mark regions dirty: the checkpointer's set of region ids (`mark`), so a
+region that changes on every heartbeat between two flushes is held once. A background
+task writes each dirty region's `__topic_region/{topic}/{region_id}` checkpoint
+`{"entry_id": prunable}` when
 `wal.checkpoint_batch` regions are dirty or every `wal.checkpoint_interval`, whichever
 comes first, and once more on shutdown; a flush reads, encodes and writes (`batch_put`)
 `FLUSH_SLICE` regions at a time, so the event loop serves heartbeats in between. Flushes
@@ -97,6 +97,8 @@ class Checkpointer:
         rest at once."""
         self._task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
+        self._dirty: set[int] = set()
+        """Regions whose checkpoint is to be written (`mark`)."""
         self.flushes = 0
         """Completed flushes that wrote at least one key (tests and status)."""
 
@@ -108,27 +110,21 @@ class Checkpointer:
     @property
     def dirty_count(self) -> int:
         """Regions waiting to be written."""
-        return self._registry.table.dirty_count
+        return len(self._dirty)
 
     def mark(self, region_ids: Iterable[int] | np.ndarray) -> None:
-        """Note regions (with a row in the registry) whose prunable entry id or node
-        changed; wakes the writer early once a batch is full."""
-        ids = region_ids.tolist() if isinstance(region_ids, np.ndarray) else list(region_ids)
-        if ids:
-            slots = self._registry.table.lookup(ids)
-            self.mark_slots(slots[slots >= 0])
-
-    def mark_slots(self, slots: np.ndarray) -> None:
-        """`mark` for rows known by their slots in the registry's table."""
-        table = self._registry.table
-        table.mark_dirty(slots)
-        if table.dirty_count >= self._batch:
+        """Note regions whose prunable entry id or node changed: their checkpoints are
+        to be written (a region without a row at the flush is skipped); wakes the writer
+        early once a batch is full."""
+        dirty = self._dirty
+        dirty.update(region_ids.tolist() if isinstance(region_ids, np.ndarray) else region_ids)
+        if len(dirty) >= self._batch:
             self._wake.set()
 
     def clear(self) -> None:
         """Forget every dirty region (leadership changed; the new stats start empty),
         those of a paced flush under way included."""
-        self._registry.table.take_dirty()
+        self._dirty = set()
         self._cleared += 1
         self._term_began = time.monotonic()
 
@@ -145,12 +141,9 @@ class Checkpointer:
         """
         async with self._flush_lock:
             self._wake.clear()
-            table = self._registry.table
-            if not table.dirty_count:
+            if not self._dirty:
                 return 0
-            # An array: its ids become ints a slice at a time (a term's first flush takes
-            # every mapped region, a million at once: 40 ms to list them in one go).
-            pending = table.take_dirty()
+            pending, self._dirty = list(self._dirty), set()
             cleared = self._cleared
             pace = paced and self._rate > 0
             step = max(1, min(self._slice, int(self._rate * PACE_STEP))) if pace else self._slice
@@ -172,7 +165,7 @@ class Checkpointer:
                 # slice carries stops a leader that does not know yet it was deposed.
                 if not self._may_write():
                     break
-                updates = self._registry.checkpoints(pending[start : start + step].tolist())
+                updates = self._registry.checkpoints(pending[start : start + step])
                 try:
                     count = await self._region_map.set_checkpoints(updates)
                 except LeadershipLost:

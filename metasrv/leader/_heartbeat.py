@@ -114,8 +114,8 @@ class HeartbeatHandler:
             table.assign(outcome.steady_slots, node_id, outcome.steady, now)
         if outcome.fresh is not None and outcome.fresh_topics is not None:
             names, topics = outcome.fresh_topics
-            inserted = table.insert(outcome.fresh, names, topics, node_id, now, outcome.fresh_slots)
-            self._checkpointer.mark_slots(inserted)  # a first checkpoint for each
+            table.store(outcome.fresh, names, topics, node_id, now, outcome.fresh_slots)
+            self._checkpointer.mark(outcome.fresh.ids)  # a first checkpoint for each
         registry.put_topic_rows(outcome.accepted)
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
@@ -138,8 +138,8 @@ class HeartbeatHandler:
                 self._unknown_topic_reports.inc(ignored)
         if outcome.changed:
             self._checkpointer.mark(outcome.changed)
-        if outcome.changed_slots is not None:
-            self._checkpointer.mark_slots(outcome.changed_slots)
+        if outcome.changed_ids is not None:
+            self._checkpointer.mark(outcome.changed_ids)
         mailbox = self._mailbox
         if mailbox.has_pending(node_id):
             mailbox.observe(node_id, self._accepted_rows(outcome))

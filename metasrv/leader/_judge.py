@@ -71,16 +71,16 @@ class Judged:
     fresh: RowValues | None = None
     """Regions reporting for the first time, on their mapped topic."""
     fresh_topics: tuple[list[str], np.ndarray] | None = None
-    """Their topics (names, and an index into them per region), for `StatTable.insert`."""
+    """Their topics (names, and an index into them per region), for `StatTable.store`."""
     fresh_slots: np.ndarray | None = None
     """Their prepared slots (`StatTable.prepare`), -1 for a region without one."""
     accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
     """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
     changed: list[int] = field(default_factory=list)
     """Regions whose prunable id or node changed: their checkpoints are dirty."""
-    changed_slots: np.ndarray | None = None
-    """The slots of the steady rows whose prunable id or node changed (every `fresh`
-    region's first checkpoint is dirty too: `StatTable.insert` gives their slots)."""
+    changed_ids: np.ndarray | None = None
+    """The steady regions whose prunable id or node changed (every `fresh` region's
+    first checkpoint is dirty too)."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     misrouted: list[RegionStat] = field(default_factory=list)
     ignored_claims: int = 0
@@ -304,7 +304,7 @@ class HeartbeatJudge:
                 out.rejected.sort(key=lambda item: position[item["region_id"]])
         if id_list is not None and not rest.any() and _all_prepared(out.fresh_slots):
             # Every region has a row, or a prepared slot that its first report fills now
-            # (`StatTable.insert` keeps it): worth recalling, from the next heartbeat on.
+            # (`StatTable.store` keeps it): worth recalling, from the next heartbeat on.
             table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
         if not steady.any():
             return
@@ -315,7 +315,7 @@ class HeartbeatJudge:
         # region dirty. Most heartbeats of an idle region change nothing.
         dirty = table.checkpoint_changed(held, node_id, accepted.prunable)
         if dirty.any():
-            out.changed_slots = held[dirty]
+            out.changed_ids = accepted.ids[dirty]
 
     def _first_reports(
         self,

@@ -1,17 +1,16 @@
 """The leader's region stats: region -> row (`StatTable`), each row naming one topic
 (topic -> regions, `TopicIndex`), read a topic at a time (`TopicRows`: live, or copied,
-`TopicCopy`).
+`TopicCopy`). What a row holds is declared once (`RowColumns`' fields, `SCHEMA`); the
+table's storage, the `StatRow`s it reads out and its copies are derived from it.
 
-The registry's region rows, stored as columns (numpy arrays indexed by slot).
-
-A heartbeat of a thousand regions is a handful of whole-column operations: look the
-slots up (by bisection, a C-level dict pass, or not at all: `SlotMemo`), judge the
-reported values against the stored ones (`StatTable.judge`) and assign them in place
-(`StatTable.assign`). No object is built per region on that path, and nothing here is
-tracked by the garbage collector. The columns (`_stat_columns.py`) are the table's own:
-readers and writers go through operations that say what they do to rows, `StatRow`s are
-built only when read (`_stat_rows.py`), every row names one topic (`_topic_index.py`),
-and `TopicRows` is one topic's rows as a read-only mapping (`_topic_rows.py`).
+The rows are stored as columns (numpy arrays indexed by slot; a slot is the table's own
+business, never seen outside this module's classes and the heartbeat's judge). A
+heartbeat of a thousand regions is a handful of whole-column operations: look the slots
+up (by bisection, a C-level dict pass, or not at all: `SlotMemo`), judge the reported
+values against the stored ones (`StatTable.judge`) and assign them in place
+(`StatTable.assign`); any other write (first reports, moved regions, rows put by hand)
+is `StatTable.store`. No object is built per region on that path, and nothing here is
+tracked by the garbage collector.
 
 A new leader's table is `prepare`d with a slot for every mapped region, before any
 heartbeat: the index is built once, from the map, a C-level pass, so a region's first
@@ -23,7 +22,7 @@ not a row until its region reports: it is in no topic's members, not counted, no
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, Final, Protocol, overload
@@ -49,10 +48,70 @@ class StatRow(msgspec.Struct, frozen=True, gc=False):
     prunable_entry_id: int
 
 
+def _column(
+    row: str, dtype: type[np.generic], fill: float = 0, *, nullable: bool = False
+) -> dict[str, Any]:
+    """A stored column (`Column`): the `StatRow` field it holds, its dtype, what a slot
+    without a row holds, and whether a null is stored (as `NULL`)."""
+    return {"row": row, "dtype": dtype, "fill": fill, "nullable": nullable}
+
+
+@dataclass(frozen=True, slots=True)
+class RowColumns:
+    """Copies of some rows' columns (`StatTable.columns`): `topic` indexes `names`, a null
+    is `NULL`. Its column fields are the declaration of what a row is stored as
+    (`SCHEMA`): add a column here and the table stores, reads and copies it."""
+
+    names: list[str]
+    ids: np.ndarray
+    node: np.ndarray = field(metadata=_column("node_id", np.int64))
+    topic: np.ndarray = field(metadata=_column("topic", np.int32, -1))
+    """The topic's code (`TopicIndex.code_of`); in the table, -1 for a slot without a row."""
+    flushed: np.ndarray = field(metadata=_column("flushed_entry_id", np.int64))
+    latest: np.ndarray = field(
+        metadata=_column("topic_latest_entry_id", np.int64, NULL, nullable=True)
+    )
+    memtable: np.ndarray = field(metadata=_column("memtable_bytes", np.int64))
+    manifest: np.ndarray = field(
+        metadata=_column("manifest_version", np.int64, NULL, nullable=True)
+    )
+    received: np.ndarray = field(metadata=_column("received_at", np.float64))
+    prunable: np.ndarray = field(metadata=_column("prunable_entry_id", np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def where(self, mask: np.ndarray) -> RowColumns:
+        """The rows where `mask` is true."""
+        taken = {c.name: getattr(self, c.name)[mask] for c in SCHEMA}
+        return RowColumns(self.names, self.ids[mask], **taken)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One stored column (`RowColumns`' fields)."""
+
+    name: str
+    row: str
+    """The `StatRow` field it holds."""
+    dtype: type[np.generic]
+    fill: float
+    """What a slot without a row holds."""
+    nullable: bool
+    """A null is stored as `NULL`."""
+
+
+SCHEMA: Final = tuple(Column(f.name, **f.metadata) for f in fields(RowColumns) if f.metadata)
+"""The stored columns, in `StatRow`'s field order."""
+if tuple(c.row for c in SCHEMA) != StatRow.__struct_fields__:
+    raise TypeError("RowColumns' columns must follow StatRow's fields, in order")
+
+
 @dataclass(slots=True)
 class RowValues:
-    """New values of some regions' rows, a column each, in the same order (what a
-    heartbeat accepted a column at a time). `NULL` stands for a null."""
+    """New values of some regions' rows, a column each, in the same order: the columns
+    a heartbeat reports (`SCHEMA` names); the reporting node and the receive time are
+    the heartbeat's. `NULL` stands for a null."""
 
     ids: np.ndarray
     flushed: np.ndarray
@@ -63,6 +122,10 @@ class RowValues:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+REPORTED: Final = tuple(f.name for f in fields(RowValues) if f.name != "ids")
+"""The columns a heartbeat sets (`RowValues`), beside the node and the receive time."""
 
 
 def or_null(values: list[int | None]) -> list[int]:
@@ -80,38 +143,64 @@ def nullable(values: np.ndarray) -> list[int | None]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class RowColumns:
-    """Copies of some rows' columns (`StatTable.columns`); `topic` indexes `names`."""
+def _new_columns(capacity: int) -> dict[str, np.ndarray]:
+    return {c.name: np.full(capacity, c.fill, c.dtype) for c in SCHEMA}
 
-    names: list[str]
-    ids: np.ndarray
-    topic: np.ndarray
-    node: np.ndarray
-    flushed: np.ndarray
-    latest: np.ndarray
-    memtable: np.ndarray
-    manifest: np.ndarray
-    received: np.ndarray
-    prunable: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.ids)
+def _rows(columns: Mapping[str, np.ndarray], names: list[str], at: np.ndarray) -> list[StatRow]:
+    """The rows at positions `at` of `columns`, a column at a time; topic codes index
+    `names`."""
+    if not len(at):
+        return []
+    values: list[list[Any]] = []
+    for c in SCHEMA:
+        column = columns[c.name][at]
+        if c.name == "topic":
+            values.append([names[code] for code in column.tolist()])
+        else:
+            values.append(nullable(column) if c.nullable else column.tolist())
+    return list(map(StatRow, *values))
 
-    def where(self, mask: np.ndarray) -> RowColumns:
-        """The rows where `mask` is true."""
-        return RowColumns(
-            self.names,
-            self.ids[mask],
-            self.topic[mask],
-            self.node[mask],
-            self.flushed[mask],
-            self.latest[mask],
-            self.memtable[mask],
-            self.manifest[mask],
-            self.received[mask],
-            self.prunable[mask],
-        )
+
+def _columns_of_rows(rows: list[StatRow]) -> dict[str, np.ndarray]:
+    """Rows as columns, but for their topics (which the table turns into codes)."""
+    return {
+        c.name: np.array(or_null(values) if c.nullable else values, c.dtype)
+        for c in SCHEMA
+        if c.name != "topic"
+        for values in [list(map(attrgetter(c.row), rows))]
+    }
+
+
+def regressed(
+    old_flushed: np.ndarray,
+    old_manifest: np.ndarray,
+    flushed: np.ndarray,
+    manifest: np.ndarray | None,
+) -> np.ndarray:
+    """Per region: a report of `flushed`/`manifest` would move the stored row backwards
+    (`stat_regressed`): a lower flushed id at the same or a newer manifest version. A
+    lower manifest version than the stored one means the region was re-created, and its
+    lower flushed id is the truth. `NULL` (or `manifest` None) is a null version, which
+    never proves a re-creation."""
+    lower: np.ndarray = flushed < old_flushed
+    if manifest is not None and lower.any():
+        recreated = (manifest != NULL) & (old_manifest != NULL) & (manifest < old_manifest)
+        lower &= ~recreated
+    return lower
+
+
+def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
+    """`regressed` for one stored row and one report."""
+    old_manifest = NULL if old.manifest_version is None else old.manifest_version
+    return bool(
+        regressed(
+            np.array([old.flushed_entry_id]),
+            np.array([old_manifest]),
+            np.array([flushed]),
+            np.array([NULL if manifest is None else manifest]),
+        )[0]
+    )
 
 
 # Which rows of a `StatTable` name which topic (`TopicIndex`): each topic's code, the value
@@ -137,9 +226,10 @@ class TopicIndex:
         self._members: dict[str, dict[int, int]] = {}
         """Topic -> {region id -> slot} of the rows naming it (with `_sorted` and
         `_later`)."""
-        self._later: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        """(topic codes, region ids, slots) columns joined and not yet sorted by topic,
-        one entry per bulk join (arrays are not tracked by the GC)."""
+        self._later: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+        """Topic codes, region ids and slots joined and not yet sorted by topic, one
+        array in each list per bulk join (arrays are not tracked by the GC, and three
+        lists are three objects however many joins wait)."""
         self._sorted: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         """Topic -> (region ids, slots, the positions in them of its rows) sorted out of
         `_later` and not yet in the topic's dict."""
@@ -191,7 +281,8 @@ class TopicIndex:
         term's first reports). Copies are kept: an id column may be a view of a
         heartbeat's body."""
         if len(codes):
-            self._later.append((codes.copy(), region_ids.copy(), slots.copy()))
+            for waiting, column in zip(self._later, (codes, region_ids, slots), strict=True):
+                waiting.append(column.copy())
 
     def leave(self, topic: str, region_id: int) -> None:
         """The region's row no longer names `topic`."""
@@ -206,12 +297,10 @@ class TopicIndex:
         """Sort the rows joined in bulk by topic, into `_sorted`: one pass over their codes
         (a radix sort while there are fewer than 32,768 topics); the ids and slots are
         gathered a topic at a time, by `_settle`."""
-        if not self._later:
+        if not self._later[0]:
             return
-        later, self._later = self._later, []
-        codes = np.concatenate([part[0] for part in later])
-        ids = np.concatenate([part[1] for part in later])
-        slots = np.concatenate([part[2] for part in later])
+        later, self._later = self._later, ([], [], [])
+        codes, ids, slots = map(np.concatenate, later)
         narrow = codes.astype(np.int16) if len(self._names) <= _INT16_CODES else codes
         order = np.argsort(narrow, kind="stable")
         counts = np.bincount(codes, minlength=len(self._names))
@@ -309,189 +398,6 @@ class SlotMemo:
             self._remembered -= len(recent.pop(next(iter(recent)))[1])
         recent[key] = (discards, region_ids.copy(), slots)
         self._remembered += len(region_ids)
-
-
-INITIAL_CAPACITY: Final = 1024
-
-VALUE_COLUMNS: Final = (
-    "_node",
-    "_flushed",
-    "_latest",
-    "_memtable",
-    "_manifest",
-    "_received",
-    "_prunable",
-)
-"""The columns a row's values live in (beside `_ids` and `_topic`), in the order
-`_write` takes them."""
-
-
-class StatColumns:
-    """The columns of region rows, by slot; `_topic` is a row's topic code in `_topics`
-    (-1 for a slot that holds no row)."""
-
-    def __init__(self, capacity: int = INITIAL_CAPACITY) -> None:
-        self._topics = TopicIndex()
-        self._end = 0
-        """Slots below this have been used."""
-        self._ids = np.zeros(capacity, np.int64)
-        self._topic = np.full(capacity, -1, np.int32)
-        """Topic code (`TopicIndex.code_of`), -1 for a free or prepared slot."""
-        self._expect = np.full(capacity, -1, np.int32)
-        """A prepared slot's mapped topic code (`StatTable.prepare`), -1 for any other."""
-        self._node = np.zeros(capacity, np.int64)
-        self._flushed = np.zeros(capacity, np.int64)
-        self._latest = np.full(capacity, NULL, np.int64)
-        self._memtable = np.zeros(capacity, np.int64)
-        self._manifest = np.full(capacity, NULL, np.int64)
-        self._prunable = np.zeros(capacity, np.int64)
-        self._received = np.zeros(capacity, np.float64)
-        self._dirty = np.zeros(capacity, bool)
-        """Rows whose checkpoint is to be written (`mark_dirty`)."""
-        self._dirty_count = 0
-        """Slots flagged in `_dirty`."""
-
-    @property
-    def capacity(self) -> int:
-        """Rows the columns hold before they grow (`reserve`)."""
-        return len(self._ids)
-
-    def row(self, slot: int) -> StatRow:
-        """The row stored in `slot`."""
-        latest = int(self._latest[slot])
-        manifest = int(self._manifest[slot])
-        return StatRow(
-            int(self._node[slot]),
-            self._topics.names[self._topic[slot]],
-            int(self._flushed[slot]),
-            None if latest == NULL else latest,
-            int(self._memtable[slot]),
-            None if manifest == NULL else manifest,
-            float(self._received[slot]),
-            int(self._prunable[slot]),
-        )
-
-    def rows(self, slots: np.ndarray) -> list[StatRow]:
-        """The rows in `slots`, in order, a column at a time."""
-        if not len(slots):
-            return []
-        names = self._topics.names
-        return list(
-            map(
-                StatRow,
-                self._node[slots].tolist(),
-                [names[c] for c in self._topic[slots].tolist()],
-                self._flushed[slots].tolist(),
-                nullable(self._latest[slots]),
-                self._memtable[slots].tolist(),
-                nullable(self._manifest[slots]),
-                self._received[slots].tolist(),
-                self._prunable[slots].tolist(),
-            )
-        )
-
-    def received_at(self, slots: np.ndarray) -> np.ndarray:
-        """The rows' receive times (monotonic clock), per slot."""
-        received: np.ndarray = self._received[slots]
-        return received
-
-    def node_at(self, slots: np.ndarray) -> np.ndarray:
-        """The datanodes the rows were reported by, per slot."""
-        node: np.ndarray = self._node[slots]
-        return node
-
-    def prunable_at(self, slots: np.ndarray) -> np.ndarray:
-        """The rows' prunable entry ids, per slot."""
-        prunable: np.ndarray = self._prunable[slots]
-        return prunable
-
-    @property
-    def end(self) -> int:
-        """Every row's slot is below this."""
-        return self._end
-
-    def columns(self, start: int = 0, stop: int | None = None) -> RowColumns:
-        """Copies of the rows in slots `start` to `stop` (to `end` when None), as of now."""
-        stop = self._end if stop is None else min(stop, self._end)
-        used = np.flatnonzero(self._topic[start:stop] >= 0) + start
-        return RowColumns(
-            list(self._topics.names),
-            self._ids[used],
-            self._topic[used],
-            self._node[used],
-            self._flushed[used],
-            self._latest[used],
-            self._memtable[used],
-            self._manifest[used],
-            self._received[used],
-            self._prunable[used],
-        )
-
-    def checkpoint_changed(
-        self, slots: np.ndarray, node_id: int, prunable: np.ndarray
-    ) -> np.ndarray:
-        """Per slot (each holding a row): whether the values a region checkpoint holds,
-        the prunable id and the node, differ from the stored ones."""
-        changed: np.ndarray = (self._prunable[slots] != prunable) | (self._node[slots] != node_id)
-        return changed
-
-    @property
-    def dirty_count(self) -> int:
-        """Rows flagged dirty (`mark_dirty`) since they were last taken."""
-        return self._dirty_count
-
-    def mark_dirty(self, slots: np.ndarray) -> int:
-        """Flag the rows in distinct `slots` as having a checkpoint to write; return how
-        many were not flagged yet. A flag per slot: however often a region changes
-        between two flushes, it is held once."""
-        fresh = int(np.count_nonzero(~self._dirty[slots]))
-        self._dirty[slots] = True
-        self._dirty_count += fresh
-        return fresh
-
-    def take_dirty(self) -> np.ndarray:
-        """The region ids of the rows flagged dirty, in slot order; the flags are cleared."""
-        slots = np.flatnonzero(self._dirty[: self._end])
-        self._dirty[: self._end] = False  # every flag is taken: no scatter
-        self._dirty_count = 0
-        held: np.ndarray = self._ids[slots[self._topic[slots] >= 0]]
-        return held
-
-    def _clean(self, slot: int) -> None:
-        """Drop the dirty flag of `slot` (its row is discarded)."""
-        if self._dirty[slot]:
-            self._dirty[slot] = False
-            self._dirty_count -= 1
-
-    def _write(self, slots: np.ndarray, *values: int | float | np.ndarray) -> None:
-        """Set the value columns (`VALUE_COLUMNS`, in that order) of `slots`."""
-        for name, column in zip(VALUE_COLUMNS, values, strict=True):
-            getattr(self, name)[slots] = column
-
-    def reserve(self, capacity: int) -> None:
-        """Make room for `capacity` rows now (a new leader, before the first reports of
-        every mapped region: growing then would copy every column while they arrive)."""
-        if capacity > len(self._ids):
-            self._grow(capacity)
-
-    def _grow(self, capacity: int) -> None:
-        for name, fill in (
-            ("_ids", 0),
-            ("_topic", -1),
-            ("_expect", -1),
-            ("_node", 0),
-            ("_flushed", 0),
-            ("_latest", NULL),
-            ("_memtable", 0),
-            ("_manifest", NULL),
-            ("_prunable", 0),
-            ("_received", 0),
-            ("_dirty", False),
-        ):
-            old: np.ndarray = getattr(self, name)
-            new = np.full(capacity, fill, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
 
 
 class RowSource(Protocol):
@@ -613,19 +519,18 @@ class TopicRows(Mapping[int, StatRow]):
 # and a new leader's first round runs while the first reports still arrive.
 
 
-class TopicCopy(StatColumns):
+class TopicCopy:
     """The rows of one topic, copied: read through `TopicRows` (`topic_rows`), by the slots
     they had in the table they came from. Later writes to that table do not show."""
 
-    def __init__(self, topic: str, members: dict[int, int], table: StatColumns) -> None:
+    def __init__(self, topic: str, members: dict[int, int], table: StatTable) -> None:
         held = np.sort(np.fromiter(members.values(), np.intp, len(members)))
-        super().__init__(max(len(held), 1))  # slot 0 exists (`TopicRows.columns_of`)
-        for name in ("_ids", *VALUE_COLUMNS):
-            getattr(self, name)[: len(held)] = getattr(table, name)[held]
-        self._topic[: len(held)] = self._topics.code_of(topic)
-        self._end = len(held)
         self._held = held
         """The table's slots of the copied rows, ascending: row i was in `held[i]`."""
+        self._columns = {name: column[held] for name, column in table._columns.items()}
+        if not len(held):
+            self._columns = _new_columns(1)  # a row 0 to stand in (`TopicRows.columns_of`)
+        self._names = table._topics.names  # codes are never reused: a later topic only adds
         self._name = topic
         self._members = members.copy()
         """Region id -> the table's slot (a dict copy: no insert per region)."""
@@ -643,41 +548,25 @@ class TopicCopy(StatColumns):
         return local
 
     def row(self, slot: int) -> StatRow:
-        return super().row(int(np.searchsorted(self._held, slot)))
+        return self.rows(np.array([slot], np.intp))[0]
 
     def rows(self, slots: np.ndarray) -> list[StatRow]:
-        return super().rows(self._local(slots))
+        return _rows(self._columns, self._names, self._local(slots))
 
     def received_at(self, slots: np.ndarray) -> np.ndarray:
-        return super().received_at(self._local(slots))
+        received: np.ndarray = self._columns["received"][self._local(slots)]
+        return received
 
     def prunable_at(self, slots: np.ndarray) -> np.ndarray:
-        return super().prunable_at(self._local(slots))
+        prunable: np.ndarray = self._columns["prunable"][self._local(slots)]
+        return prunable
 
 
-def regresses(old: StatRow, flushed: int, manifest: int | None) -> bool:
-    """A report of `flushed`/`manifest` would move the stored row backwards
-    (`stat_regressed`): a lower flushed id at the same or a newer manifest version. A
-    lower manifest version than the stored one means the region was re-created, and its
-    lower flushed id is the truth. `StatTable.judge` applies the same rule a column at a
-    time."""
-    if flushed >= old.flushed_entry_id:
-        return False
-    old_manifest = old.manifest_version
-    return manifest is None or old_manifest is None or manifest >= old_manifest
-
-
-_TOPIC_OF: Final = attrgetter("topic")
+INITIAL_CAPACITY: Final = 1024
 _NODE_OF: Final = attrgetter("node_id")
-_FLUSHED_OF: Final = attrgetter("flushed_entry_id")
-_LATEST_OF: Final = attrgetter("topic_latest_entry_id")
-_MEMTABLE_OF: Final = attrgetter("memtable_bytes")
-_MANIFEST_OF: Final = attrgetter("manifest_version")
-_RECEIVED_OF: Final = attrgetter("received_at")
-_PRUNABLE_OF: Final = attrgetter("prunable_entry_id")
 
 
-class StatTable(StatColumns):
+class StatTable:
     """Region rows as columns; see the module docstring.
 
     A slot (`lookup`) is a row's place in the columns: valid until the row is discarded,
@@ -685,7 +574,15 @@ class StatTable(StatColumns):
     """
 
     def __init__(self, capacity: int = INITIAL_CAPACITY) -> None:
-        super().__init__(capacity)
+        self._topics = TopicIndex()
+        self._columns = _new_columns(capacity)
+        """`SCHEMA`'s columns by name, indexed by slot."""
+        self._ids = np.zeros(capacity, np.int64)
+        """The region id of each slot in use."""
+        self._expect = np.full(capacity, -1, np.int32)
+        """A prepared slot's mapped topic code (`prepare`), -1 for any other."""
+        self._end = 0
+        """Slots below this have been used."""
         self._slot: dict[int, int] = {}
         """Region id -> slot."""
         self._free: list[int] = []
@@ -708,12 +605,62 @@ class StatTable(StatColumns):
 
     def __contains__(self, region_id: object) -> bool:
         slot = self._slot.get(region_id)  # type: ignore[call-overload]
-        return slot is not None and self._topic[slot] >= 0
+        return slot is not None and self._columns["topic"][slot] >= 0
 
     def get(self, region_id: int) -> StatRow | None:
         """The region's row, or None when it has none."""
         slot = self._slot.get(region_id)
-        return None if slot is None or self._topic[slot] < 0 else self.row(slot)
+        return None if slot is None or self._columns["topic"][slot] < 0 else self.row(slot)
+
+    def row(self, slot: int) -> StatRow:
+        """The row stored in `slot`."""
+        return self.rows(np.array([slot], np.intp))[0]
+
+    def rows(self, slots: np.ndarray) -> list[StatRow]:
+        """The rows in `slots`, in order, a column at a time."""
+        return _rows(self._columns, self._topics.names, slots)
+
+    def received_at(self, slots: np.ndarray) -> np.ndarray:
+        """The rows' receive times (monotonic clock), per slot."""
+        received: np.ndarray = self._columns["received"][slots]
+        return received
+
+    def node_at(self, slots: np.ndarray) -> np.ndarray:
+        """The datanodes the rows were reported by, per slot."""
+        node: np.ndarray = self._columns["node"][slots]
+        return node
+
+    def prunable_at(self, slots: np.ndarray) -> np.ndarray:
+        """The rows' prunable entry ids, per slot."""
+        prunable: np.ndarray = self._columns["prunable"][slots]
+        return prunable
+
+    @property
+    def end(self) -> int:
+        """Every row's slot is below this."""
+        return self._end
+
+    @property
+    def capacity(self) -> int:
+        """Rows the columns hold before they grow (`reserve`)."""
+        return len(self._ids)
+
+    def columns(self, start: int = 0, stop: int | None = None) -> RowColumns:
+        """Copies of the rows in slots `start` to `stop` (to `end` when None), as of now."""
+        stop = self._end if stop is None else min(stop, self._end)
+        used = np.flatnonzero(self._columns["topic"][start:stop] >= 0) + start
+        taken = {name: column[used] for name, column in self._columns.items()}
+        return RowColumns(list(self._topics.names), self._ids[used], **taken)
+
+    def _bisect(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per region of `ids`: its slot among those `prepare` laid out in id order, and
+        whether that slot is the region's (in use: a row or still prepared)."""
+        start, stop = self._sorted
+        at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
+        held = (self._ids[at] == ids) & (
+            (self._columns["topic"][at] >= 0) | (self._expect[at] >= 0)
+        )
+        return at, held
 
     def lookup(self, region_ids: list[int], as_array: np.ndarray | None = None) -> np.ndarray:
         """Each region's slot, -1 for a region without one (one C-level pass). A
@@ -728,10 +675,7 @@ class StatTable(StatColumns):
             return np.fromiter(
                 map(self._slot.get, region_ids, repeat(-1)), np.intp, len(region_ids)
             )
-        ids = np.array(region_ids, np.int64) if as_array is None else as_array
-        at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
-        # A slot in use whose region is the one sought is that region's slot.
-        held = (self._ids[at] == ids) & ((self._topic[at] >= 0) | (self._expect[at] >= 0))
+        at, held = self._bisect(np.array(region_ids, np.int64) if as_array is None else as_array)
         slots = np.where(held, at, -1)
         missed = np.flatnonzero(~held).tolist()
         if missed:
@@ -758,19 +702,18 @@ class StatTable(StatColumns):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Reported values against the stored rows, a column at a time, per slot of
         `slots` (-1: no row): (the row names the reported topic `topic_names[topics]`
-        and the report moves it forward, the row names it and the report `regresses`).
+        and the report moves it forward, the row names it and the report `regressed`).
         `manifest` None: every reported manifest version is null. A prepared slot's
         row names no topic (`prepared_for`)."""
         found = slots >= 0
         held = np.where(found, slots, 0)  # slot 0 stands in for the others; masked out
-        stored = self._topic[held]  # -1 for a prepared slot: no row yet
+        columns = self._columns
+        stored = columns["topic"][held]  # -1 for a prepared slot: no row yet
         named = found & (stored >= 0) & (stored == self._topics.codes_of(topic_names)[topics])
-        regressed = named & (flushed < self._flushed[held])
-        if regressed.any() and manifest is not None:
-            old_manifest = self._manifest[held]
-            recreated = (manifest != NULL) & (old_manifest != NULL) & (manifest < old_manifest)
-            regressed &= ~recreated
-        return named & ~regressed, regressed
+        backwards = named & regressed(
+            columns["flushed"][held], columns["manifest"][held], flushed, manifest
+        )
+        return named & ~backwards, backwards
 
     def prepared_for(
         self, slots: np.ndarray, topic_names: Sequence[str], topics: np.ndarray
@@ -784,18 +727,29 @@ class StatTable(StatColumns):
         expected &= self._expect[held] >= 0
         return expected
 
+    def checkpoint_changed(
+        self, slots: np.ndarray, node_id: int, prunable: np.ndarray
+    ) -> np.ndarray:
+        """Per slot (each holding a row): whether the values a region checkpoint holds,
+        the prunable id and the node, differ from the stored ones."""
+        columns = self._columns
+        changed: np.ndarray = (columns["prunable"][slots] != prunable) | (
+            columns["node"][slots] != node_id
+        )
+        return changed
+
     def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
         a row, read a column at a time (no row is built)."""
         ids = list(region_ids)
         slots = self.lookup(ids)
         found = slots >= 0
-        found[found] = self._topic[slots[found]] >= 0
+        found[found] = self._columns["topic"][slots[found]] >= 0
         if not found.all():
             ids = [rid for rid, ok in zip(ids, found.tolist(), strict=True) if ok]
             slots = slots[found]
-        pairs = zip(self._node[slots].tolist(), self._prunable[slots].tolist(), strict=True)
-        return dict(zip(ids, pairs, strict=True))
+        node, prunable = self._columns["node"][slots], self._columns["prunable"][slots]
+        return dict(zip(ids, zip(node.tolist(), prunable.tolist(), strict=True), strict=True))
 
     def topic_rows(self, topic: str) -> TopicRows:
         """The live rows naming `topic` (empty when none)."""
@@ -805,146 +759,100 @@ class StatTable(StatColumns):
         """Region id -> slot of the rows naming `topic` (live: do not modify)."""
         return self._topics.members(topic)
 
+    def snapshot(self, topic: str) -> TopicRows:
+        """The rows naming `topic`, copied as of now (`TopicCopy`: a purge plans from it)."""
+        return TopicCopy(topic, self._topics.members(topic), self).topic_rows(topic)
+
     # --- writing ---------------------------------------------------------------------
 
     def assign(self, slots: np.ndarray, node_id: int, values: RowValues, received: float) -> None:
         """Overwrite rows in place (the heartbeat's steady state): every slot holds the
         row of the region `values` has at its place, which keeps its topic."""
-        self._write(
-            slots,
-            node_id,
-            values.flushed,
-            values.latest,
-            values.memtable,
-            values.manifest,
-            received,
-            values.prunable,
-        )
+        self._write(slots, node_id, received, values)
 
-    def put(self, region_id: int, row: StatRow) -> None:
-        """Store one row as the region's, moving it to the row's topic if it named
-        another. Not the hot path (new regions, tests, the per-region heartbeat path)."""
-        topic = row.topic
-        slot = self._slot.get(region_id)
-        if slot is None:
-            slot = self._allocate(region_id)
-            self._topics.join(topic, (region_id,), (slot,))
-        elif self._topic[slot] < 0:  # prepared: its first row
-            self._unprepare(np.array([slot], np.intp))
-            self._topics.join(topic, (region_id,), (slot,))
+    def _write(
+        self,
+        slots: np.ndarray,
+        node: int | np.ndarray,
+        received: float | np.ndarray,
+        values: RowValues | Mapping[str, np.ndarray],
+    ) -> None:
+        columns = self._columns
+        columns["node"][slots] = node
+        columns["received"][slots] = received
+        if isinstance(values, RowValues):
+            for name in REPORTED:
+                columns[name][slots] = getattr(values, name)
         else:
-            old = self._topics.names[self._topic[slot]]
-            if old != topic:
-                self._topics.leave(old, region_id)
-                self._topics.join(topic, (region_id,), (slot,))
-        self._topic[slot] = self._topics.code_of(topic)
-        self._node[slot] = row.node_id
-        self._flushed[slot] = row.flushed_entry_id
-        latest = row.topic_latest_entry_id
-        self._latest[slot] = NULL if latest is None else latest
-        self._memtable[slot] = row.memtable_bytes
-        manifest = row.manifest_version
-        self._manifest[slot] = NULL if manifest is None else manifest
-        self._received[slot] = row.received_at
-        self._prunable[slot] = row.prunable_entry_id
+            for name, column in values.items():
+                columns[name][slots] = column
 
-    def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
-        """`put` for many rows at once, new regions a column at a time."""
-        if not region_ids:
-            return  # most heartbeats: every region judged a column at a time
-        found = self.lookup(region_ids)
-        fresh = found < 0
-        if not fresh.all():
-            for i in np.flatnonzero(~fresh).tolist():
-                self.put(region_ids[i], rows[i])
-            keep = np.flatnonzero(fresh).tolist()
-            region_ids = [region_ids[i] for i in keep]
-            rows = [rows[i] for i in keep]
-        if not region_ids:
-            return
-        topics = list(map(_TOPIC_OF, rows))
-        codes = {topic: self._topics.code_of(topic) for topic in dict.fromkeys(topics)}
-        self._insert(
-            region_ids,
-            np.fromiter(map(codes.__getitem__, topics), np.int32, len(topics)),
-            None,
-            np.array(list(map(_NODE_OF, rows)), np.int64),
-            np.array(list(map(_FLUSHED_OF, rows)), np.int64),
-            np.array(or_null(list(map(_LATEST_OF, rows))), np.int64),
-            np.array(list(map(_MEMTABLE_OF, rows)), np.int64),
-            np.array(or_null(list(map(_MANIFEST_OF, rows))), np.int64),
-            np.array(list(map(_RECEIVED_OF, rows)), np.float64),
-            np.array(list(map(_PRUNABLE_OF, rows)), np.int64),
-        )
-
-    def insert(
+    def store(
         self,
         values: RowValues,
         topic_names: Sequence[str],
         topics: np.ndarray,
-        node_id: int,
-        received: float,
+        node: int | np.ndarray,
+        received: float | np.ndarray,
         slots: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Rows for distinct regions that have none (the caller checked), a column at a
-        time: a datanode's first heartbeat, or every region's first report to a new
-        leader. Region `values.ids[i]` names topic `topic_names[topics[i]]`; `slots`, when
-        given, are the regions' prepared slots (`prepared_for`), -1 where none. Returns
-        the rows' slots."""
+        """Store the rows of distinct regions `values.ids`, region i naming topic
+        `topic_names[topics[i]]`, whatever they held before: a row (moved to the topic
+        if it named another), a prepared slot, or nothing. `slots`: their `lookup`, when
+        the caller has it. Returns the rows' slots."""
         if not len(values):
             return np.zeros(0, np.intp)
-        lut = self._topics.codes_of(topic_names)
+        index = self._topics
+        lut = index.codes_of(topic_names)
         for i in np.unique(topics[lut[topics] < 0]).tolist():
-            lut[i] = self._topics.code_of(topic_names[i])  # a topic no row named before
-        if slots is not None:
-            self._unprepare(slots[slots >= 0])
-        return self._insert(
-            values.ids,
-            lut[topics],
-            slots,
-            node_id,
-            values.flushed,
-            values.latest,
-            values.memtable,
-            values.manifest,
-            received,
-            values.prunable,
-        )
-
-    def _insert(
-        self,
-        region_ids: list[int] | np.ndarray,
-        topics: np.ndarray,
-        prepared: np.ndarray | None,
-        *values: int | float | np.ndarray,
-    ) -> np.ndarray:
-        """Rows for distinct regions without one; `topics` are codes (`TopicIndex`),
-        `prepared` the regions' prepared slots (-1: none; None: none has one), `values`
-        the value columns (`VALUE_COLUMNS`, in that order). Returns their slots."""
-        n = len(region_ids)
-        if n == 0:
-            return np.zeros(0, np.intp)
-        ids = np.asarray(region_ids, np.int64)
-        if prepared is not None and bool((prepared >= 0).all()):
-            at = prepared  # the index and the id column hold them already (`prepare`)
-        else:
-            listed = region_ids if isinstance(region_ids, list) else ids.tolist()
-            at = self._new_slots(listed, prepared)
-            self._ids[at] = ids
-        # Membership by topic: sorted into the topics' dicts by their next reader.
-        self._topics.join_later(topics, ids, at)
-        self._topic[at] = topics
-        self._write(at, *values)
+            lut[i] = index.code_of(topic_names[i])  # a topic no row named before
+        codes = lut[topics]
+        ids = values.ids
+        if slots is None:
+            slots = self.lookup(ids.tolist(), ids)
+        at = slots.copy()
+        had = self._columns["topic"][np.where(slots >= 0, slots, 0)]
+        had[slots < 0] = -1  # -1: no row (a prepared slot, or none)
+        for i in np.flatnonzero((had >= 0) & (had != codes)).tolist():
+            # A row that named another topic (rare: a region moved, or put by hand).
+            region_id, slot = int(ids[i]), int(slots[i])
+            index.leave(index.names[had[i]], region_id)
+            index.join(topic_names[topics[i]], (region_id,), (slot,))
+        joining = had < 0
+        if joining.any():
+            prepared = at[joining]
+            self._unprepare(prepared[prepared >= 0])
+            fresh = joining & (at < 0)
+            if fresh.any():
+                new = self._new_slots(ids[fresh].tolist())
+                self._ids[new] = ids[fresh]
+                at[fresh] = new
+            # Membership by topic: sorted into the topics' dicts by their next reader.
+            index.join_later(codes[joining], ids[joining], at[joining])
+        self._columns["topic"][at] = codes
+        self._write(at, node, received, values)
         return at
 
-    def _new_slots(self, region_ids: list[int], prepared: np.ndarray | None) -> np.ndarray:
-        """Slots for `region_ids` (their `prepared` ones where they have one, -1 where
-        not), put in the index."""
-        if prepared is not None:
-            fresh = np.flatnonzero(prepared < 0).tolist()
-            at = prepared.copy()
-            at[fresh] = self._new_slots([region_ids[i] for i in fresh], None)
-            return at
+    def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
+        """Store rows as they are read (`store`, a column at a time): rows put by hand,
+        the registry's `put_topic_rows`."""
+        if not region_ids:
+            return
+        columns = _columns_of_rows(rows)
+        topics = list(map(attrgetter("topic"), rows))
+        names = list(dict.fromkeys(topics))
+        position = {name: i for i, name in enumerate(names)}
+        node, received = columns.pop("node"), columns.pop("received")
+        values = RowValues(np.array(region_ids, np.int64), **columns)
+        topic = np.fromiter(map(position.__getitem__, topics), np.intp, len(topics))
+        self.store(values, names, topic, node, received)
+
+    def put(self, region_id: int, row: StatRow) -> None:
+        """`put_many` of one row."""
+        self.put_many([region_id], [row])
+
+    def _new_slots(self, region_ids: list[int]) -> np.ndarray:
+        """Free slots for `region_ids`, put in the index."""
         n = len(region_ids)
         slots = self._free[-n:][::-1]
         del self._free[len(self._free) - len(slots) :]
@@ -962,26 +870,14 @@ class StatTable(StatColumns):
         slot = self._slot.pop(region_id, None)
         if slot is None:
             return
-        if self._topic[slot] >= 0:
-            self._topics.leave(self._topics.names[self._topic[slot]], region_id)
+        topic = self._columns["topic"]
+        if topic[slot] >= 0:
+            self._topics.leave(self._topics.names[topic[slot]], region_id)
         else:
             self._unprepare(np.array([slot], np.intp))
-        self._clean(slot)
-        self._topic[slot] = -1
+        topic[slot] = -1
         self._free.append(slot)
         self._discards += 1
-
-    def _allocate(self, region_id: int) -> int:
-        if self._free:
-            slot = self._free.pop()
-        else:
-            if self._end == len(self._ids):
-                self._grow(2 * len(self._ids))
-            slot = self._end
-            self._end += 1
-        self._slot[region_id] = slot
-        self._ids[slot] = region_id
-        return slot
 
     def prepare(self, topic_regions: Iterable[tuple[str, Iterable[int]]]) -> int:
         """A slot for each (topic, its region ids) region that has none, before it
@@ -1031,8 +927,7 @@ class StatTable(StatColumns):
         start, stop = self._sorted
         found = np.zeros(len(ids), bool)
         if stop > start:
-            at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
-            found = (self._ids[at] == ids) & ((self._topic[at] >= 0) | (self._expect[at] >= 0))
+            found = self._bisect(ids)[1]
         missed = np.flatnonzero(~found)
         if len(missed) and len(self._slot) > int(found.sum()):
             index = self._slot
@@ -1044,29 +939,19 @@ class StatTable(StatColumns):
         self._expect[slots] = -1
         self._prepared -= len(slots)
 
-    # --- copies ----------------------------------------------------------------------
+    def reserve(self, capacity: int) -> None:
+        """Make room for `capacity` rows now (a new leader, before the first reports of
+        every mapped region: growing then would copy every column while they arrive)."""
+        if capacity > len(self._ids):
+            self._grow(capacity)
 
-    def snapshot(self, topic: str) -> TopicRows:
-        """The rows naming `topic`, copied as of now (`TopicCopy`: a purge plans from it)."""
-        return TopicCopy(topic, self._topics.members(topic), self).topic_rows(topic)
-
-    def copy(self, topics: Iterable[str] | None = None) -> StatTable:
-        """A table of its own holding the rows of `topics` (all rows when None), as of now."""
-        index = self._topics
-        names = index.topics() if topics is None else [t for t in topics if t in index]
-        slots = [np.fromiter(index.members(t).values(), np.intp) for t in names]
-        taken = np.concatenate(slots) if slots else np.zeros(0, np.intp)
-        out = StatTable(max(len(taken), 1))
-        n = len(taken)
-        for name in ("_ids", *VALUE_COLUMNS):
-            getattr(out, name)[:n] = getattr(self, name)[taken]
-        start = 0
-        for topic, topic_slots in zip(names, slots, strict=True):
-            end = start + len(topic_slots)
-            out._topic[start:end] = out._topics.code_of(topic)
-            ids = out._ids[start:end].tolist()
-            out._topics.join(topic, ids, range(start, end))
-            out._slot.update(zip(ids, range(start, end), strict=True))
-            start = end
-        out._end = n
-        return out
+    def _grow(self, capacity: int) -> None:
+        grown = _new_columns(capacity)
+        for name, column in self._columns.items():
+            grown[name][: len(column)] = column
+        self._columns = grown
+        for name, fill in (("_ids", 0), ("_expect", -1)):
+            old: np.ndarray = getattr(self, name)
+            new = np.full(capacity, fill, old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)

@@ -77,15 +77,19 @@ def test_lowest_prunable_is_none_when_a_row_is_stale_or_there_are_none() -> None
     assert table.topic_rows("a").lowest_prunable(15.0) is None
 
 
-def test_a_copy_does_not_follow_later_writes() -> None:
+def test_a_snapshot_does_not_follow_later_writes() -> None:
     table = StatTable()
     table.put(1, row(5, "a"))
-    table.put(2, row(6, "b"))
-    whole, only_b = table.copy(), table.copy(["b", "zzz"])
+    table.put(2, row(6, "a"))
+    table.put(3, row(7, "b"))
+    a, b, none = table.snapshot("a"), table.snapshot("b"), table.snapshot("zzz")
     table.put(1, row(9, "a"))
     table.discard(2)
-    assert whole.topic_rows("a")[1] == row(5, "a") and whole.topic_rows("b")[2] == row(6, "b")
-    assert only_b.topics() == ["b"] and len(only_b) == 1 and 1 not in only_b
+    table.put(4, row(1, "a"))
+    assert a == {1: row(5, "a"), 2: row(6, "a")} and b == {3: row(7, "b")}
+    assert a.rows_of([2, 4, 1]) == [row(6, "a"), None, row(5, "a")]
+    assert a.lowest_prunable(0.0) == 5 and len(none) == 0
+    assert none.columns_of([1])[0].tolist() == [False]
 
 
 def test_recall_needs_the_same_ids_in_order_and_no_discard_since() -> None:
@@ -230,7 +234,7 @@ def test_checkpoint_changed_compares_the_prunable_id_and_the_node() -> None:
     assert table.checkpoints([2, 1, 9]) == {2: (1, 6), 1: (1, 5)}
 
 
-def test_insert_names_topics_through_the_reports_names() -> None:
+def test_store_names_topics_through_the_reports_names_and_moves_rows() -> None:
     table = StatTable()
     values = RowValues(
         ids=np.array([5, 6, 7]),
@@ -240,7 +244,7 @@ def test_insert_names_topics_through_the_reports_names() -> None:
         manifest=np.array([NULL, NULL, 2]),
         prunable=np.array([1, 4, 3]),
     )
-    table.insert(values, ["unused", "x", "y"], np.array([2, 1, 2]), 3, 9.0)
+    table.store(values, ["unused", "x", "y"], np.array([2, 1, 2]), 3, 9.0)
     assert sorted(table.topics()) == ["x", "y"]
     assert table.get(6) == StatRow(3, "x", 2, 4, 0, None, 9.0, 4)
     assert dict(table.topic_rows("y").items()) == {
@@ -249,6 +253,10 @@ def test_insert_names_topics_through_the_reports_names() -> None:
     }
     steady, _ = table.judge(table.lookup([5, 6]), ["y"], np.array([0, 0]), np.array([1, 2]), None)
     assert steady.tolist() == [True, False]  # 6 names x
+    slot = table.lookup([6]).tolist()
+    table.store(values, ["y"], np.zeros(3, np.int64), 4, 10.0)  # 6 moves to y, in place
+    assert table.lookup([6]).tolist() == slot and table.topics() == ["y"]
+    assert table.snapshot("y")[6] == StatRow(4, "y", 2, 4, 0, None, 10.0, 4)
 
 
 def values(ids: list[int], flushed: int = 5) -> RowValues:
@@ -287,7 +295,7 @@ def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
         False,
     ]
 
-    table.insert(values([10, 20]), ["a", "b"], np.array([0, 1]), 7, 1.0, slots[:2])
+    table.store(values([10, 20]), ["a", "b"], np.array([0, 1]), 7, 1.0, slots[:2])
     assert len(table) == 2 and table.lookup([10, 20]).tolist() == slots[:2].tolist()
     assert table.get(10) == StatRow(7, "a", 5, None, 0, 3, 1.0, 5)
     assert sorted(table.topic_rows("b")) == [20] and table.checkpoints([10, 30]) == {10: (7, 5)}
@@ -329,11 +337,11 @@ def test_first_reports_join_their_topics_when_the_topic_is_next_read() -> None:
     table = StatTable()
     table.prepare([("a", [1, 2, 3]), ("b", [4, 5])])
     first = table.lookup([1, 2, 4])
-    table.insert(values([1, 2, 4]), ["a", "b"], np.array([0, 0, 1]), 7, 1.0, first)
+    table.store(values([1, 2, 4]), ["a", "b"], np.array([0, 0, 1]), 7, 1.0, first)
     table.discard(2)  # joined "a", not yet read
     table.put(6, row(9, "c"))  # a new row, in the slot 2 freed
     table.put(1, row(9, "b"))  # moves from "a" to "b"
-    table.insert(values([3]), ["a"], np.array([0]), 7, 2.0, table.lookup([3]))
+    table.store(values([3]), ["a"], np.array([0]), 7, 2.0, table.lookup([3]))
     assert sorted(table.topics()) == ["a", "b", "c"] and len(table) == 4
     assert sorted(table.topic_rows("a")) == [3]
     assert sorted(table.topic_rows("b")) == [1, 4]
@@ -341,7 +349,7 @@ def test_first_reports_join_their_topics_when_the_topic_is_next_read() -> None:
     table.discard(6)
     assert table.topic_rows("b")[1] == row(9, "b")
     table.discard(3)
-    assert table.topics() == ["b"] and table.copy().topic_rows("b").keys() == {1, 4}
+    assert table.topics() == ["b"] and table.snapshot("b").keys() == {1, 4}
 
 
 def test_a_second_prepare_adds_slots_only_for_regions_without_one() -> None:
@@ -356,20 +364,6 @@ def test_a_second_prepare_adds_slots_only_for_regions_without_one() -> None:
     slots = table.lookup([3, 7])
     assert (slots >= 0).all() and table.prepared_for(slots, ["a"], np.zeros(2, np.int64)).all()
     assert len(table) == 1 and table.get(20) == row(1, "a")
-
-
-def test_a_dirty_flag_per_row_holds_a_region_once_until_taken() -> None:
-    table = StatTable()
-    for rid in (1, 2, 3):
-        table.put(rid, row(rid))
-    slots = table.lookup([1, 2, 3])
-    for _ in range(5):  # changed on every heartbeat between two flushes
-        table.mark_dirty(slots[:2])
-    assert table.mark_dirty(slots[1:]) == 1 and table.dirty_count == 3
-    table.discard(2)  # deregistered: nothing to write for it
-    assert table.dirty_count == 2
-    assert sorted(table.take_dirty().tolist()) == [1, 3]
-    assert table.dirty_count == 0 and len(table.take_dirty()) == 0
 
 
 def test_a_datanodes_first_heartbeat_is_matched_to_its_mapped_regions_in_any_order() -> None:

@@ -1,0 +1,43 @@
+"""The checkpointer's dirty set: a region is held once however often it changes, and a
+region without a row when the flush comes is skipped."""
+
+from __future__ import annotations
+
+import orjson
+
+from metasrv import keys
+from metasrv.kafka import KafkaAdmin
+from metasrv.kv import SqlKv
+from metasrv.leader import Checkpointer, RegionRegistry, StatRow, TopicLocks, TopicRegionMap
+from metasrv.metrics import Metrics
+from metasrv.settings import load_settings
+
+
+async def test_a_region_is_held_once_and_one_without_a_row_is_skipped(
+    kafka_bootstrap: str,
+) -> None:
+    kv = SqlKv.open("sqlite://", create=True)
+    try:
+        kv.put(keys.topic_name("t"), keys.encode_marker(keys.Marker(None, "id-t")))
+        kv.batch_put([(keys.topic_region("t", r), keys.encode_route(1, None)) for r in (1, 2, 3)])
+        settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
+        region_map = TopicRegionMap(kv, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
+        await region_map.load()
+        registry = RegionRegistry()
+        checkpointer = Checkpointer(region_map, registry, settings, Metrics())
+        rows = {r: StatRow(1, "t", r, None, 0, None, 1.0, 10 * r) for r in (1, 2, 3)}
+        registry.put_topic_rows({"t": rows})
+        for _ in range(5):  # changed on every heartbeat between two flushes
+            checkpointer.mark([1, 2])
+        checkpointer.mark([2, 3])
+        assert checkpointer.dirty_count == 3
+        registry.discard(2)  # deregistered: nothing to write for it
+        assert await checkpointer.flush() == 2 and checkpointer.dirty_count == 0
+        written = {}
+        for r in (1, 2, 3):
+            stored = kv.get(keys.topic_region("t", r))
+            assert stored is not None
+            written[r] = orjson.loads(stored.value)["checkpoint"]
+        assert written == {1: {"entry_id": 10}, 2: None, 3: {"entry_id": 30}}
+    finally:
+        kv.close()
