@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -45,7 +46,7 @@ import pyarrow.parquet as pq
 
 from metasrv.leader import NULL, RowColumns, StatTable, row_of
 from metasrv.model import RegionStat
-from metasrv.process import ErrorSink, log_only
+from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.stat_history._location import open_location, writer_partition
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def _write_whole(fs: pafs.FileSystem, table: pa.Table, directory: str, name: str
         pq.write_table(table, path, compression="zstd", filesystem=fs)
 
 
-class StatHistoryWriter:
+class StatHistoryWriter(PeriodicLoop):
     """Writes the leader's region stats to the history directory every `interval` seconds.
 
     `directory` is the cluster's history root (a path or URL, see
@@ -227,7 +228,13 @@ class StatHistoryWriter:
     over arrays. The Arrow tables, the Parquet encoding and the file writes run on a
     worker thread. No object is built per region: the rows built one by one (~1 s of
     Python work a minute at a million regions) were a stall of every heartbeat.
+
+    The periodic pass is a loop on the ticker (`PeriodicLoop`); `stop` lets a write in
+    progress finish.
     """
+
+    task_name = "stat-history-writer"
+    stop_grace = math.inf
 
     def __init__(
         self,
@@ -244,6 +251,7 @@ class StatHistoryWriter:
             raise ValueError("interval must be > 0")
         if retention < interval:
             raise ValueError("retention must be at least one interval")
+        super().__init__(on_error or log_only("stat_history"))
         self.directory = str(directory).rstrip("/")
         self._slice_slots = slice_slots
         self._fs, self._root = open_location(self.directory)
@@ -251,11 +259,8 @@ class StatHistoryWriter:
         self.interval = interval
         self.retention = retention
         self._source = source
-        self._on_error = on_error or log_only("stat_history")
         self._written: _Seen = _NOTHING_SEEN
         self._rejected: dict[int, RegionStat] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
 
     def record_rejected(self, stats: Iterable[RegionStat]) -> None:
         """Keep reports the heartbeat handler rejected; the next snapshot writes them.
@@ -348,39 +353,18 @@ class StatHistoryWriter:
                     removed += 1
         return removed
 
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The running writer, if started."""
-        return self._task
-
     async def start(self) -> None:
         """Start the periodic writer task (needs a `source`)."""
         if self._source is None:
             raise ValueError("StatHistoryWriter.start needs a snapshot source")
-        if self._task is not None:
-            return
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="stat-history-writer")
+        await super().start()
 
-    async def stop(self) -> None:
-        """Stop the writer; safe to call twice. A write in progress finishes first."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._stopping.set()
-        await task
+    def next_round_in(self) -> float:
+        return self.interval
 
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.interval)
-                return
-            try:
-                written = await self.record()
-            except Exception as exc:
-                # A full or unwritable disk, or a value the history cannot hold, must not
-                # take the leader down or stop the history; the reconcile job sees the
-                # gap in `snapshots` and skips the staleness check. Logged and counted.
-                self._on_error(exc)
-                continue
-            logger.debug("stat history written", extra={"rows": written})
+    async def round(self) -> None:
+        # A full or unwritable disk, or a value the history cannot hold, must not take
+        # the leader down or stop the history; the reconcile job sees the gap in
+        # `snapshots` and skips the staleness check. Logged and counted (`on_error`).
+        written = await self.record()
+        logger.debug("stat history written", extra={"rows": written})
