@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _results import stamp, write_result
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NODES = 10
 REGIONS = 100
 TOPICS = 4
@@ -357,9 +357,7 @@ def main() -> None:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     result["loadavg_after"] = os.getloadavg()
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"etcd_member_loss-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(result, f"etcd_member_loss-{stamp()}.json")
     print_table(result["faults"])
     print(f"results: {out}")
 

@@ -49,11 +49,12 @@ import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
 
+from toolbox.simulator import MetasrvProcess, free_port, migrate, render_config
+
 TARGET_STATS_PER_S = 200_000
 TARGET_P99_MS = 50.0
 NUM_TOPICS = 64
 TOPIC_PREFIX = "bench_wal"
-METASRV = str(Path(sys.executable).with_name("metasrv"))
 
 
 def region_id(node: int, index: int) -> int:
@@ -262,36 +263,21 @@ def cleanup_kv(section: dict[str, Any]) -> None:
         kv.close()
 
 
-def toml_value(value: Any) -> str:
-    return json.dumps(value)
-
-
 def write_config(path: Path, port: int, kv: dict[str, Any], args: argparse.Namespace) -> None:
-    lines = [
-        "[wal]",
-        f"broker_endpoints = [{toml_value(args.kafka)}]",
-        f"num_topics = {NUM_TOPICS}",
-        f'topic_name_prefix = "{TOPIC_PREFIX}"',
+    wal = {
+        "broker_endpoints": [args.kafka],
+        "num_topics": NUM_TOPICS,
+        "topic_name_prefix": TOPIC_PREFIX,
         # Ingest only: no purge rounds (a new leader's first one runs as soon as every
         # region has reported, mid-run), on the baseline and on this code alike.
-        'auto_prune_interval = "0s"',
-        "[http]",
-        f'addr = "127.0.0.1:{port}"',
-        "[kv]",
-        *(f"{k} = {toml_value(v)}" for k, v in kv.items()),
-        "[history]",
-        f'url = "sqlite:///{path.parent}/history.db"',
-    ]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        "auto_prune_interval": "0s",
+    }
+    history = {"url": f"sqlite:///{path.parent}/history.db"}
+    path.write_text(
+        render_config(
+            {"wal": wal, "http": {"addr": f"127.0.0.1:{port}"}, "kv": kv, "history": history}
+        )
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -454,27 +440,12 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     config = workdir / "metasrv.toml"
     write_config(config, port, kv_section, args)
-    log = (workdir / "metasrv.log").open("wb")
     # The history database migrated, as `metasrv start` expects in production.
-    subprocess.run([METASRV, "db", "upgrade", "-c", str(config)], stdout=log, check=True)
-    server = subprocess.Popen(
-        [METASRV, "start", "-c", str(config), "--log-level", "warning"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    migrate(config, workdir / "migrate.log")
+    server = MetasrvProcess(config, workdir / "metasrv.log", url, args=["--log-level", "warning"])
     clients: list[subprocess.Popen[bytes]] = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/v1/leader", timeout=2).json().get("serving"):
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"metasrv did not start; see {workdir / 'metasrv.log'}")
-            time.sleep(0.2)
-
+        server.start(120)
         start_at = time.time() + 2.0  # let every client process connect first
         total = args.warmup + args.duration
         per = -(-args.nodes // args.clients)
@@ -530,11 +501,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         for p in clients:
             if p.poll() is None:
                 p.kill()
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop(30)
         cleanup_kv(kv_section)
 
     window = [

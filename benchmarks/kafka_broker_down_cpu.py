@@ -33,9 +33,11 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The measured client imports metasrv from --checkout (another commit's tree) when given.
-ROOT = Path(os.environ.get("METASRV_CHECKOUT") or Path(__file__).resolve().parent.parent)
-sys.path.insert(0, str(ROOT))
+# The measured client imports metasrv from --checkout (another commit's tree) when given,
+# else from where the interpreter finds it (`PYTHONPATH` first: compare.py's older commit).
+CHECKOUT = os.environ.get("METASRV_CHECKOUT")
+if CHECKOUT:
+    sys.path.insert(0, CHECKOUT)
 
 from metasrv.errors import MetasrvError  # noqa: E402
 from metasrv.kafka import KafkaAdmin  # noqa: E402
@@ -109,7 +111,7 @@ def main() -> None:
             [*command, "--client", cluster.kafka_bootstrap, *topics],
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "METASRV_CHECKOUT": args.checkout or str(ROOT)},
+            env={**os.environ, "METASRV_CHECKOUT": args.checkout or ""},
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         time.sleep(args.interval)  # connections made, first reads done

@@ -55,11 +55,11 @@ import _load_gen
 import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
+from _results import stamp, write_result
 
 from metasrv.datanode import Backoff
 from metasrv.model import NULL
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NODE_BASE = 10_000
 """Synthetic datanode ids start here (the simulated writers use 0..n)."""
 IDLE_EVERY = 4
@@ -946,9 +946,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(run_client(args))
         return 0
     result = drive(args)
-    out = Path(args.out) if args.out else RESULTS / f"load-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(result, f"load-{stamp()}.json", args.out)
     print_table(result)
     print(f"results: {out}")
     return 0

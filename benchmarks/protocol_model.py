@@ -16,14 +16,15 @@ The machine is shared: the JSON records the load average next to the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# Appended, not inserted: a `PYTHONPATH` tree (compare.py's older commit) comes first.
+sys.path.append(str(ROOT))
+
+from _results import stamp, write_result  # noqa: E402
 
 from tests.procedures.wal_purge.protocol_model import (  # noqa: E402
     IDLE_REPLAY,
@@ -69,25 +70,16 @@ def main() -> None:
             flush=True,
         )
     print(f"{'total':12s} {total_states:>10,d} states {'':>23s} {total_seconds:7.1f} s")
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = (
-        out / f"protocol_model-{args.bound}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    )
-    path.write_text(
-        json.dumps(
-            {
-                "bound": args.bound,
-                "liveness": not args.no_liveness,
-                "loadavg": os.getloadavg(),
-                "worlds": rows,
-                "total_states": total_states,
-                "total_seconds": round(total_seconds, 2),
-            },
-            indent=2,
-        )
-    )
-    print(f"results: {path.relative_to(ROOT)}")
+    summary = {
+        "bound": args.bound,
+        "liveness": not args.no_liveness,
+        "loadavg": os.getloadavg(),
+        "worlds": rows,
+        "total_states": total_states,
+        "total_seconds": round(total_seconds, 2),
+    }
+    path = write_result(summary, f"protocol_model-{args.bound}-{stamp(utc=True)}.json")
+    print(f"results: {path}")
 
 
 if __name__ == "__main__":

@@ -39,11 +39,8 @@ import argparse
 import base64
 import contextlib
 import itertools
-import json
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,51 +55,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from _results import stamp, write_result
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
+
+from metasrv.errors import ServiceError
+from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv, render_config
 
 if TYPE_CHECKING:
     from toolbox.stack import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
 SCENARIOS = ("follower-paused", "leader-killed", "broker-down-cpu", "produce-while-purging")
 TERMINAL = {"succeeded", "skipped", "failed", "cancelled"}
-DAEMON_MAIN = "import sys; from cli import main; sys.exit(main())"
-"""What the `metasrv` console script runs (pyproject: `metasrv = "cli:main"`)."""
 
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def render_toml(sections: dict[str, dict[str, Any]]) -> str:
-    lines: list[str] = []
-    for section, values in sections.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{key} = {toml_value(value)}" for key, value in values.items())
-        lines.append("")
-    return "\n".join(lines)
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -302,11 +272,13 @@ class Daemon:
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = bench.workdir / f"{self.prefix}.toml"
         self.log_path = bench.workdir / f"{self.prefix}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.process = MetasrvProcess(
+            self.config, self.log_path, self.url, env=bench.env, cwd=bench.checkout
+        )
         self.api = Api(self.url)
         cluster = bench.cluster
         self.config.write_text(
-            render_toml(
+            render_config(
                 {
                     "wal": {
                         "broker_endpoints": cluster.kafka_bootstrap.split(","),
@@ -339,16 +311,12 @@ class Daemon:
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def _argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-c", DAEMON_MAIN, *args]
+        return self.process.pid
 
     def start(self, timeout: float = 120.0) -> None:
         env = self.bench.env
         upgrade = subprocess.run(
-            self._argv("db", "upgrade", "-c", str(self.config)),
+            metasrv_argv("db", "upgrade", "-c", str(self.config)),
             cwd=self.bench.checkout,
             env=env,
             capture_output=True,
@@ -357,43 +325,14 @@ class Daemon:
         )
         if upgrade.returncode != 0:
             raise RuntimeError(f"db upgrade failed: {upgrade.stdout}{upgrade.stderr}")
-        with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(
-                self._argv("start", "-c", str(self.config)),
-                cwd=self.bench.checkout,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.tail()}")
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                ready = httpx.get(f"{self.url}/readyz", timeout=2.0)
-                if ready.status_code == 200 and ready.json().get("is_leader") is True:
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"daemon not leading after {timeout:.0f}s:\n{self.tail()}")
-            time.sleep(0.3)
-
-    def tail(self, lines: int = 15) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        try:
+            self.process.start(timeout)
+        except ServiceError as exc:
+            raise RuntimeError(str(exc)) from exc
 
     def stop(self) -> None:
         self.api.close()
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.process.stop(20)
 
     def cleanup(self) -> None:
         """Remove the daemon's topics and its etcd keys."""
@@ -1087,10 +1026,7 @@ def main(argv: list[str] | None = None) -> int:
     result["finished_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
     print_table(result)
     if not args.no_json:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        path = RESULTS / f"replicated-wal-{short}-{stamp}.json"
-        path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        path = write_result(result, f"replicated-wal-{short}-{stamp(utc=True)}.json")
         print(f"\nJSON: {path}")
     return 0
 

@@ -43,10 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _results import commit_of, product_tree
 
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
-from toolbox.simulator import free_port, render_config
+from toolbox.simulator import MetasrvProcess, free_port, render_config
 from toolbox.stack import StackConfig, endpoints_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,8 +124,8 @@ def start_daemon(
     lease: int,
     *,
     prune_interval: str = "0s",
-) -> tuple[subprocess.Popen[bytes], str]:
-    """`metasrv start` from `code` (its log: `workdir/<name>.log`); its process and URL."""
+) -> MetasrvProcess:
+    """`metasrv start` from `code` (its log: `workdir/<name>.log`), spawned."""
     port = free_port()
     endpoints = endpoints_of(StackConfig.from_env())
     config = workdir / f"{name}.toml"
@@ -145,13 +146,16 @@ def start_daemon(
         )
     )
     upgrade(code, f"sqlite:///{workdir / (name + '-history.db')}")
-    env = dict(os.environ, PYTHONPATH=str(code))
-    argv = [sys.executable, "-c", "import sys; from cli import main; sys.exit(main())"]
-    log = (workdir / f"{name}.log").open("wb")
-    proc = subprocess.Popen(
-        [*argv, "start", "-c", str(config)], cwd=code, env=env, stdout=log, stderr=log
+    daemon = MetasrvProcess(
+        config,
+        workdir / f"{name}.log",
+        f"http://127.0.0.1:{port}",
+        env={"PYTHONPATH": str(code)},
+        cwd=code,
+        new_session=False,
     )
-    return proc, f"http://127.0.0.1:{port}"
+    daemon.spawn()
+    return daemon
 
 
 def status(client: httpx.Client, url: str) -> int:
@@ -162,14 +166,14 @@ def status(client: httpx.Client, url: str) -> int:
 
 
 def wait_ready(
-    client: httpx.Client, url: str, proc: subprocess.Popen[bytes], started: float
+    client: httpx.Client, url: str, proc: MetasrvProcess, started: float
 ) -> dict[str, Any]:
     """Probe `url`'s `/readyz` every `PROBE_EVERY` until it answers 200; what it said
     (`started`: when the process was started)."""
     not_ready = 0
     last_check: str | None = None
     while time.monotonic() - started < 600:
-        if proc.poll() is not None:
+        if not proc.alive():
             raise SystemExit("second daemon exited before it was ready")
         try:
             resp = client.get(f"{url}/readyz", timeout=2)
@@ -198,23 +202,22 @@ def rss_mib(pid: int) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"tk{uuid.uuid4().hex[:6]}"
-    code = Path(args.code).resolve() if args.code else ROOT
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True
-    ).stdout.strip()
+    code = Path(args.code).resolve() if args.code else product_tree()
+    commit = commit_of(code)
     result: dict[str, Any] = {"kv": args.kv, "routes": args.routes, "lease_s": args.lease}
     result["kill"] = "when ready" if args.kill_when_ready else f"after {args.settle:g} s"
     result["code"] = commit
     workdir = Path(tempfile.mkdtemp(prefix="metasrv-takeover-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[MetasrvProcess] = []
     with kv_store(args.kv, prefix, code) as (kv, kv_section), httpx.Client() as client:
         result["write_routes_s"] = round(write_routes(kv, prefix, args.routes, 64), 1)
         try:
-            a, a_url = start_daemon(code, workdir, "a", kv_section, prefix, args.lease)
+            a = start_daemon(code, workdir, "a", kv_section, prefix, args.lease)
+            a_url = a.url
             procs.append(a)
             healthy_at = None
             while True:
-                if a.poll() is not None:
+                if not a.alive():
                     raise SystemExit(f"first daemon exited; see {workdir}/a.log")
                 if healthy_at is None:
                     with contextlib.suppress(httpx.HTTPError):
@@ -225,11 +228,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     break
                 time.sleep(PROBE_EVERY)
             b_started = time.monotonic()
-            b, b_url = start_daemon(code, workdir, "b", kv_section, prefix, args.lease)
+            b = start_daemon(code, workdir, "b", kv_section, prefix, args.lease)
+            b_url = b.url
             procs.append(b)
             up_by = time.monotonic() + 300
             while status(client, b_url) != 421:
-                if b.poll() is not None or time.monotonic() > up_by:
+                if not b.alive() or time.monotonic() > up_by:
                     raise SystemExit(f"second daemon is not a follower; see {workdir}/b.log")
                 time.sleep(0.2)
             if args.kill_when_ready:
@@ -240,7 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["follower_rss_mib"] = round(rss_mib(b.pid), 1)
             os.kill(a.pid, signal.SIGKILL)
             killed = time.monotonic()
-            a.wait()
+            a.stop()
             seen: dict[int, float] = {}
             while time.monotonic() - killed < 120:
                 code_ = status(client, b_url)
@@ -252,13 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["survivor_first_seen_s"] = {str(k): v for k, v in sorted(seen.items())}
         finally:
             for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                proc.stop(30)
     result["logs"] = str(workdir)
     return result
 

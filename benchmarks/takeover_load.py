@@ -54,13 +54,14 @@ from typing import Any
 
 import httpx
 import numpy as np
-from _daemon_log import first_after, leadership, wait_log
-from load import NODE_BASE, RESULTS, Sampler, region_id, rss_mb, topic_of, wait_serving
-from takeover import ROOT, kv_store, start_daemon, status
+from _results import commit_of, product_tree, stamp, write_result
+from load import NODE_BASE, Sampler, region_id, rss_mb, topic_of, wait_serving
+from takeover import kv_store, start_daemon, status
 
 from metasrv import keys
 from metasrv.datanode import Backoff
 from metasrv.kafka import KafkaAdmin
+from toolbox.simulator import MetasrvProcess, log_records
 from toolbox.stack import StackConfig, endpoints_of
 
 TOPICS = 64
@@ -81,15 +82,44 @@ def routes(prefix: str, nodes: int, regions: int) -> Iterator[tuple[str, bytes]]
             yield keys.topic_region(topic, region_id(n, i)), keys.encode_route(NODE_BASE + n, None)
 
 
-def serves(proc: subprocess.Popen[bytes], url: str, log: Path) -> float:
+def serves(daemon: MetasrvProcess) -> float:
     """Seconds from the daemon's `/healthz` to its first served request."""
     while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"the first daemon exited; see {log}")
+        if not daemon.alive():
+            raise SystemExit(f"the first daemon exited; see {daemon.log_path}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return wait_serving(url)
+            if httpx.get(f"{daemon.url}/healthz", timeout=2).status_code == 200:
+                return wait_serving(daemon.url)
         time.sleep(0.05)
+
+
+def logged_after(log: Path, msg: str, since: float) -> tuple[float, dict[str, Any]] | None:
+    """Seconds from `since` (wall time) to the first line of `log` starting with `msg` at
+    or after it, and the line."""
+    found = log_records(log, msg, since - 0.001)
+    return None if not found else (found[0][0] - since, found[0][1])
+
+
+def wait_logged(daemon: MetasrvProcess, msg: str, timeout: float) -> float:
+    """Seconds until `msg` is in the daemon's log (SystemExit if it exits first)."""
+    t0 = time.monotonic()
+    while not daemon.log_records(msg):
+        if not daemon.alive() or time.monotonic() - t0 > timeout:
+            raise SystemExit(f"no {msg!r} in {daemon.log_path}")
+        time.sleep(0.5)
+    return round(time.monotonic() - t0, 1)
+
+
+def leadership(workdir: Path, killed: float) -> list[str]:
+    """Elections and losses in both logs, "<s from the SIGKILL> <process> <event>": a run
+    whose leader lost its lease before the kill (a slow etcd) measured something else."""
+    found = [
+        (ts - killed, name, msg, str(rec.get("reason") or "")[:60])
+        for name in ("a", "b")
+        for msg in ("elected leader", "leadership lost")
+        for ts, rec in log_records(workdir / f"{name}.log", msg)
+    ]
+    return [f"{t:+.2f} {p} {m}" + (f" ({r})" if r else "") for t, p, m, r in sorted(found)]
 
 
 def generators(
@@ -186,7 +216,7 @@ def gaps(sent: np.ndarray, lat: np.ndarray, node: np.ndarray, kill: float, nodes
     }
 
 
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop(procs: list[subprocess.Popen[bytes]], daemons: list[MetasrvProcess]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -195,6 +225,8 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+    for daemon in daemons:
+        daemon.stop(30)
 
 
 def drive(
@@ -204,24 +236,26 @@ def drive(
     kv_section: dict[str, Any],
     prefix: str,
     procs: list[subprocess.Popen[bytes]],
+    daemons: list[MetasrvProcess],
 ) -> tuple[dict[str, Any], list[subprocess.Popen[bytes]], float, float]:
     """Leader, warm follower, load, SIGKILL, load: what was read from the daemons meanwhile,
     the generators, the load's start and the kill (wall times)."""
     out: dict[str, Any] = {}
     lease, prune = args.lease, args.prune_interval
-    a, a_url = start_daemon(code, workdir, "a", kv_section, prefix, lease, prune_interval=prune)
-    procs.append(a)
-    out["fresh_leader_serves_s"] = serves(a, a_url, workdir / "a.log")
-    b, b_url = start_daemon(code, workdir, "b", kv_section, prefix, lease, prune_interval=prune)
-    procs.append(b)
+    a = start_daemon(code, workdir, "a", kv_section, prefix, lease, prune_interval=prune)
+    daemons.append(a)
+    out["fresh_leader_serves_s"] = serves(a)
+    b = start_daemon(code, workdir, "b", kv_section, prefix, lease, prune_interval=prune)
+    daemons.append(b)
+    a_url, b_url = a.url, b.url
     up_by = time.monotonic() + 300
     with httpx.Client() as client:
         while status(client, b_url) != 421:
-            if b.poll() is not None or time.monotonic() > up_by:
+            if not b.alive() or time.monotonic() > up_by:
                 raise SystemExit(f"the second daemon does not follow; see {workdir}")
             time.sleep(0.2)
     if (code / "metasrv" / "leader" / "_follower.py").exists():  # a warm follower
-        out["follower_map_loaded_s"] = wait_log(workdir / "b.log", MAP_LOADED, b, 900)
+        out["follower_map_loaded_s"] = wait_logged(b, MAP_LOADED, 900)
     start_at = time.time() + 5.0  # each generator builds its bodies first
     clients = generators(args, [a_url, b_url], workdir, prefix, start_at)
     procs[:0] = clients
@@ -233,7 +267,7 @@ def drive(
     out["follower_rss_before_kill_mib"] = round(rss_mb(b.pid), 1)
     killed = time.time()
     os.kill(a.pid, signal.SIGKILL)
-    a.wait()
+    a.stop()
     for proc in clients:
         proc.wait(timeout=args.steady + args.after + 300)
     sampler.stop()
@@ -246,10 +280,8 @@ def drive(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"tl{uuid.uuid4().hex[:6]}"
-    code = Path(args.code).resolve() if args.code else ROOT
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True
-    ).stdout.strip()
+    code = Path(args.code).resolve() if args.code else product_tree()
+    commit = commit_of(code)
     ticker = code / "procedures" / "wal_purge" / "_ticker.py"
     observable = ticker.exists() and FIRST_ROUND in ticker.read_text()
     result: dict[str, Any] = {
@@ -262,6 +294,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="metasrv-takeover-load-"))
     admin = KafkaAdmin(endpoints_of(StackConfig.from_env()).kafka_bootstrap)
     procs: list[subprocess.Popen[bytes]] = []
+    daemons: list[MetasrvProcess] = []
     try:
         admin.ensure_topics([f"{prefix}_wal_{n}" for n in range(TOPICS)])
         with kv_store(args.kv, prefix, code) as (kv, kv_section):
@@ -272,11 +305,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["write_routes_s"] = round(time.monotonic() - t0, 1)
             try:  # the daemons stop before their kv goes
                 seen, clients, start_at, killed = drive(
-                    args, code, workdir, kv_section, prefix, procs
+                    args, code, workdir, kv_section, prefix, procs, daemons
                 )
                 result.update(seen)
             finally:
-                stop(procs)
+                stop(procs, daemons)
     finally:
         with contextlib.suppress(Exception):
             admin.delete_topics(t for t in admin.list_topics() if t.startswith(f"{prefix}_"))
@@ -320,10 +353,10 @@ def report(
     out["leader_changed_before_kill"] = any(e.startswith("-") for e in events[1:])
     b_log, a_log = workdir / "b.log", workdir / "a.log"
     for key, msg in (("elected", "elected leader"), ("map_current", "topic-region map current")):
-        found = first_after(b_log, msg, killed)
+        found = logged_after(b_log, msg, killed)
         out[f"survivor_{key}_after_kill_s"] = None if found is None else round(found[0], 2)
     for key, log, since in (("survivor", b_log, killed), ("fresh_leader", a_log, start_at)):
-        found = first_after(log, FIRST_ROUND, since) if observable else None
+        found = logged_after(log, FIRST_ROUND, since) if observable else None
         if not observable:
             value: Any = "not observable (no such log line in the code under test)"
         elif found is None:
@@ -405,10 +438,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     args = parser.parse_args()
     result = run(args)
-    stamp = f"{args.kv}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(args.out) if args.out else RESULTS / f"takeover-load-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(result, f"takeover-load-{args.kv}-{stamp()}.json", args.out)
     print_table(result)
     print(f"results: {out}")
     return 0

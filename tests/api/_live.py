@@ -12,7 +12,6 @@ world below seeded into it, and its etcd keys and Kafka topics removed afterward
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -33,6 +32,7 @@ from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
 from metasrv.settings import Settings, load_settings
 from metasrv.wire import MetasrvClient
+from toolbox.simulator import free_port
 
 DATANODE_TOKEN = "test-datanode-token"
 OPERATOR_TOKEN = "test-operator-token"
@@ -84,14 +84,6 @@ def live_metasrv(
             admin.delete_topics(t for t in admin.list_topics() if t.startswith(prefix))
         finally:
             admin.close()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def live_settings(

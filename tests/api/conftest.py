@@ -9,7 +9,6 @@ are cleaned up afterwards.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,15 +27,9 @@ from api.serving import uvicorn_config
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.settings import Settings, load_settings
+from toolbox.simulator import free_port
 
 NUM_TOPICS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

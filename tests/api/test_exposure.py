@@ -13,8 +13,7 @@ import pytest
 from api.auth import check_exposure, is_loopback, open_roles
 from metasrv.errors import ConfigError
 from metasrv.settings import AuthSettings, load_settings
-from tests.api.conftest import free_port
-from tests.api.test_failover import METASRV
+from toolbox.simulator import free_port, metasrv_argv
 
 
 def test_every_empty_role_and_open_read_count_as_open() -> None:
@@ -108,7 +107,7 @@ def test_metasrv_start_on_a_public_address_with_open_roles_exits_2(tmp_path: Pat
         '[auth]\ndatanode_tokens = ["d"]\n'
     )
     done = subprocess.run(
-        [METASRV, "start", "-c", str(config)], capture_output=True, text=True, timeout=60
+        metasrv_argv("start", "-c", str(config)), capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2, done.stderr
     assert "refusing to serve on 0.0.0.0" in done.stderr

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +22,11 @@ import migrations
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from tests.api._live import produce
-from tests.api.conftest import free_port, heartbeat, region
+from tests.api.conftest import heartbeat, region
 from tests.metasrv.kv._pgschema import fresh_schema
+from toolbox.simulator import MetasrvProcess, free_port
 
 LEASE_SECS = 2
-METASRV = str(Path(sys.executable).with_name("metasrv"))
 
 
 def write_config(path: Path, port: int, prefix: str, kv_toml: str, kafka: str) -> None:
@@ -71,29 +69,21 @@ def kv_toml(request: pytest.FixtureRequest, unique_prefix: str) -> Iterator[str]
 @pytest.fixture
 def two_daemons(
     tmp_path: Path, unique_prefix: str, kv_toml: str, kafka_bootstrap: str
-) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+) -> Iterator[dict[str, MetasrvProcess]]:
+    procs: dict[str, MetasrvProcess] = {}
     try:
         for _ in range(2):
             port = free_port()
             cfg = tmp_path / f"metasrv-{port}.toml"
             write_config(cfg, port, unique_prefix, kv_toml, kafka_bootstrap)
-            log = (tmp_path / f"metasrv-{port}.log").open("wb")
-            procs[f"127.0.0.1:{port}"] = subprocess.Popen(
-                [METASRV, "start", "-c", str(cfg)], stdout=log, stderr=subprocess.STDOUT
-            )
+            log = tmp_path / f"metasrv-{port}.log"
+            proc = MetasrvProcess(cfg, log, f"http://127.0.0.1:{port}", new_session=False)
+            procs[f"127.0.0.1:{port}"] = proc
+            proc.spawn()
         yield procs
     finally:
         for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)  # a paused one could not stop
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.stop(timeout=20)
         kafka = KafkaAdmin(kafka_bootstrap)
         kafka.delete_topics(t for t in kafka.list_topics() if t.startswith(unique_prefix))
 
@@ -117,7 +107,7 @@ def leader_of(addrs: list[str], timeout: float) -> str:
 
 @pytest.mark.faults
 def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
-    two_daemons: dict[str, subprocess.Popen[bytes]], kafka_bootstrap: str
+    two_daemons: dict[str, MetasrvProcess], kafka_bootstrap: str
 ) -> None:
     addrs = list(two_daemons)
     leader = leader_of(addrs, timeout=60)
@@ -145,7 +135,7 @@ def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
 
     os.kill(two_daemons[leader].pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    two_daemons[leader].wait(10)
+    two_daemons[leader].stop(10)
 
     answered = None
     while time.monotonic() - killed_at < LEASE_SECS + 5:
@@ -172,7 +162,7 @@ def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
 
 @pytest.mark.faults
 def test_a_paused_leader_is_deposed_and_commits_nothing_after_sigcont(
-    two_daemons: dict[str, subprocess.Popen[bytes]], tmp_path: Path
+    two_daemons: dict[str, MetasrvProcess], tmp_path: Path
 ) -> None:
     addrs = list(two_daemons)
     leader = leader_of(addrs, timeout=60)
@@ -215,7 +205,7 @@ def test_a_paused_leader_is_deposed_and_commits_nothing_after_sigcont(
 
 @pytest.mark.faults
 def test_regions_registered_just_before_the_leader_dies_are_in_the_survivors_map(
-    two_daemons: dict[str, subprocess.Popen[bytes]],
+    two_daemons: dict[str, MetasrvProcess],
 ) -> None:
     # The survivor serves from the map it followed while it was a follower, brought up to
     # its election's revision: a region the old leader registered a moment before it died
@@ -232,7 +222,7 @@ def test_regions_registered_just_before_the_leader_dies_are_in_the_survivors_map
         assert created.status_code == 201, created.text
         topics[region_id] = created.json()["topic"]
     os.kill(two_daemons[leader].pid, signal.SIGKILL)
-    two_daemons[leader].wait(10)
+    two_daemons[leader].stop(10)
 
     last = max(topics)
     body = heartbeat(1, [region(last, topics[last], 7)])

@@ -21,8 +21,9 @@ import migrations
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.settings import Settings
-from tests.api.conftest import NUM_TOPICS, SettingsFactory, free_port, start_server
+from tests.api.conftest import NUM_TOPICS, SettingsFactory, start_server
 from tests.metasrv.kv._pgschema import fresh_schema
+from toolbox.simulator import free_port
 
 ROUTES = 100_000
 """Routes in the map: a full load of this many takes over a second on both stores."""

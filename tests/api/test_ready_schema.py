@@ -4,9 +4,6 @@ file) migrates its own SQLite files. Real daemons, real PostgreSQL and Kafka."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,22 +13,16 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from tests.api.conftest import free_port
-from tests.api.test_failover import METASRV
 from tests.metasrv.kv._pgschema import fresh_schema
+from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv
 
 
 @pytest.fixture
-def daemons() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
+def daemons() -> Iterator[list[MetasrvProcess]]:
+    started: list[MetasrvProcess] = []
     yield started
-    for proc in started:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    for daemon in started:
+        daemon.stop(timeout=20)
 
 
 def readyz(port: int, timeout: float = 60) -> httpx.Response:
@@ -57,7 +48,7 @@ def test_unmigrated_postgres_history_is_not_ready_until_db_upgrade(
     tmp_path: Path,
     postgres_url: str,
     kafka_bootstrap: str,
-    daemons: list[subprocess.Popen[bytes]],
+    daemons: list[MetasrvProcess],
 ) -> None:
     port = free_port()
     with fresh_schema(postgres_url) as history:
@@ -68,13 +59,9 @@ def test_unmigrated_postgres_history_is_not_ready_until_db_upgrade(
             f'[kv]\nsql_url = "sqlite:///{tmp_path / "kv.db"}"\n'
             f'[history]\nurl = "{history}"\n'
         )
-        log = tmp_path / "metasrv.log"
-        with log.open("wb") as out:
-            daemons.append(
-                subprocess.Popen(
-                    [METASRV, "start", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT
-                )
-            )
+        daemon = MetasrvProcess(config, tmp_path / "metasrv.log", f"http://127.0.0.1:{port}")
+        daemons.append(daemon)
+        daemon.spawn()
         resp = readyz(port)
         assert resp.status_code == 503, resp.text
         body = resp.json()
@@ -86,36 +73,33 @@ def test_unmigrated_postgres_history_is_not_ready_until_db_upgrade(
         pg = httpx.URL(postgres_url.replace("+psycopg", ""))
         for secret in (pg.host, f":{pg.port}", f"{pg.username}:{pg.password}@", "search_path"):
             assert secret not in resp.text
-        records = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-        (warning,) = [r for r in records if r["msg"].startswith("history database not migrated")]
+        ((_, warning),) = daemon.log_records("history database not migrated")
         assert warning["command"] == f"metasrv db upgrade -c {config.resolve()}"
 
         upgraded = subprocess.run(
-            [METASRV, "db", "upgrade", "--url", history], capture_output=True, timeout=120
+            metasrv_argv("db", "upgrade", "--url", history), capture_output=True, timeout=120
         )
         assert upgraded.returncode == 0, upgraded.stderr
         resp = readyz(port)
         assert resp.status_code == 200, resp.text
         assert resp.json()["checks"]["history"] == "ok"
-        daemons.pop().terminate()
+        daemons.pop().stop()
 
 
 def test_the_embedded_default_creates_its_sqlite_schemas(
-    tmp_path: Path, kafka_bootstrap: str, daemons: list[subprocess.Popen[bytes]]
+    tmp_path: Path, kafka_bootstrap: str, daemons: list[MetasrvProcess]
 ) -> None:
     port = free_port()
     env = {
-        **os.environ,
         "METASRV_HTTP__ADDR": f"127.0.0.1:{port}",
         "METASRV_WAL__BROKER_ENDPOINTS": f'["{kafka_bootstrap}"]',
         "METASRV_RECONCILE__STAT_HISTORY_INTERVAL": "0s",
     }
-    with (tmp_path / "metasrv.log").open("wb") as out:
-        daemons.append(
-            subprocess.Popen(
-                [METASRV, "start"], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-        )
+    daemon = MetasrvProcess(
+        None, tmp_path / "metasrv.log", f"http://127.0.0.1:{port}", env=env, cwd=tmp_path
+    )
+    daemons.append(daemon)
+    daemon.spawn()
     resp = readyz(port)
     assert resp.status_code == 200, resp.text
     assert resp.json()["checks"] == {

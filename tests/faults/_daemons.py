@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import calendar
 import contextlib
-import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from toolbox.simulator import MetasrvProcess
+from toolbox.simulator import MetasrvProcess, log_records
 
 
 class Daemon:
@@ -103,26 +100,4 @@ class Daemon:
 
     def log_records(self, since: float = 0.0) -> list[dict[str, Any]]:
         """JSON log lines of the current incarnation stamped at or after `since` (epoch s)."""
-        if not self.log_path.exists():
-            return []
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if not line.startswith("{"):
-                continue
-            try:
-                record: dict[str, Any] = json.loads(line)
-            except ValueError:
-                continue
-            if _epoch(str(record.get("ts", ""))) >= since:
-                out.append(record)
-        return out
-
-
-def _epoch(ts: str) -> float:
-    """`2024-01-01T00:00:00.123Z` (the daemon's log stamp) -> epoch seconds; 0 if unreadable."""
-    try:
-        whole, _, millis = ts.rstrip("Z").partition(".")
-        base = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
-        return base + (int(millis) / 1000 if millis else 0.0)
-    except ValueError:
-        return 0.0
+        return [record for _, record in log_records(self.log_path, since=since)]

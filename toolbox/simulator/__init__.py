@@ -8,6 +8,7 @@ from toolbox.simulator._datanode import HeartbeatOutcome, Rejection, SimDatanode
 from toolbox.simulator._harness import (
     MetasrvProcess,
     free_port,
+    log_records,
     metasrv_argv,
     migrate,
     render_config,
@@ -55,6 +56,7 @@ __all__ = [
     "digest",
     "drive_writes",
     "free_port",
+    "log_records",
     "metasrv_argv",
     "migrate",
     "plan_regions",

@@ -1,15 +1,24 @@
-"""Run a real `metasrv start -c FILE` child for simulations (demo, benchmarks, tests)."""
+"""Run real `metasrv start` children (demo, benchmarks, tests), and read their logs.
+
+The one launcher: `MetasrvProcess` starts `metasrv start [-c FILE]` (the console script of
+this installation, so `PYTHONPATH` in `env` picks the code it runs), waits until it is
+ready (and, if expected, serves as leader), and stops it; `free_port` gives its port;
+`log_records` reads the JSON lines it logs, stamped with the daemon's clock.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -73,45 +82,128 @@ def migrate(config: Path, log_path: Path) -> None:
         raise ServiceError(f"metasrv db upgrade failed:\n{done.stdout}{done.stderr}")
 
 
-class MetasrvProcess:
-    """A `metasrv start -c FILE` child; its output goes to a log file."""
+def log_records(
+    path: Path, msg_prefix: str = "", since: float = 0.0
+) -> list[tuple[float, dict[str, Any]]]:
+    """(epoch seconds, record) of each JSON line of a daemon's log at `path` whose `msg`
+    starts with `msg_prefix` and whose stamp is at or after `since` (epoch seconds; a
+    line whose stamp cannot be read counts as stamped at 0)."""
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.startswith("{") or msg_prefix not in line:
+                continue
+            try:
+                record: dict[str, Any] = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and str(record.get("msg", "")).startswith(msg_prefix):
+                at = _epoch(str(record.get("ts", "")))
+                if at >= since:
+                    found.append((at, record))
+    return found
 
-    def __init__(self, config: Path, log_path: Path, url: str) -> None:
+
+def _epoch(stamp: str) -> float:
+    """`2026-01-01T00:00:00.123Z` (the daemon's log stamp) -> epoch seconds; 0 if unreadable."""
+    try:
+        parsed = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return 0.0
+    return parsed.replace(tzinfo=datetime.UTC).timestamp()
+
+
+class MetasrvProcess:
+    """A `metasrv start -c FILE` child (`config` None: `metasrv start` alone, configured by
+    `env` and the files in `cwd`); its output goes to a log file.
+
+    `args`: more arguments of `metasrv start` (`--log-level warning`). `env`: variables set
+    over this process's environment (`PYTHONPATH` to run another checkout's code). `new_session`:
+    the child leads its own process group, out of reach of a terminal's Ctrl-C."""
+
+    def __init__(
+        self,
+        config: Path | None,
+        log_path: Path,
+        url: str,
+        *,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        new_session: bool = True,
+    ) -> None:
         self.config = config
         self.log_path = log_path
         self.url = url
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.new_session = new_session
         self._log: TextIO | None = None
+        self._spawned_at = 0.0
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The child's pid (once spawned)."""
+        if self.proc is None:
+            raise ServiceError("metasrv was never started")
+        return self.proc.pid
+
+    def spawn(self) -> None:
+        """Start the child; do not wait for it. Its output is appended to the log."""
+        self._log = self.log_path.open("a")
+        self._spawned_at = time.time()
+        config = ["-c", str(self.config)] if self.config is not None else []
+        self.proc = subprocess.Popen(
+            metasrv_argv("start", *config, *self.args),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env} if self.env else None,
+            cwd=self.cwd,
+            start_new_session=self.new_session,
+        )
 
     def start(self, ready_timeout: float = 60.0, *, expect_leader: bool = True) -> None:
         """Start the child; wait until `GET /readyz` answers 200 (and, if expected, says
-        leader and the log says it serves)."""
-        self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            metasrv_argv("start", "-c", str(self.config)),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + ready_timeout
+        leader and the process serves)."""
+        self.spawn()
+        self.wait_ready(ready_timeout, expect_leader=expect_leader)
+
+    def wait_ready(self, timeout: float = 60.0, *, expect_leader: bool = True) -> None:
+        """Wait until `GET /readyz` answers 200 (and, if expected, says leader and the
+        process serves); ServiceError with the log's end if it exits or times out."""
+        deadline = time.monotonic() + timeout
         while True:
             if not self.alive():
-                raise ServiceError(f"metasrv exited with {self.proc.returncode}:\n{self.tail()}")
+                code = None if self.proc is None else self.proc.returncode
+                raise ServiceError(f"metasrv exited with {code}:\n{self.tail()}")
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 response = httpx.get(f"{self.url}/readyz", timeout=2.0)
                 if response.status_code == 200 and (
                     not expect_leader
-                    or (response.json().get("is_leader") is True and self._serving_logged())
+                    or (response.json().get("is_leader") is True and self.serving())
                 ):
                     return
             if time.monotonic() > deadline:
-                raise ServiceError(f"metasrv not ready after {ready_timeout:.0f}s:\n{self.tail()}")
+                raise ServiceError(f"metasrv not ready after {timeout:.0f}s:\n{self.tail()}")
             time.sleep(0.3)
 
-    def _serving_logged(self) -> bool:
-        """The log says this process serves as leader: elected (what `/readyz` reports) is
-        not yet serving; until its map is current it answers 503."""
-        return "serving as leader" in self.log_path.read_text(errors="replace")
+    def serving(self) -> bool:
+        """This process serves as leader: elected (what `/readyz` reports) is not yet
+        serving; until its map is current it answers 503. `GET /v1/leader` says so where
+        it needs no token; the log line where it does."""
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            response = httpx.get(f"{self.url}/v1/leader", timeout=2.0)
+            if response.status_code == 200:
+                return response.json().get("serving") is True
+        return bool(self.log_records("serving as leader", since=self._spawned_at))
+
+    def log_records(
+        self, msg_prefix: str = "", since: float = 0.0
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """`log_records` of this child's log."""
+        return log_records(self.log_path, msg_prefix, since)
 
     def alive(self) -> bool:
         """True while the child runs."""
@@ -124,8 +216,11 @@ class MetasrvProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout`; returns the exit code (idempotent)."""
+        """SIGTERM (after SIGCONT: a paused process could not stop), then SIGKILL after
+        `timeout`; returns the exit code (idempotent)."""
         if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)

@@ -24,9 +24,9 @@ from metasrv.wire import EventKind, WalEvent
 from procedures import ProcedureState
 from procedures.wal_purge import submit_purges
 from tests._metrics import sample
-from tests.api._live import free_port
 from tests.procedures._harness import Harness, make_settings
 from tests.procedures.conftest import HarnessFactory
+from toolbox.simulator import free_port
 
 K = EventKind
 

@@ -15,9 +15,6 @@ On ef11397 (a) answered "pruned to 29: 29 entries deleted" and (b) recreated the
 from __future__ import annotations
 
 import contextlib
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,10 +32,10 @@ from metasrv.kv import EtcdKv
 from metasrv.model import PartitionOffsets
 from metasrv.wire import MetasrvClient
 from tests.api._live import produce
-from tests.api.conftest import free_port, heartbeat, region
+from tests.api.conftest import heartbeat, region
 from tests.metasrv.kafka._recreate import create_topic, delete_topic, recreate_topic
+from toolbox.simulator import MetasrvProcess, free_port
 
-METASRV = str(Path(sys.executable).with_name("metasrv"))
 REGION = (1024 << 32) | 1
 
 
@@ -113,28 +110,13 @@ lease_secs = 2
 @contextlib.contextmanager
 def daemon(w: World) -> Iterator[MetasrvClient]:
     """`metasrv start` until the block ends (SIGTERM); yields a client once it serves."""
-    with w.log.open("ab") as log:
-        proc = subprocess.Popen(
-            [METASRV, "start", "-c", str(w.config)], stdout=log, stderr=subprocess.STDOUT
-        )
+    proc = MetasrvProcess(w.config, w.log, w.url, new_session=False)
     try:
+        proc.start(60)
         with MetasrvClient(w.url, timeout=10.0) as client:
-            _until("the daemon serves as leader", lambda: _serving(w.url), timeout=60)
             yield client
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _serving(url: str) -> bool:
-    try:
-        return bool(httpx.get(f"{url}/v1/leader", timeout=2).json().get("serving"))
-    except (httpx.TransportError, ValueError):
-        return False
+        proc.stop(30)
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:

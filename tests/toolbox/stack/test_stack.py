@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from metasrv.errors import ServiceError
+from toolbox.simulator import free_port
 from toolbox.stack import (
     StackConfig,
     ensure_up,
@@ -25,13 +26,6 @@ from toolbox.stack import (
     status,
     stop_service,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_status_reports_every_service_healthy(stack_config: StackConfig) -> None:
@@ -53,7 +47,7 @@ def test_status_reports_every_service_healthy(stack_config: StackConfig) -> None
 
 def test_status_exits_nonzero_when_a_service_is_unreachable(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        app, ["stack", "status", "--state-dir", str(tmp_path), "--etcd-port", str(_free_port())]
+        app, ["stack", "status", "--state-dir", str(tmp_path), "--etcd-port", str(free_port())]
     )
     assert result.exit_code == 1
     etcd_row = next(line for line in result.output.splitlines() if line.startswith("etcd"))
@@ -111,7 +105,7 @@ def test_port_taken_by_something_else_is_a_service_error(tmp_path: Path) -> None
 @pytest.fixture
 def spare_etcd(tmp_path: Path) -> Iterator[StackConfig]:
     cfg = StackConfig.from_env(
-        state_dir=tmp_path / "stack", etcd_port=_free_port(), etcd_peer_port=_free_port()
+        state_dir=tmp_path / "stack", etcd_port=free_port(), etcd_peer_port=free_port()
     )
     yield cfg
     stop_service(cfg, "etcd")
@@ -136,7 +130,7 @@ def test_stop_and_start_one_service_by_pid(spare_etcd: StackConfig) -> None:
 def test_failed_start_names_the_service_and_its_log(tmp_path: Path) -> None:
     # A peer port already taken makes etcd exit at start-up.
     cfg = StackConfig.from_env(
-        state_dir=tmp_path, etcd_port=_free_port(), etcd_peer_port=_free_port()
+        state_dir=tmp_path, etcd_port=free_port(), etcd_peer_port=free_port()
     )
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", cfg.etcd_peer_port))
@@ -179,9 +173,9 @@ def test_kafka_and_postgres_stop_and_start_on_spare_ports(
     # Shares the downloaded jars (no second download) but runs its own broker and cluster.
     cfg = StackConfig.from_env(
         state_dir=world_traversable_dir / "stack",
-        kafka_port=_free_port(),
-        kafka_controller_port=_free_port(),
-        postgres_port=_free_port(),
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        postgres_port=free_port(),
     )
     libs = stack_config.state_dir / "kafka" / "libs"
     if not (libs / f".installed-{stack_config.kafka_version}").exists():
