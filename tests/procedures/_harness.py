@@ -8,7 +8,6 @@ way the heartbeat handler does (`RegionRegistry.update`); that is the only short
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from metasrv.settings import Settings, load_settings
 from metasrv.sql import engine_url
 from procedures import Procedure
 from procedures.wal_purge import PurgeServices, purge_manager
+from tests._wait import eventually
 
 
 def make_settings(
@@ -153,11 +153,7 @@ class Harness:
         await self.manager.start()
         await self.leadership.start()
         await self.election.start()
-        deadline = time.monotonic() + wait_leader
-        while not self.manager.leading:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name} did not become leader in {wait_leader}s")
-            await asyncio.sleep(0.05)
+        await eventually(lambda: self.manager.leading, f"{self.name} leading", timeout=wait_leader)
 
     async def close(self) -> None:
         await self.manager.stop()

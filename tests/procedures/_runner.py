@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import sys
-import time
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -53,8 +53,7 @@ def freeze(signal_file: str, point: str) -> None:
     tmp = signal_file + ".tmp"
     Path(tmp).write_text(json.dumps({"point": point, "pid": os.getpid()}))
     os.replace(tmp, signal_file)
-    while True:
-        time.sleep(3600)
+    threading.Event().wait()  # until the test's SIGKILL
 
 
 def _persisted_record(ops: Sequence[TxnOp]) -> ProcedureRecord | None:

@@ -10,8 +10,7 @@ for real, `run_until_settled` gives the run up for real.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -20,6 +19,7 @@ from metasrv.errors import KvUnavailable
 from metasrv.kv import KvBackend
 from procedures import ProcedureState
 from procedures.wal_purge import PurgeTicker, submit_purges
+from tests._wait import eventually
 from tests.procedures._faulty_kv import (
     BACKENDS,
     FaultyKv,
@@ -39,13 +39,6 @@ async def leaders(
         request.param, request, kafka=kafka_bootstrap, prefix=unique_prefix, history_url=history_url
     ) as factory:
         yield factory
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def faulty_leader(leaders: LeaderFactory, **overrides: object) -> tuple[Harness, FaultyKv]:
@@ -108,7 +101,7 @@ async def test_a_run_given_up_is_adopted_by_the_sweep_without_a_submit(
     pid = await abandoned_purge(h, faulty, topic)
     faulty.heal()
 
-    await wait_for(lambda: h.marker(topic) == 12)
+    await eventually(lambda: h.marker(topic) == 12, "the topic purged to 12")
 
     assert (await h.manager.wait(pid, 20)).state is ProcedureState.SUCCEEDED
     assert h.offsets(topic).log_start_offset == 12
@@ -127,7 +120,7 @@ async def test_a_create_landed_but_unreadable_is_adopted(leaders: LeaderFactory)
     [(_, _, result)] = faulty.landed
     assert result.succeeded
 
-    await wait_for(lambda: h.marker(topic) == 12)
+    await eventually(lambda: h.marker(topic) == 12, "the topic purged to 12")
 
     [pid] = [view.id for view in await h.manager.list(topic=topic)]
     view = await h.manager.wait(pid, 20)

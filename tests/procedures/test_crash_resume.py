@@ -9,13 +9,11 @@ the final state, and that every entry a region needs is still readable with
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv, Put
 from procedures import ProcedureState
+from tests._wait import eventually, wait_until
 from tests.procedures._harness import Harness, make_settings, produce
 
 pytestmark = pytest.mark.faults
@@ -107,14 +106,15 @@ def kill_runner_at(w: World, point: str, **spec: Any) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 90
-        while not signal_file.exists():
-            if child.poll() is not None or time.monotonic() > deadline:
+
+        def stopped_at_point() -> bool:
+            if child.poll() is not None:
                 raise AssertionError(
-                    f"runner exited or stalled before {point}: "
-                    + (w.tmp / f"{point}.log").read_text()[-3000:]
+                    f"runner exited before {point}: " + (w.tmp / f"{point}.log").read_text()[-3000:]
                 )
-            time.sleep(0.05)
+            return signal_file.exists()
+
+        wait_until(stopped_at_point, f"the runner at {point}", timeout=90, interval=0.05)
         reached = json.loads(signal_file.read_text())
         assert reached["point"] == point, reached
         os.kill(child.pid, signal.SIGKILL)
@@ -163,17 +163,20 @@ def assert_needed_entries_readable(h: Harness, topic: str, regions: list[dict[st
         assert h.readable(topic, r["flushed"] + 1), f"region {r['region_id']} lost entries"
 
 
-async def assert_waits_without_deleting(h: Harness, pid: str, topic: str, seconds: float) -> None:
-    """With an empty registry the resumed purge must not delete (invariant 3)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+async def assert_waits_without_deleting(h: Harness, pid: str, topic: str) -> None:
+    """With an empty registry the resumed purge must not delete (invariant 3): it runs its
+    step, finds no stats, and retries; nothing is deleted meanwhile."""
+
+    async def refused_for_want_of_stats() -> bool:
         view = await h.manager.get(pid)
         assert not view.state.terminal, view
         assert h.offsets(topic).log_start_offset == 0
-        await asyncio.sleep(0.1)
+        return view.state is ProcedureState.RETRYING and "no_stat" in (view.error or "")
+
+    await eventually(refused_for_want_of_stats, "the resumed purge refused for want of stats")
     view = await h.manager.get(pid)
-    assert view.state is ProcedureState.RETRYING and view.error_code == "unavailable", view
-    assert view.error is not None and "no_stat" in view.error
+    assert view.error_code == "unavailable", view
+    assert h.offsets(topic).log_start_offset == 0
 
 
 async def test_killed_after_prepare_resumes_only_after_regions_report(world: World) -> None:
@@ -181,7 +184,7 @@ async def test_killed_after_prepare_resumes_only_after_regions_report(world: Wor
     pid = lock_holder(world)
     h = await resume(world)
     try:
-        await assert_waits_without_deleting(h, pid, world.topic, 1.5)
+        await assert_waits_without_deleting(h, pid, world.topic)
         report_all(h, world.topic)
         view = await h.manager.wait(pid, 60)
         assert view.state is ProcedureState.SUCCEEDED, view
@@ -233,7 +236,7 @@ async def test_killed_after_intent_lowers_target_for_region_registered_meanwhile
     try:
         view = await h.manager.get(pid)
         assert view.step == "purge" and view.data["target"] == 40
-        await assert_waits_without_deleting(h, pid, world.topic, 1.0)
+        await assert_waits_without_deleting(h, pid, world.topic)
         regions = [*REGIONS, {"region_id": 3, "node_id": 3, "flushed": 20}]
         report_all(h, world.topic, regions)
         view = await h.manager.wait(pid, 60)

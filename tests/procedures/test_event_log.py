@@ -3,9 +3,7 @@ background writer's bounds, and retention (`History.trim_events`, `EventRetentio
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -20,6 +18,7 @@ from metasrv.settings import load_settings
 from metasrv.sql import engine_url, wal_events_table
 from metasrv.wire import EventKind, WalEvent
 from procedures import EventLog, EventRetention, History
+from tests._wait import eventually
 from tests.metasrv.kv._pgschema import fresh_schema
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -120,10 +119,7 @@ async def test_retention_trims_only_while_leading(history: History) -> None:
     assert count(history) == 2
     leading = True
     async with retention:
-        deadline = time.monotonic() + 10
-        while count(history) != 1:
-            assert time.monotonic() < deadline, "the loop did not trim"
-            await asyncio.sleep(0.05)
+        await eventually(lambda: count(history) == 1, "the loop trimmed the old event")
     assert [e.details["n"] for e in await history.events()] == [2]
 
 

@@ -28,6 +28,7 @@ from procedures import (
     state_key,
 )
 from tests._metrics import sample
+from tests._wait import eventually
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
 
@@ -75,7 +76,7 @@ class Toy(Procedure[ToyData, object]):
         if self.data.block:
             gate = Toy.gates.setdefault(self.id, asyncio.Event())
             while not gate.is_set():
-                await ctx.sleep(0.05)
+                await ctx.sleep(0.05)  # the toy's work: a step that lasts until the gate opens
         if self.data.crash:
             raise ZeroDivisionError("bug")
         if self.data.fail > 0:
@@ -90,6 +91,10 @@ class Toy(Procedure[ToyData, object]):
         Toy.calls.setdefault(self.id, []).append("two")
         self.data = replace(self.data, ran=(*self.data.ran, "two"))
         return Finish(ProcedureState.SUCCEEDED, "done")
+
+
+async def is_running(h: Harness, procedure_id: str) -> bool:
+    return (await h.manager.get(procedure_id)).state is ProcedureState.RUNNING
 
 
 async def toy_leader(factory: HarnessFactory, **overrides: Any) -> Harness:
@@ -149,24 +154,24 @@ async def test_unexpected_exception_fails_as_internal(harness_factory: HarnessFa
 async def test_cancel_a_pending_procedure_never_runs_it(harness_factory: HarnessFactory) -> None:
     h = await toy_leader(harness_factory, procedure={"max_running_procedures": 1})
     blocker = await submit(h, block=True)
-    while (await h.manager.get(blocker)).state is not ProcedureState.RUNNING:
-        await asyncio.sleep(0.02)
+    await eventually(lambda: is_running(h, blocker), "blocker running")
     waiting = await submit(h)
-    await asyncio.sleep(0.2)
     assert (await h.manager.get(waiting)).state is ProcedureState.PENDING
 
     view = await h.manager.cancel(waiting)
     assert view.state is ProcedureState.CANCELLED
-    assert waiting not in Toy.calls
     Toy.gates[blocker].set()
     assert (await h.manager.wait(blocker, 30)).state is ProcedureState.SUCCEEDED
+    # The slot went round once more: had the cancelled one still queued for it, it ran first.
+    after = await submit(h)
+    assert (await h.manager.wait(after, 30)).state is ProcedureState.SUCCEEDED
+    assert waiting not in Toy.calls
 
 
 async def test_cancel_a_running_procedure(harness_factory: HarnessFactory) -> None:
     h = await toy_leader(harness_factory)
     pid = await submit(h, block=True)
-    while (await h.manager.get(pid)).state is not ProcedureState.RUNNING:
-        await asyncio.sleep(0.02)
+    await eventually(lambda: is_running(h, pid), "pid running")
     view = await h.manager.cancel(pid)
     assert view.state is ProcedureState.CANCELLED
     assert view.finished_at is not None
@@ -204,8 +209,7 @@ async def test_losing_leadership_stops_without_writing_then_resumes(
 ) -> None:
     h = await toy_leader(harness_factory)
     pid = await submit(h, block=True)
-    while (await h.manager.get(pid)).state is not ProcedureState.RUNNING:
-        await asyncio.sleep(0.02)
+    await eventually(lambda: is_running(h, pid), "pid running")
 
     await h.manager.follow()
     stored = await h.manager.store.load(pid)
@@ -240,8 +244,7 @@ async def test_list_and_get(harness_factory: HarnessFactory) -> None:
     done = await submit(h)
     await h.manager.wait(done, 30)
     running = await submit(h, block=True)
-    while (await h.manager.get(running)).state is not ProcedureState.RUNNING:
-        await asyncio.sleep(0.02)
+    await eventually(lambda: is_running(h, running), "running running")
 
     assert [v.id for v in await h.manager.list()] == [running, done]
     assert [v.id for v in await h.manager.list(ProcedureState.RUNNING)] == [running]
