@@ -1,41 +1,34 @@
-"""Which metasrv a load generator's datanode sends to, and when it retries: the policy of
-the product's datanode client (`metasrv.datanode`: `_route.py` and its `Backoff`) kept as
-plain state, cheap enough for a thousand datanodes on one thread of `_load_gen.py`.
+"""Which metasrv a load generator's datanode sends to, and when it retries: the product
+datanode client's own routing (`metasrv.datanode.Route`, one `Attempt` per heartbeat) and
+backoff (`metasrv.datanode.Backoff`), driven from `_load_gen.py`'s event loop instead of the
+client's blocking calls, so a thousand datanodes share one thread.
 
-An attempt sends a heartbeat at most once to each address, starting at `current`:
-
-- a 421 naming another leader goes there at once, unless this attempt tried it already or
-  it was unreachable within the last `QUARANTINE` seconds (a follower names a dead leader
-  until its lease runs out);
-- a refused, reset or timed-out connection sets the address aside for `QUARANTINE`
-  seconds and the attempt goes on to the next address not set aside; a 421 naming no
-  usable leader goes on the same way;
-- a 503 (a leader loading its map) or any other answer ends the attempt there.
-
-An attempt that ends without a 200 is retried after the product's backoff
-(`metasrv.datanode.Backoff`, with `base = min(0.1, interval / 2)` and `cap = interval / 2`,
-as the product's heartbeat loop has it): after the k-th failed attempt in a row, a wait
-drawn from `[0, min(cap, base * 2**k))` below the cap and from `[0.9 cap, cap)` at it (its
-default `cap_jitter`); a 200 resets `k`. The 200 that ends a run of failed attempts is
-followed by a wait drawn from `[interval/2, 3*interval/2)`, a new phase in the interval,
-as the product's heartbeat loop does.
+The rules are `Route`'s: an attempt sends at most once to each address, follows a 421's
+named leader at once (unless tried already in the attempt or unreachable within the last
+`QUARANTINE` seconds), moves past a refused, reset or timed-out connection, and ends at a
+503 (or any other answer). An attempt that ends without a 200 is retried after the
+product's backoff with `base = min(0.1, interval / 2)` and `cap = interval / 2`, as the
+product's heartbeat loop (`metasrv.datanode.HeartbeatLoop`) has it; the 200 that ends a
+run of failed attempts is followed by a wait drawn from `[interval/2, 3*interval/2)`, a
+new phase in the interval, as that loop does.
 """
 
 from __future__ import annotations
 
 import random
-import time
 
-from metasrv.datanode import Backoff
+from _raw_http import addr_of
+
+from metasrv.datanode import Backoff, Route
 
 Addr = tuple[str, int]
 
 QUARANTINE = 5.0
-"""Seconds an address that failed to connect is not gone back to (metasrv.datanode's)."""
+"""Seconds an address that failed to connect is not gone back to (the client's default)."""
 
 
 class Failover:
-    """One datanode's addresses and retry state. Each method returns the seconds to wait
+    """One datanode's route and retry state. Each method returns the seconds to wait
     before the next send (0: at once) and leaves the address to send to in `current`."""
 
     def __init__(
@@ -45,85 +38,66 @@ class Failover:
         rng: random.Random,
         cap_jitter: float = Backoff().cap_jitter,
     ) -> None:
-        self.addrs = list(dict.fromkeys(addrs))
-        self.current = self.addrs[0]
+        self.route = Route([f"{host}:{port}" for host, port in addrs], quarantine=QUARANTINE)
         self.interval = interval
         self.backoff = Backoff(min(0.1, interval / 2), interval / 2, cap_jitter)
         self.rng = rng
         self.failures = 0
         """Attempts in a row that ended without a 200."""
-        self._down: dict[Addr, float] = {}
-        self._tried: list[Addr] = [self.current]
-        self._answered = False
-        self._resume: Addr | None = None
+        self._addrs: dict[str, Addr] = {}
+        self._attempt = self.route.attempt()
+        self._url = self._first()
+        self.current = self._addr(self._url)
 
     def served(self) -> float | None:
         """`current` answered 200: the next heartbeat goes there, on schedule (None), or
         after the returned wait when this 200 ends a run of failed attempts."""
-        self._down.pop(self.current, None)
+        self._attempt.served(self._url)
         recovered = self.failures > 0
         self.failures = 0
-        self._new_attempt()
+        self._attempt = self.route.attempt()
+        self._url = self._first()
+        self.current = self._addr(self._url)
         if recovered:
             return self.interval * (0.5 + self.rng.random())
         return None
 
-    def not_leader(self, named: Addr | None) -> float:
-        """`current` answered 421 naming `named` (None: no leader known)."""
-        self._answered = True
-        if named is not None:
-            if named not in self.addrs:
-                self.addrs.append(named)
-            if named not in self._tried and not self._is_down(named):
-                self._resume = named
-                return self._go(named)
-        return self._rotate()
+    def not_leader(self, named: str | None) -> float:
+        """`current` answered 421 naming `named` (`host:port`; None: no leader known)."""
+        self._attempt.not_leader(self._url, named)
+        return self._advance()
 
     def loading(self) -> float:
         """`current` answered 503 (or another non-200): back off, then try it again."""
-        self._answered = True
-        self._resume = self.current
-        return self._back_off()
+        self._attempt.loading(self._url)
+        return self._advance()
 
     def unreachable(self) -> float:
         """`current` refused, reset or timed out the connection."""
-        self._down[self.current] = time.monotonic()
-        return self._rotate()
+        self._attempt.unreachable(self._url)
+        return self._advance()
 
-    def _is_down(self, addr: Addr) -> bool:
-        failed = self._down.get(addr)
-        return failed is not None and time.monotonic() - failed < QUARANTINE
-
-    def _go(self, addr: Addr) -> float:
-        self.current = addr
-        self._tried.append(addr)
-        return 0.0
-
-    def _rotate(self) -> float:
-        addrs = self.addrs
-        start = addrs.index(self.current) + 1
-        fresh = [a for a in addrs[start:] + addrs[:start] if a not in self._tried]
-        up = [a for a in fresh if not self._is_down(a)]
-        if up:
-            return self._go(up[0])
-        if fresh and not self._answered:
-            return self._go(fresh[0])
-        return self._back_off()
-
-    def _back_off(self) -> float:
-        resume = self._resume
-        if resume is None or self._is_down(resume):
-            addrs = self.addrs
-            start = addrs.index(self.current) + 1
-            ring = addrs[start:] + addrs[:start]
-            resume = next((a for a in ring if not self._is_down(a)), self.current)
-        self.current = resume
-        delay = self.backoff.delay(self.failures, self.rng)
-        self.failures += 1
-        self._new_attempt()
+    def _advance(self) -> float:
+        """The attempt's next address at once, or, when it is over, a new attempt after
+        the backoff."""
+        url = self._attempt.next()
+        delay = 0.0
+        if url is None:
+            delay = self.backoff.delay(self.failures, self.rng)
+            self.failures += 1
+            self._attempt = self.route.attempt()
+            url = self._first()
+        self._url = url
+        self.current = self._addr(url)
         return delay
 
-    def _new_attempt(self) -> None:
-        self._tried = [self.current]
-        self._answered = False
-        self._resume = None
+    def _first(self) -> str:
+        url = self._attempt.next()
+        assert url is not None  # a new attempt starts at the route's current address
+        return url
+
+    def _addr(self, url: str) -> Addr:
+        addr = self._addrs.get(url)
+        if addr is None:
+            addr = self._addrs[url] = addr_of(url)
+        return addr

@@ -35,7 +35,7 @@ that its own CPU stays small beside the leader's on a 2-core box:
   `"rejected":[]}`). A request unanswered after 30 s counts as `Timeout` and its
   connection is closed. The loop and the connections are `_raw_http.py`.
 - **Datanodes that follow the leader.** Each datanode knows every metasrv address
-  (`--url`, then `--urls`) and keeps the product's datanode policy (`_failover.py`): a
+  (`--url`, then `--urls`) and routes by the product datanode client's `Route` (`_failover.py`): a
   421's named leader (`{"error": {"code": "not_leader", "leader": "host:port" | null}}`,
   api/errors.py) at once; past a refused, reset or timed-out connection to the next
   address; after a 503, or an attempt that found no leader, a retry after the product's
@@ -490,7 +490,7 @@ class Datanode:
         if status == 421:
             # As a datanode does (`_failover.py`): to the leader the 421 names, at once.
             named = orjson.loads(body)["error"].get("leader")
-            self._retry(self.route.not_leader(addr_of(named) if named else None))
+            self._retry(self.route.not_leader(named))
         else:
             self._retry(self.route.loading())
 
