@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from metasrv.errors import ConfigError
-from metasrv.settings import Settings, load_settings
+from metasrv.settings import Settings, load_settings, split_host_port
 
 SWITCH_INTERVAL = 0.0005
 """Seconds a thread holding the GIL runs before a waiting thread gets it (Python: 0.005)."""
@@ -74,11 +74,10 @@ def configure_logging(level: str) -> None:
 
 def split_addr(addr: str) -> tuple[str, int]:
     """`host:port` (also `[v6]:port`, `:port`) -> (host, port); empty host binds all."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
+    parsed = split_host_port(addr)
+    if parsed is None:
         raise ConfigError(f"http.addr must be host:port, got {addr!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
+    return parsed[0].strip("[]") or "0.0.0.0", parsed[1]
 
 
 def serve(settings: Settings) -> None:

@@ -11,7 +11,7 @@ from metasrv.election._protocol import Election
 from metasrv.election._single import SingleLeader, SqliteFileLeader, sqlite_path
 from metasrv.election._sql import SqlElection
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
-from metasrv.settings import Settings
+from metasrv.settings import WILDCARD_HOSTS, Settings, split_host_port
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +22,11 @@ def advertised_addr(settings: Settings) -> str:
     reach) is replaced by this host's name, with a warning to set `advertise_addr`."""
     if settings.http.advertise_addr:
         return settings.http.advertise_addr
-    host, _, port = settings.http.addr.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
+    parsed = split_host_port(settings.http.addr)
+    if parsed is None:  # not host:port: `metasrv start` refuses it before anyone asks
+        return settings.http.addr
+    host, port = parsed
+    if host in WILDCARD_HOSTS:
         host = socket.gethostname()
         logger.warning(
             "http.addr binds every interface and http.advertise_addr is unset: followers "

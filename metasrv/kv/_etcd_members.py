@@ -38,6 +38,7 @@ from pyetcd import exceptions as etcd_exc
 
 from metasrv.errors import InvalidArgument
 from metasrv.kv._etcd_security import EtcdSecurity
+from metasrv.settings import split_host_port
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +69,10 @@ _MIN_ATTEMPT = 0.05
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
     """'host:port' (optionally with http://) -> (host, port)."""
-    rest = endpoint.split("://", 1)[-1].rstrip("/")
-    host, sep, port = rest.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    parsed = split_host_port(endpoint)
+    if parsed is None or not parsed[0]:
         raise InvalidArgument(f"etcd endpoint must be host:port, got {endpoint!r}")
-    return host.strip("[]"), int(port)
+    return parsed[0].strip("[]"), parsed[1]
 
 
 def make_client(

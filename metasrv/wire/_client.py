@@ -22,6 +22,7 @@ import httpx
 import msgspec
 
 from metasrv import errors
+from metasrv.settings import WILDCARD_HOSTS, split_host_port
 from metasrv.wire._bodies import (
     Leader,
     PlanList,
@@ -115,10 +116,11 @@ def base_url_from_addr(addr: str) -> str:
     """`http.addr` ("host:port") as a URL a client can reach; wildcard hosts become loopback."""
     if "://" in addr:
         return addr.rstrip("/")
-    host, _, port = addr.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
-    return f"http://{host}:{port}"
+    parsed = split_host_port(addr)
+    if parsed is None:
+        raise errors.InvalidArgument(f"a metasrv address is host:port, got {addr!r}")
+    host, port = parsed
+    return f"http://{'127.0.0.1' if host in WILDCARD_HOSTS else host}:{port}"
 
 
 class MetasrvClient:
