@@ -30,6 +30,7 @@ from metasrv.leader import (
     MapFollower,
     RegionRegistry,
     Role,
+    Term,
     TopicLocks,
     TopicRegionMap,
 )
@@ -134,6 +135,8 @@ class Runtime:
             )
             region_map = TopicRegionMap(kv, kafka, locks, settings, fence=election.fence)
             mailbox = Mailbox(registry, metrics=metrics)
+            # One term for the loops that wait for a new term's first round.
+            term = Term(region_map, registry)
             checkpointer = Checkpointer(
                 region_map,
                 registry,
@@ -141,6 +144,7 @@ class Runtime:
                 metrics,
                 may_write=lambda: election.is_leader,
                 on_error=background.sink("checkpointer"),
+                term=term,
             )
             region_map.removal_listeners.append(
                 lambda route: registry.discard(route.region_id, route.topic)

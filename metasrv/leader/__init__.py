@@ -2,7 +2,8 @@
 and drop the leader's work (`Leadership`, `_lifecycle.py`), and the leader's view of the
 regions, dropped at every leadership change (DESIGN §2 invariant 3; `LeaderView`): the
 topic-region map, the region stat table and its registry, heartbeat judging and ingest, the
-instruction mailbox, checkpoint batching and the per-topic locks.
+instruction mailbox, checkpoint batching and the per-topic locks; the term (`Term`) that
+says when a new term's first round is in.
 """
 
 from metasrv.leader._checkpoints import Checkpointer
@@ -21,10 +22,12 @@ from metasrv.leader._region_stats import (
     regresses,
 )
 from metasrv.leader._registry import RegionRegistry, row_of
+from metasrv.leader._term import FIRST_ROUND_CHECK, Term
 from metasrv.leader._view import LeaderView
 from metasrv.model import NULL
 
 __all__ = [
+    "FIRST_ROUND_CHECK",
     "FLUSH_REGIONS",
     "NULL",
     "Checkpointer",
@@ -40,6 +43,7 @@ __all__ = [
     "RowValues",
     "StatRow",
     "StatTable",
+    "Term",
     "TopicLocks",
     "TopicRegionMap",
     "TopicRows",

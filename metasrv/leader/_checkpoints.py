@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -36,8 +36,9 @@ import numpy as np
 from metasrv.errors import LeadershipLost, MetasrvError
 from metasrv.leader._region_map import TopicRegionMap
 from metasrv.leader._registry import RegionRegistry
+from metasrv.leader._term import FIRST_ROUND_CHECK, Term
 from metasrv.metrics import Metrics
-from metasrv.process import ErrorSink, log_only
+from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -52,16 +53,16 @@ PACE_STEP = 0.1
 kv's load smooth."""
 
 
-FIRST_ROUND_CHECK = 0.1
-"""Seconds between two looks at whether a new term's first round is in."""
-
-
 def _always() -> bool:
     return True
 
 
-class Checkpointer:
-    """Dirty-region set plus the background task that persists it."""
+class Checkpointer(PeriodicLoop):
+    """Dirty-region set plus the background task that persists it (a loop on the ticker;
+    `stop` writes what is still dirty)."""
+
+    task_name = "checkpointer"
+    stop_grace = math.inf
 
     def __init__(
         self,
@@ -73,7 +74,9 @@ class Checkpointer:
         may_write: Callable[[], bool] = _always,
         on_error: ErrorSink | None = None,
         flush_slice: int = FLUSH_SLICE,
+        term: Term | None = None,
     ) -> None:
+        super().__init__(on_error or log_only("checkpointer"))
         self._region_map = region_map
         self._slice = flush_slice
         self._registry = registry
@@ -85,27 +88,18 @@ class Checkpointer:
         """Least seconds between two flushes (except the final one on `stop`)."""
         self._last_flush = float("-inf")
         self._may_write = may_write
-        self._on_error = on_error or log_only("checkpointer")
         self._cleared = 0
         """Times `clear` ran: a paced flush that sees it change drops what it holds."""
-        self._term_began = float("-inf")
-        """When `clear` last ran (monotonic): the background writer holds its first
-        flush of the term (`_first_round`)."""
-        self._wake = asyncio.Event()
-        self._halt = asyncio.Event()
-        """Set by `stop`: the writer ends, and a paced flush stops waiting and writes the
-        rest at once."""
-        self._task: asyncio.Task[None] | None = None
+        self.term = term or Term(region_map, registry)
+        """Begun by `clear`: the background writer holds a term's first flush until its
+        first round is in, one interval at most."""
+        self.error_pause = min(self._interval or 1.0, 5.0)
+        """After a failed flush: a dead kv is not hammered by a full dirty set."""
         self._flush_lock = asyncio.Lock()
         self._dirty: set[int] = set()
         """Regions whose checkpoint is to be written (`mark`)."""
         self.flushes = 0
         """Completed flushes that wrote at least one key (tests and status)."""
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The running writer, if started."""
-        return self._task
 
     @property
     def dirty_count(self) -> int:
@@ -119,14 +113,14 @@ class Checkpointer:
         dirty = self._dirty
         dirty.update(region_ids.tolist() if isinstance(region_ids, np.ndarray) else region_ids)
         if len(dirty) >= self._batch:
-            self._wake.set()
+            self.wake()
 
     def clear(self) -> None:
         """Forget every dirty region (leadership changed; the new stats start empty),
         those of a paced flush under way included."""
         self._dirty = set()
         self._cleared += 1
-        self._term_began = time.monotonic()
+        self.term.begin()
 
     async def flush(self, *, paced: bool = False) -> int:
         """Write every dirty region's checkpoint now; return the keys written.
@@ -157,7 +151,7 @@ class Checkpointer:
                     ahead = start / self._rate - (loop.time() - started)
                     if ahead > 0:
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._halt.wait(), ahead)
+                            await asyncio.wait_for(self._shutdown.wait(), ahead)
                     if self._cleared != cleared:
                         break
                 # Asked before every slice, not once per flush: a paced flush lasts
@@ -183,57 +177,23 @@ class Checkpointer:
                 self.flushes += 1
             return written
 
-    async def start(self) -> None:
-        """Start the background writer (idempotent)."""
-        if self._task is None:
-            self._halt.clear()
-            self._task = asyncio.create_task(self._run(), name="checkpointer")
+    def next_round_in(self) -> float | None:
+        return self._interval if self._interval > 0 else None
 
-    async def stop(self) -> None:
-        """Stop the writer and write what is still dirty (repeat-safe)."""
-        task, self._task = self._task, None
-        self._halt.set()
-        self._wake.set()
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def round(self) -> None:
+        wait = self._last_flush + self.min_gap - asyncio.get_running_loop().time()
+        if await self.sleep(wait):
+            return
+        while self.term.awaiting_first_round(self._interval):
+            if await self.sleep(FIRST_ROUND_CHECK):
+                return
+        self._last_flush = asyncio.get_running_loop().time()
+        # On a kv error the regions stay dirty; counted, and the next flush retries them.
+        await self.flush(paced=True)
+
+    async def drained(self) -> None:
+        """The last flush, on `stop`, at once (not paced)."""
         try:
             await self.flush()
         except MetasrvError:
             logger.exception("final checkpoint flush failed; checkpoints may lag")
-
-    async def _run(self) -> None:
-        timeout = self._interval if self._interval > 0 else None
-        while not self._halt.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            if self._halt.is_set():
-                return
-            wait = self._last_flush + self.min_gap - asyncio.get_running_loop().time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                if self._halt.is_set():
-                    return
-            await self._first_round()
-            if self._halt.is_set():
-                return
-            self._last_flush = asyncio.get_running_loop().time()
-            try:
-                await self.flush(paced=True)
-            except Exception as exc:
-                # The regions stay dirty; counted, and the next flush retries them.
-                self._on_error(exc)
-                # Back off so a dead kv is not hammered by a full dirty set.
-                await asyncio.sleep(min(self._interval or 1.0, 5.0))
-
-    async def _first_round(self) -> None:
-        """Wait while the term is younger than one interval and some mapped region has
-        not reported yet (returns at once in the steady state)."""
-        hold_until = self._term_began + self._interval
-        while (
-            time.monotonic() < hold_until
-            and len(self._registry) < len(self._region_map)
-            and not self._halt.is_set()
-        ):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._halt.wait(), FIRST_ROUND_CHECK)
