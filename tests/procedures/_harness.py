@@ -213,6 +213,12 @@ class Harness:
         stored = self.kv.get(keys.topic_name(topic))
         return None if stored is None else keys.decode_pruned(stored.value)
 
+    def lock_users(self, topic: str) -> int:
+        """Tasks holding or waiting for `topic`'s lock: a test holding it shared sees a
+        purge queued behind it as 2."""
+        lock = self.locks._locks.get(topic)
+        return 0 if lock is None else lock.users
+
     def readable(self, topic: str, offset: int) -> bool:
         return readable(self.bootstrap, topic, offset)
 

@@ -13,6 +13,7 @@ import pytest
 
 from metasrv import keys
 from metasrv.errors import MetasrvError
+from metasrv.leader import FIRST_ROUND_CHECK
 from procedures import ProcedureState
 from procedures.wal_purge import DATA_LOSS_EVENT, PurgeTicker, submit_purges
 from tests._metrics import sample
@@ -59,13 +60,7 @@ async def test_interval_purges_only_topics_that_can_advance(leader: Harness) -> 
     assert set(by_topic) == {topics[0]}
     assert sample(h.metrics, "metasrv_wal_prune_point", {"topic": topics[1]}) == -1
     assert sample(h.metrics, "metasrv_wal_blocked_regions", {"topic": topics[1]}) == 1
-    await ticker.shutdown()  # repeat-safe
-
-
-def purge_waits_for_lock(h: Harness, topic: str) -> bool:
-    """Whether a purge waits for `topic`'s lock while the test holds it shared."""
-    lock = h.locks._locks.get(topic)
-    return lock is not None and lock.users > 1
+    await ticker.stop()  # repeat-safe
 
 
 async def test_parallelism_bounds_in_flight_purges(leader: Harness) -> None:
@@ -84,7 +79,7 @@ async def test_parallelism_bounds_in_flight_purges(leader: Harness) -> None:
         # topics reached the gate before those two purges were even stored: had the gate
         # let them through, they would be submitted by now too.
         await eventually(
-            lambda: sum(purge_waits_for_lock(h, t) for t in topics) == 2,
+            lambda: sum(h.lock_users(t) == 2 for t in topics) == 2,
             "two purges waiting for their topic locks",
         )
         assert len(await h.manager.list()) == 2
@@ -205,7 +200,7 @@ async def test_a_new_terms_first_round_runs_once_every_region_reported(
     # The line that says when the round became possible, once, in seconds into the term.
     [line] = first_round_lines(caplog)
     assert line.__dict__["regions"] == 2
-    assert 1.4 <= line.__dict__["after_s"] <= 5.0
+    assert FIRST_ROUND_CHECK <= line.__dict__["after_s"] <= 5.0  # two checks, then region 2
     assert f"{line.__dict__['after_s']:.1f} s after the term began" in line.getMessage()
 
 

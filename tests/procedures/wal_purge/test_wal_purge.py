@@ -13,6 +13,7 @@ from metasrv.errors import Conflict, NotFound, NotLeader
 from procedures import ProcedureState
 from procedures.wal_purge import DATA_LOSS_EVENT, WalPurge, advance_marker, submit_purges
 from tests._metrics import sample
+from tests._wait import eventually
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
 
@@ -37,8 +38,11 @@ async def flushing_world(factory: HarnessFactory, wait: str, flushed: int) -> tu
 
 async def submit_until_flushing(h: Harness, topic: str) -> str:
     [pid] = await submit_purges(h.manager, [topic], reason="test")
-    while (await h.manager.get(pid)).step != "flush":
-        await asyncio.sleep(0.02)
+
+    async def flushing() -> bool:
+        return (await h.manager.get(pid)).step == "flush"
+
+    await eventually(flushing, "the purge at its flush step")
     return pid
 
 
@@ -184,10 +188,7 @@ async def test_up_to_date_topic_still_asks_a_lagging_region_to_flush(
     h.report(2, topic, flushed=99)
     h.report(1, topic, flushed=3)  # still 3: P = 3 = marker, but 96 entries to replay
     [pid] = await submit_purges(h.manager, [topic], reason="test")
-    deadline = time.monotonic() + 10
-    while not h.mailbox.pending(1):
-        assert time.monotonic() < deadline, "the lagging region was never asked to flush"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: h.mailbox.pending(1), "the lagging region asked to flush")
     h.report(1, topic, flushed=80)
     view = await h.manager.wait(pid, 30)
     assert view.state is ProcedureState.SUCCEEDED, view
@@ -286,10 +287,7 @@ async def test_flush_candidates_get_instructions_and_p_follows_their_flush(
     h.report(2, topic, flushed=20, node_id=8)  # 79 entries x 100 B: asked to flush
 
     [pid] = await submit_purges(h.manager, [topic], reason="test")
-    deadline = time.monotonic() + 10
-    while not h.mailbox.pending(8):
-        assert time.monotonic() < deadline, "no flush instruction queued"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: h.mailbox.pending(8), "a flush instruction queued")
     [instruction] = h.mailbox.pending(8)
     assert instruction.region_ids == (2,)
     assert h.mailbox.pending(7) == []
@@ -320,7 +318,7 @@ async def test_registration_waits_for_running_purge_and_is_not_harmed(
     assert h.locks.is_write_locked(topic)
 
     registering = asyncio.create_task(h.register(2, topic))
-    await asyncio.sleep(1.0)
+    await eventually(lambda: h.lock_users(topic) == 2, "the registration queued on the lock")
     # Invariant 4: the registration holds until the purge has finished with the topic.
     assert not registering.done()
     assert not (await h.manager.get(pid)).state.terminal
@@ -350,7 +348,7 @@ async def test_purge_waits_for_a_registration_in_progress(leader: Harness) -> No
 
     async with h.locks.read(topic):  # a registration holds the shared lock
         [pid] = await submit_purges(h.manager, [topic], reason="test")
-        await asyncio.sleep(0.5)
+        await eventually(lambda: h.lock_users(topic) == 2, "the purge queued on the lock")
         view = await h.manager.get(pid)
         assert not view.state.terminal and view.step == "prepare"
         # The registration completes while the purge waits: the region is in the map
@@ -379,7 +377,7 @@ async def test_marker_is_monotonic_under_concurrent_cas(leader: Harness) -> None
             value = await asyncio.to_thread(h.marker, topic)
             if value is not None:
                 seen.append(value)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop step between two reads, not a wait
 
     watcher = asyncio.create_task(watch())
     previous = await asyncio.gather(
@@ -445,7 +443,11 @@ async def test_max_running_procedures_is_enforced(harness_factory: HarnessFactor
         for topic in topics:  # registrations in progress on every topic
             await stack.enter_async_context(h.locks.read(topic))
         ids = await submit_purges(h.manager, topics, reason="test")
-        await asyncio.sleep(0.5)
+        # Two purges queue on their topic locks; the other two were started with them and
+        # met the slot limit before either reached its lock.
+        await eventually(
+            lambda: sum(h.lock_users(t) == 2 for t in topics) == 2, "two purges on their locks"
+        )
         states = sorted([(await h.manager.get(i)).state.value for i in ids])
         assert states == ["pending", "pending", "running", "running"]
         assert sample(h.metrics, "metasrv_procedures_running") == 2
@@ -460,7 +462,7 @@ async def test_followers_refuse_to_submit(harness_factory: HarnessFactory) -> No
     follower = await harness_factory(start=False)
     await follower.manager.start()
     await follower.election.start()
-    await asyncio.sleep(0.5)
+    await eventually(lambda: follower.election.leader_addr(), "the follower sees the leader")
     assert not follower.manager.leading
     with pytest.raises(NotLeader) as info:
         await submit_purges(follower.manager, None, reason="test")
@@ -479,7 +481,10 @@ async def test_resumed_purge_waits_for_the_topic_map(leader: Harness) -> None:
     h.region_map.unload()
     await h.manager.lead()
     h.report(1, topic, flushed=20)
-    await asyncio.sleep(0.5)
+    await eventually(
+        lambda: sample(h.metrics, "metasrv_procedures_running") == 1,
+        "the resumed purge running, waiting for the map",
+    )
     assert not (await h.manager.get(pid)).state.terminal
     assert h.offsets(topic).log_start_offset == 0
 
@@ -497,10 +502,7 @@ async def test_a_clock_stepped_back_does_not_extend_the_flush_wait(
     monkeypatch.setattr(WalPurge, "wall_clock", lambda: time.time() - back[0])
     h, topic = await flushing_world(harness_factory, "1s", flushed=20)  # never flushes
     [pid] = await submit_purges(h.manager, [topic], reason="test")
-    deadline = time.monotonic() + 10
-    while not h.mailbox.pending(1):
-        assert time.monotonic() < deadline, "no flush instruction queued"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: h.mailbox.pending(1), "a flush instruction queued")
     back[0] = 3600.0  # an hour back, just after the instructions were sent
 
     # The 1 s wait ends on the monotonic clock, not an hour later.
