@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
+from _proc import cpu_seconds
 
 from toolbox.simulator import MetasrvProcess, free_port, migrate, render_config
 
@@ -278,11 +279,6 @@ def write_config(path: Path, port: int, kv: dict[str, Any], args: argparse.Names
             {"wal": wal, "http": {"addr": f"127.0.0.1:{port}"}, "kv": kv, "history": history}
         )
     )
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def server_counter(url: str, name: str) -> float:

@@ -30,7 +30,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 # The measured client imports metasrv from --checkout (another commit's tree) when given,
@@ -39,13 +38,13 @@ CHECKOUT = os.environ.get("METASRV_CHECKOUT")
 if CHECKOUT:
     sys.path.insert(0, CHECKOUT)
 
+from _proc import cpu_seconds  # noqa: E402
+
 from metasrv.errors import MetasrvError  # noqa: E402
 from metasrv.kafka import KafkaAdmin  # noqa: E402
 
 if TYPE_CHECKING:
     from toolbox.stack import Cluster
-
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def client_loop(bootstrap: str, topics: list[str], interval: float) -> None:
@@ -57,12 +56,6 @@ def client_loop(bootstrap: str, topics: list[str], interval: float) -> None:
         with contextlib.suppress(MetasrvError):
             admin.offsets(topics)
         time.sleep(interval)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
 
 
 def sample(pid: int, count: int, seconds: float) -> list[float]:

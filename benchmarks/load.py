@@ -55,6 +55,7 @@ import _load_gen
 import httpx
 import orjson
 from _loop_lag import loop_lag_summary, scrape_buckets
+from _proc import cpu_seconds, rss_mib
 from _results import stamp, write_result
 
 from metasrv.datanode import Backoff
@@ -349,18 +350,6 @@ async def run_client(args: argparse.Namespace) -> None:
 # --- driver -----------------------------------------------------------------------------
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Sampler:
     """RSS and CPU of the daemons every `SAMPLE_EVERY` seconds, in a thread."""
 
@@ -389,7 +378,7 @@ class Sampler:
         dt = now - self._last
         for name, pid in self.pids.items():
             with contextlib.suppress(OSError):
-                row[f"{name}_rss_mb"] = round(rss_mb(pid), 1)
+                row[f"{name}_rss_mb"] = round(rss_mib(pid), 1)
                 cpu = cpu_seconds(pid)
                 row[f"{name}_cpu_cores"] = round((cpu - self._cpu[name]) / dt, 3) if dt > 0 else 0
                 self._cpu[name] = cpu

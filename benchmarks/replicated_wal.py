@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from _proc import cpu_seconds
 from _results import stamp, write_result
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -73,12 +74,6 @@ TERMINAL = {"succeeded", "skipped", "failed", "cancelled"}
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def cpu_seconds(pid: int, tid: int | None = None) -> float:
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def thread_cpu(pid: int) -> dict[str, float]:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _proc import rss_mib
 from _results import commit_of, product_tree
 
 from metasrv import keys
@@ -191,13 +192,6 @@ def wait_ready(
                 last_check = resp.json()["error"]["checks"].get("follower_map", last_check)
         time.sleep(PROBE_EVERY)
     raise SystemExit("second daemon was not ready within 600 s")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

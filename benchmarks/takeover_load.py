@@ -54,8 +54,9 @@ from typing import Any
 
 import httpx
 import numpy as np
+from _proc import rss_mib
 from _results import commit_of, product_tree, stamp, write_result
-from load import NODE_BASE, Sampler, region_id, rss_mb, topic_of, wait_serving
+from load import NODE_BASE, Sampler, region_id, topic_of, wait_serving
 from takeover import kv_store, start_daemon, status
 
 from metasrv import keys
@@ -263,15 +264,15 @@ def drive(
     time.sleep(max(0.0, start_at - time.time()))
     sampler.start()
     time.sleep(max(0.0, start_at + args.steady - time.time()))
-    out["leader_rss_before_kill_mib"] = round(rss_mb(a.pid), 1)
-    out["follower_rss_before_kill_mib"] = round(rss_mb(b.pid), 1)
+    out["leader_rss_before_kill_mib"] = round(rss_mib(a.pid), 1)
+    out["follower_rss_before_kill_mib"] = round(rss_mib(b.pid), 1)
     killed = time.time()
     os.kill(a.pid, signal.SIGKILL)
     a.stop()
     for proc in clients:
         proc.wait(timeout=args.steady + args.after + 300)
     sampler.stop()
-    out["survivor_rss_end_mib"] = round(rss_mb(b.pid), 1)
+    out["survivor_rss_end_mib"] = round(rss_mib(b.pid), 1)
     after = [s.get("follower_rss_mb", 0.0) for s in sampler.samples if s["t"] > args.steady]
     out["survivor_rss_max_after_kill_mib"] = max(after, default=None)
     out["samples"] = sampler.samples
