@@ -16,7 +16,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from metasrv.errors import ConfigError
@@ -117,14 +116,13 @@ def prepare_history(settings: Settings, config: Path | None) -> None:
     """The embedded default (no config file) migrates its SQLite history file itself; any
     other history database that lacks the newest schema gets the exact `metasrv db
     upgrade` command logged (and `/readyz` stays not ready until it has run)."""
-    import migrations
     from metasrv.errors import Unavailable
-    from metasrv.sql import engine_url, schema_problem, upgrade_command
+    from metasrv.sql import engine_url, is_sqlite, migrate_embedded, schema_problem, upgrade_command
 
     url = engine_url(settings.history.url)
     log = logging.getLogger(__name__)
-    if config is None and make_url(url).get_backend_name() == "sqlite":
-        migrations.upgrade(url)
+    if config is None and is_sqlite(url):
+        migrate_embedded(url)
         return
     engine = create_engine(url, poolclass=NullPool)
     try:

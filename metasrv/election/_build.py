@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 from metasrv.election._etcd import EtcdElection
 from metasrv.election._protocol import Election
-from metasrv.election._single import SingleLeader, SqliteFileLeader, sqlite_path
+from metasrv.election._single import SingleLeader, SqliteFileLeader
 from metasrv.election._sql import SqlElection
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.settings import WILDCARD_HOSTS, Settings, split_host_port
+from metasrv.sql import is_sqlite, sqlite_file
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +58,11 @@ def build_election(
             lease_secs=settings.election.lease_secs,
             loop_stalled_for=loop_stalled_for,
         )
-    if isinstance(kv, SqlKv) and kv.url.startswith("sqlite"):
-        if kv.in_memory:
+    if isinstance(kv, SqlKv) and is_sqlite(kv.url):
+        database = sqlite_file(kv.url)
+        if database is None:  # in memory: no other process can reach it
             return SingleLeader(node_name=settings.node_name, addr=addr)
-        return SqliteFileLeader(sqlite_path(kv.url), node_name=settings.node_name, addr=addr)
+        return SqliteFileLeader(database, node_name=settings.node_name, addr=addr)
     if isinstance(kv, SqlKv):
         return SqlElection(
             kv.url,

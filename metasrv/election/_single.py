@@ -9,8 +9,6 @@ import os
 from pathlib import Path
 from typing import IO
 
-from sqlalchemy import make_url
-
 from metasrv.election._lease import Listener, Listeners
 from metasrv.errors import ConfigError
 from metasrv.kv import Compare
@@ -59,14 +57,6 @@ class SingleLeader:
     def fence(self) -> list[Compare]:
         # Nothing to fence against: no other process can reach this store.
         return []
-
-
-def sqlite_path(url: str) -> Path:
-    """The database file of a `sqlite:///...` URL."""
-    database = make_url(url).database
-    if not database:
-        raise ConfigError(f"no SQLite file in {url!r}")
-    return Path(database).resolve()
 
 
 class SqliteFileLeader(SingleLeader):

@@ -50,7 +50,14 @@ from metasrv.kv._protocol import (
 )
 from metasrv.kv._sql_snapshot import SqlSnapshot, snapshot_error
 from metasrv.kv._sql_watch import SqlWatch
-from metasrv.sql import KV_KEY_MAX, engine_url, kv_revision_table, kv_table
+from metasrv.sql import (
+    KV_KEY_MAX,
+    engine_url,
+    is_memory_sqlite,
+    kv_revision_table,
+    kv_table,
+    migrate_embedded,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +91,6 @@ def _translate(exc: sa_exc.SQLAlchemyError) -> Exception:
     return exc
 
 
-def _is_memory_sqlite(url: str) -> bool:
-    parsed = make_url(url)
-    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
-
-
 def create_kv_engine(url: str, *, timeout: float | None = None) -> Engine:
     """An engine tuned for the kv workload (SQLite: WAL, busy timeout, IMMEDIATE writers).
 
@@ -99,7 +101,7 @@ def create_kv_engine(url: str, *, timeout: float | None = None) -> Engine:
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
-        if _is_memory_sqlite(url):
+        if is_memory_sqlite(url):
             # One shared connection, else every pooled connection is a new empty database.
             kwargs["poolclass"] = StaticPool
         engine = create_engine(url, **kwargs)
@@ -154,7 +156,7 @@ class SqlKv:
         self._dialect = self._engine.dialect.name
         # SQLite in memory shares one connection between threads: serialize its use.
         self._mutex: AbstractContextManager[Any] = (
-            threading.RLock() if _is_memory_sqlite(self.url) else nullcontext()
+            threading.RLock() if is_memory_sqlite(self.url) else nullcontext()
         )
         self._closed = False
 
@@ -165,13 +167,10 @@ class SqlKv:
         PostgreSQL is never migrated implicitly: run `metasrv db upgrade` for it.
         """
         url = engine_url(url)
-        is_sqlite = make_url(url).get_backend_name() == "sqlite"
-        if create and is_sqlite and not _is_memory_sqlite(url):
-            import migrations
-
-            migrations.upgrade(url)
+        if create:
+            migrate_embedded(url)
         kv = cls(url, key_prefix)
-        if create and _is_memory_sqlite(url):
+        if create and is_memory_sqlite(url):
             # Alembic would migrate a different in-memory database; build this one directly.
             from metasrv.sql import metadata
 
@@ -187,7 +186,7 @@ class SqlKv:
     @property
     def in_memory(self) -> bool:
         """True for an in-memory SQLite database, which no other process can reach."""
-        return _is_memory_sqlite(self.url)
+        return is_memory_sqlite(self.url)
 
     # --- key prefix ------------------------------------------------------------------
 

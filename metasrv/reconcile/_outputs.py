@@ -19,7 +19,7 @@ from metasrv.reconcile._apply import ActionResult, ApplyPlan, Outcome
 from metasrv.reconcile._findings import Finding
 from metasrv.reconcile._store import RunRecord, save_run, sql_error_detail
 from metasrv.settings import Settings
-from metasrv.sql import engine_url
+from metasrv.sql import engine_url, migrate_embedded
 
 
 def apply_summary(plan: ApplyPlan, results: list[ActionResult]) -> dict[str, Any]:
@@ -105,12 +105,7 @@ def save_to_history(
 
 def _history_engine(url: str) -> Engine:
     rendered = engine_url(url)
-    parsed = make_url(rendered)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        import migrations
-
-        # An embedded history file is migrated on first use, as the daemon does.
-        migrations.upgrade(rendered)
+    migrate_embedded(rendered)  # a history file is migrated on first use, as the daemon does
     return create_engine(rendered)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metasrv.settings import is_url
+from metasrv.sql import sqlite_file
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -62,12 +63,9 @@ def stats_base(settings: Settings) -> str:
     if settings.history.stats_url:
         return settings.history.stats_url.rstrip("/")
     if settings.kv.backend == "sql":
-        from sqlalchemy.engine import make_url
-
-        url = make_url(settings.kv.sql_url)
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            # Resolved as SQLAlchemy resolves the kv file itself.
-            return str(Path(str(url.database)).resolve().parent / DEFAULT_DIR_NAME)
+        kv_file = sqlite_file(settings.kv.sql_url)
+        if kv_file is not None:
+            return str(kv_file.parent / DEFAULT_DIR_NAME)
     return str(_xdg_state_home() / "metasrv" / "stat-history")
 
 
