@@ -10,8 +10,6 @@ entries deleted".
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -21,15 +19,9 @@ from metasrv import keys
 from procedures import ProcedureState
 from procedures.wal_purge import submit_purges
 from tests._metrics import sample
+from tests._wait import eventually
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.2)
 
 
 async def recreate(h: Harness, topic: str) -> None:
@@ -42,7 +34,7 @@ async def recreate(h: Harness, topic: str) -> None:
     async def gone() -> bool:
         return topic not in (await asyncio.to_thread(admin.list_topics, timeout=10)).topics
 
-    await _until(gone, f"{topic} is deleted")
+    await eventually(gone, f"{topic} is deleted", timeout=60, interval=0.2)
 
     async def created() -> bool:
         futures = admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)
@@ -52,7 +44,7 @@ async def recreate(h: Harness, topic: str) -> None:
             return "already exists" not in str(exc).lower() and _raise(exc)
         return True
 
-    await _until(created, f"{topic} is created again")
+    await eventually(created, f"{topic} is created again", timeout=60, interval=0.2)
 
     async def served() -> bool:
         try:
@@ -61,7 +53,7 @@ async def recreate(h: Harness, topic: str) -> None:
             return False
         return (offsets.log_start_offset, offsets.high_watermark) == (0, 0)
 
-    await _until(served, f"Kafka serves the new {topic}")
+    await eventually(served, f"Kafka serves the new {topic}", timeout=60, interval=0.2)
 
 
 def _raise(exc: Exception) -> bool:
@@ -211,7 +203,7 @@ async def test_a_topic_recreated_while_a_purge_waits_for_a_flush(
     async def flushing() -> bool:
         return (await h.manager.get(pid)).step == "flush" and bool(h.mailbox.pending(1))
 
-    await _until(flushing, "the purge waits for the flush")
+    await eventually(flushing, "the purge waits for the flush", timeout=60, interval=0.2)
     await recreate(h, topic)
     h.produce(topic, 30)
     h.report(1, topic, flushed=60)  # "flushed": the wait ends, the step plans again
@@ -250,7 +242,7 @@ async def test_a_topic_recreated_during_its_first_purge_is_a_topic_reset(
     async def flushing() -> bool:
         return (await h.manager.get(pid)).step == "flush" and bool(h.mailbox.pending(1))
 
-    await _until(flushing, "the purge waits for the flush")
+    await eventually(flushing, "the purge waits for the flush", timeout=60, interval=0.2)
     stored = h.kv.get(keys.topic_name(topic))  # never purged: the registration's id only
     assert stored is not None and keys.decode_marker(stored.value) == keys.Marker(None, old_id)
     await recreate(h, topic)
