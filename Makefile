@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap bootstrap-test setup stack stack-down test lint check demo bench model
+.PHONY: bootstrap bootstrap-test setup stack stack-down test lint check demo bench compare model
 
 # System packages (deploy/bootstrap.sh holds the one list); silent when nothing is missing.
 bootstrap:
@@ -55,6 +55,14 @@ demo: setup stack
 bench: setup stack
 	@found=0; for script in benchmarks/*.py; do \
 		[ -f "$$script" ] || continue; \
-		case "$$(basename "$$script")" in _*) continue;; esac; \
+		case "$$(basename "$$script")" in _*|compare.py) continue;; esac; \
 		found=1; echo "== $$script"; $(BIN)/python "$$script" || exit $$?; \
 	done; [ $$found = 1 ] || echo "no benchmarks/*.py yet"
+
+# One figure at an older commit and at the working tree, side by side (benchmarks/compare.py):
+#   make compare FIGURE="benchmarks/purge_cycle.py --topics 1024 --runs 3" [BASE=8cab7e3] [RUNS=1]
+BASE ?= 8cab7e3
+RUNS ?= 1
+compare: setup stack
+	@test -n "$(FIGURE)" || { echo 'FIGURE="benchmarks/<script>.py ARGS" or FIGURE="pytest tests/faults"'; exit 2; }
+	$(BIN)/python benchmarks/compare.py --base $(BASE) --runs $(RUNS) -- $(FIGURE)

@@ -12,8 +12,9 @@ samples more. Figures: the median CPU (cores) of each phase and the difference. 
     .venv/bin/python benchmarks/kafka_broker_down_cpu.py [--topics 6] [--samples 6]
         [--sample 5] [--interval 3] [--settle 20] [--checkout DIR]
 
-`--checkout` measures another commit's client side by side with this one, e.g.
-`git worktree add /tmp/base-1ef582f 1ef582f` then `--checkout /tmp/base-1ef582f`.
+`--checkout DIR` measures the client of another source tree; `benchmarks/compare.py
+--base COMMIT -- benchmarks/kafka_broker_down_cpu.py` measures an older commit's side by
+side with this one.
 
 The cluster comes from `toolbox.stack.cluster_up()` (started if needed) and is healed at
 the end, whatever happens; the topics get a unique prefix and are deleted afterwards.

@@ -2,13 +2,11 @@
 
 One `metasrv start` daemon (etcd kv on every cluster member, all three brokers,
 `replication_factor = 3`, no ticker: purges are `POST /v1/purge`) is started from the code of
-`--checkout` (default: this repository), so the same script measures an older commit
-side by side with the current code:
+`--checkout` (default: this repository). `benchmarks/compare.py` runs it side by side with
+an older commit:
 
-    git worktree add /tmp/base-1ef582f 1ef582f
-    .venv/bin/python benchmarks/replicated_wal.py                          # current code
-    .venv/bin/python benchmarks/replicated_wal.py --checkout /tmp/base-1ef582f
     .venv/bin/python benchmarks/replicated_wal.py --scenario follower-paused --runs 1
+    .venv/bin/python benchmarks/compare.py --base 1ef582f -- benchmarks/replicated_wal.py
 
 The benchmark drives regions over HTTP (`POST /v1/regions`, `POST /v1/heartbeat`, DESIGN §5),
 produces real records (acks=all) and reads Kafka with its own admin client. Scenarios:
@@ -56,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from _proc import cpu_seconds
-from _results import stamp, write_result
+from _results import product_tree, stamp, write_result
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
@@ -67,7 +65,6 @@ from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv, render_co
 if TYPE_CHECKING:
     from toolbox.stack import Cluster
 
-REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("follower-paused", "leader-killed", "broker-down-cpu", "produce-while-purging")
 TERMINAL = {"succeeded", "skipped", "failed", "cancelled"}
 
@@ -929,8 +926,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument(
         "--checkout",
-        default=str(REPO),
-        help="repository whose code the daemon runs (default: this one)",
+        default=str(product_tree()),
+        help="repository whose code the daemon runs (default: the one this script imports)",
     )
     parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--runs", type=int, default=3)

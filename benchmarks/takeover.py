@@ -19,6 +19,8 @@ answered meanwhile (the last one and how many 503s).
 
 `--code DIR` runs the daemons from another checkout of this repository (a
 `git worktree` of an older commit) with this virtualenv: the baseline in the same run.
+Without it they run the code this script imports (`PYTHONPATH` first), which is how
+`benchmarks/compare.py` runs the figure at an older commit.
 
     python benchmarks/takeover.py [--kv etcd|postgresql] [--routes 1000000] [--lease 5]
         [--settle 60 | --kill-when-ready] [--code DIR] [--json]
