@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import pytest
 
 from procedures import ProcedureState
 from procedures.wal_purge import submit_purges
+from tests._wait import eventually
 from tests.procedures.conftest import HarnessFactory
 from toolbox.stack import StackConfig, service_pid, start_service, stop_service
 
@@ -48,20 +48,24 @@ async def test_broker_stopped_mid_purge_retries_then_succeeds(
         # The datanode keeps reporting through the outage, so its stat stays fresh.
         while True:
             h.report(1, topic, flushed=30)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # the datanode's heartbeat period
+
+    async def at_flush() -> bool:
+        return (await h.manager.get(pid)).step == "flush"
+
+    async def in_retry() -> bool:
+        return (await h.manager.get(pid)).state is ProcedureState.RETRYING
 
     beating = asyncio.create_task(heartbeats())
     [pid] = await submit_purges(h.manager, [topic], reason="outage")
     try:
-        while (await h.manager.get(pid)).step != "flush":
-            await asyncio.sleep(0.02)
+        await eventually(at_flush, "the purge at its flush step")
         try:
             # The purge is waiting for its flush; the broker goes away under it.
             await asyncio.to_thread(stop_service, stack_config, "kafka")
-            deadline = time.monotonic() + 120
-            while (await h.manager.get(pid)).state is not ProcedureState.RETRYING:
-                assert time.monotonic() < deadline, "purge never noticed the outage"
-                await asyncio.sleep(0.2)
+            await eventually(
+                in_retry, "the purge retrying for the outage", timeout=120, interval=0.2
+            )
             retrying = await h.manager.get(pid)
             assert retrying.error_code == "kafka_unavailable", retrying
             assert h.marker(topic) is None

@@ -91,7 +91,7 @@ async def test_replay_start_never_below_log_start_while_a_follower_is_paused(
             samples += 1
             if replay_start < log_start:
                 lies.append((time.monotonic() - started, replay_start, log_start))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the probe's sampling period, not a wait
             assert time.monotonic() - started < 60, "purge did not finish in 60 s"
         view = await h.manager.get(pid)
         took = time.monotonic() - started
