@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 
@@ -12,8 +13,20 @@ from metasrv.kv import Compare, Delete, KvBackend, Put
 from tests.metasrv.kv.conftest import KvFactory
 
 
-def test_is_a_kv_backend(kv: KvBackend) -> None:
-    assert isinstance(kv, KvBackend)
+def test_every_protocol_method_has_the_protocols_parameters(kv: KvBackend) -> None:
+    # mypy checks the types; this checks what it does not: names, kinds and defaults match,
+    # and a backend's extra parameters are optional.
+    methods = [n for n, v in vars(KvBackend).items() if callable(v) and not n.startswith("_")]
+    assert "txn" in methods and "watch" in methods
+    for name in methods:
+        wanted = inspect.signature(getattr(KvBackend, name)).parameters
+        actual = inspect.signature(getattr(type(kv), name)).parameters
+        for param in wanted.values():
+            got = actual.get(param.name)
+            assert got is not None, f"{type(kv).__name__}.{name} lacks {param.name}"
+            assert (got.kind, got.default) == (param.kind, param.default), (name, got, param)
+        extra = [p for p in actual.values() if p.name not in wanted]
+        assert all(p.default is not inspect.Parameter.empty for p in extra), (name, extra)
 
 
 def test_get_put_delete(kv: KvBackend) -> None:
