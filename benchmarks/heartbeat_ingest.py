@@ -47,13 +47,14 @@ from typing import Any
 
 import httpx
 import orjson
-from _loop_lag import loop_lag_summary, scrape_buckets
+from _metrics import loop_lag_summary, scrape, scrape_buckets
 from _proc import cpu_seconds
 
 from toolbox.simulator import MetasrvProcess, free_port, migrate, render_config
 
 TARGET_STATS_PER_S = 200_000
 TARGET_P99_MS = 50.0
+STATS_RECEIVED = "metasrv_region_stats_received_total"
 NUM_TOPICS = 64
 TOPIC_PREFIX = "bench_wal"
 
@@ -281,14 +282,6 @@ def write_config(path: Path, port: int, kv: dict[str, Any], args: argparse.Names
     )
 
 
-def server_counter(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
-
-
 def parse_ceiling(payload: bytes, seconds: float = 2.0) -> float:
     """Region stats/s `orjson.loads` alone reaches on this payload (one core)."""
     regions = len(orjson.loads(payload)["regions"])
@@ -480,14 +473,14 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(max(0.0, start_at + args.warmup - time.time()))
         cpu0, stats0, t0 = (
             cpu_seconds(server.pid),
-            server_counter(url, "metasrv_region_stats_received_total"),
+            scrape(url).get(STATS_RECEIVED, 0.0),
             time.time(),
         )
         lag0 = scrape_buckets(url)
         time.sleep(max(0.0, start_at + total - time.time()))
         cpu1, stats1, t1 = (
             cpu_seconds(server.pid),
-            server_counter(url, "metasrv_region_stats_received_total"),
+            scrape(url).get(STATS_RECEIVED, 0.0),
             time.time(),
         )
         loop_lag = loop_lag_summary(lag0, scrape_buckets(url))

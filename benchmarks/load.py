@@ -54,7 +54,7 @@ from typing import Any
 import _load_gen
 import httpx
 import orjson
-from _loop_lag import loop_lag_summary, scrape_buckets
+from _metrics import loop_lag_summary, scrape, scrape_buckets
 from _proc import cpu_seconds, rss_mib
 from _results import stamp, write_result
 
@@ -389,20 +389,6 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self.sample()
-
-
-def scrape(url: str) -> dict[str, float]:
-    """Sum of each metric family's samples on `/metrics` (labels folded)."""
-    out: dict[str, float] = {}
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_labels, _, value = line.rpartition(" ")
-        name = name_labels.split("{", 1)[0]
-        with contextlib.suppress(ValueError):
-            out[name] = out.get(name, 0.0) + float(value)
-    return out
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:

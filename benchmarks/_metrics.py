@@ -1,12 +1,28 @@
-"""The leader's event-loop lag over a benchmark's measured window, from its `/metrics`."""
+"""A daemon's `/metrics` as the benchmarks read them: every family's total, one
+histogram's buckets, and the leader's event-loop lag over a measured window."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import httpx
 
 LOOP_LAG = "metasrv_event_loop_lag_seconds"
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Sum of each metric family's samples on `/metrics` (labels folded)."""
+    out: dict[str, float] = {}
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        name = name_labels.split("{", 1)[0]
+        with contextlib.suppress(ValueError):
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
 
 
 def scrape_buckets(url: str, family: str = LOOP_LAG) -> dict[float, float]:
