@@ -264,7 +264,11 @@ def test_close_is_idempotent(kv_store: KvFactory) -> None:
     kv = kv_store("closing/")
     kv.put("a", b"1")
     kv.close()
-    kv.close()
+    kv.close()  # a no-op, not an error
+    with pytest.raises(KvUnavailable):
+        kv.get("a")
+    stored = kv_store("closing/").get("a")  # closing lost nothing written
+    assert stored is not None and stored.value == b"1"
 
 
 # --- snapshot --------------------------------------------------------------------------
