@@ -7,8 +7,8 @@ body's regions become columns in one C-level pass per field, as the msgpack colu
 encoding carries them already. `HeartbeatJudge` (`_judge.py`) then decides, before
 anything is stored, what each region comes to: accepted (most a whole column at a time)
 or rejected with a reason; a malformed heartbeat, or one naming a region twice, is a 422
-and changes nothing. Here the judged heartbeat is stored (rows assigned in place or
-inserted a column at a time, `StatTable`), its changed regions marked for a checkpoint,
+and changes nothing. Here the judged heartbeat is stored (rows assigned in place, or
+stored a column at a time, `StatTable`), its changed regions marked for a checkpoint,
 its topic reports kept, the mailbox told, the metrics counted, and the answer written.
 
 Topic reports for topics the map does not know are dropped and counted
@@ -96,8 +96,6 @@ class HeartbeatHandler:
             if part is not None:
                 ids = part.ids.tolist()
                 rows.update(zip(ids, table.rows(table.lookup(ids)), strict=True))
-        for batch in outcome.accepted.values():
-            rows.update(batch)
         return rows
 
     def _apply(
@@ -116,7 +114,6 @@ class HeartbeatHandler:
             names, topics = outcome.fresh_topics
             table.store(outcome.fresh, names, topics, node_id, now, outcome.fresh_slots)
             self._checkpointer.mark(outcome.fresh.ids)  # a first checkpoint for each
-        registry.put_topic_rows(outcome.accepted)
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
             # until the next leadership change, however many a client invents.
@@ -136,8 +133,6 @@ class HeartbeatHandler:
                     ignored += 1
             if ignored:
                 self._unknown_topic_reports.inc(ignored)
-        if outcome.changed:
-            self._checkpointer.mark(outcome.changed)
         if outcome.changed_ids is not None:
             self._checkpointer.mark(outcome.changed_ids)
         mailbox = self._mailbox

@@ -1,11 +1,13 @@
 """Heartbeat judging: which of a heartbeat's regions are accepted, with which values, and
 why the others are rejected, decided before anything is stored.
 
-The regions that have a row under the topic they name (every region of a datanode,
-heartbeat after heartbeat) are checked against the stored rows a whole column at a time
-(`StatTable.judge`); first reports of mapped regions are accepted a column at a time
-too. Only the others (unmapped, moved, negative) are judged region by region. A
-heartbeat naming a region twice is a 422.
+One path for both encodings and for any number of regions (a JSON heartbeat's regions
+become columns first, `metasrv.wire.reports_as_columns`): the regions that have a row
+under the topic they name (every region of a datanode, heartbeat after heartbeat) are
+checked against the stored rows a whole column at a time (`StatTable.judge`); the others
+(first reports, unmapped, moved, negative) against the map (`by_route`), a column at a
+time too, with one C-level pass over the routes. A heartbeat naming a region twice is a
+422.
 
 Per-region rejections (the region is listed, nothing is stored for it, the rest of the
 heartbeat is accepted):
@@ -13,8 +15,8 @@ heartbeat is accepted):
 - `unknown_region`: not in the topic-region map;
 - `topic_mismatch`: reported on a topic other than its mapped one;
 - `stat_regressed`: a lower `flushed_entry_id` than the stored stat at the same or a
-  newer manifest version (`regresses`: a lower manifest version means the region was
-  re-created, and its lower flushed id is the truth);
+  newer manifest version (`metasrv.leader._region_stats.regressed`: a lower manifest
+  version means the region was re-created, and its lower flushed id is the truth);
 - `wrong_node`: reported by a datanode other than the one the route names (its old
   datanode after a move, reporting what it last knew: not trusted). A route whose node
   is unknown (-1: a damaged value) trusts any. A region moves by being registered again
@@ -34,30 +36,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import attrgetter, eq
+from operator import attrgetter, eq, is_
 from typing import Any, Final
 
 import numpy as np
 
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._region_stats import RowValues, StatRow, regresses
+from metasrv.leader._region_stats import RowValues, nullable
 from metasrv.leader._registry import RegionRegistry
-from metasrv.model import (
-    NULL,
-    RegionStat,
-    idle_claim_ignored,
-    idle_claims_ignored,
-    prunable_entry_id,
-    prunable_entry_ids,
-)
+from metasrv.model import NULL, RegionStat, idle_claims_ignored, prunable_entry_ids
 from metasrv.wire import Columns, RegionReport, RejectReason, invalid, reports_as_columns
 
-NEGATIVE_ID: Final = RejectReason.NEGATIVE_ID.value
-UNKNOWN_REGION: Final = RejectReason.UNKNOWN_REGION.value
-TOPIC_MISMATCH: Final = RejectReason.TOPIC_MISMATCH.value
-STAT_REGRESSED: Final = RejectReason.STAT_REGRESSED.value
-WRONG_NODE: Final = RejectReason.WRONG_NODE.value
 REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
+_CODE: Final = {reason: code for code, reason in enumerate(RejectReason, start=1)}
+"""A rejection's code in a heartbeat's reason column (0: not rejected)."""
+_REASON_OF_CODE: Final = ("", *REJECT_REASONS)
 
 
 @dataclass(slots=True)
@@ -69,26 +62,22 @@ class Judged:
     steady_slots: np.ndarray | None = None
     """Their rows' slots, assigned in place (`StatTable.assign`)."""
     fresh: RowValues | None = None
-    """Regions reporting for the first time, on their mapped topic."""
+    """Regions accepted against the map (`HeartbeatJudge.by_route`): first reports, and
+    rows another datanode or another topic held."""
     fresh_topics: tuple[list[str], np.ndarray] | None = None
     """Their topics (names, and an index into them per region), for `StatTable.store`."""
     fresh_slots: np.ndarray | None = None
-    """Their prepared slots (`StatTable.prepare`), -1 for a region without one."""
-    accepted: dict[str, dict[int, StatRow]] = field(default_factory=dict)
-    """Rows by topic, of the regions judged one by one (new rows, moved regions)."""
-    changed: list[int] = field(default_factory=list)
-    """Regions whose prunable id or node changed: their checkpoints are dirty."""
+    """Their slots (`StatTable.lookup`: a row, a prepared slot, or -1)."""
     changed_ids: np.ndarray | None = None
-    """The steady regions whose prunable id or node changed (every `fresh` region's
-    first checkpoint is dirty too)."""
+    """The steady regions whose prunable id or node changed: their checkpoints are dirty
+    (every `fresh` region's too)."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     misrouted: list[RegionStat] = field(default_factory=list)
     ignored_claims: int = 0
     """Idle claims (`topic_latest_entry_id`) sent with a non-empty memtable."""
 
     def count(self) -> int:
-        columns = sum(len(part.ids) for part in (self.steady, self.fresh) if part is not None)
-        return columns + sum(map(len, self.accepted.values()))
+        return sum(len(part.ids) for part in (self.steady, self.fresh) if part is not None)
 
 
 def _accepted(cols: Columns, where: np.ndarray, out: Judged) -> RowValues:
@@ -113,8 +102,8 @@ def _accepted(cols: Columns, where: np.ndarray, out: Judged) -> RowValues:
 
 
 class _Unmapped:
-    """What `_first_reports` reads for a region the map does not have: its topic equals
-    no name a heartbeat can carry (and its node is that of no datanode)."""
+    """What `by_route` reads for a region the map does not have: its topic equals no
+    name a heartbeat can carry (and its node is that of no datanode)."""
 
     topic = None
     node_id = -1
@@ -147,115 +136,21 @@ class HeartbeatJudge:
         """Keep the reports of unmapped or misrouted regions (`Judged.misrouted`)."""
 
     def reports(self, node_id: int, regions: list[RegionReport], now: float) -> Judged:
-        """A JSON heartbeat's regions: a column at a time, or region by region when a
-        value is `NULL` itself (which a column cannot tell from null)."""
-        out = Judged()
-        cols = reports_as_columns(regions)
-        if cols is None:
-            self.one_by_one(node_id, regions, now, out)
-            if out.count() + len(out.rejected) != len(regions):
-                _refuse_duplicates(r.region_id for r in regions)
-        else:
-            self.in_columns(node_id, cols, now, out, regions)
-        return out
+        """A JSON heartbeat's regions, as columns (`reports_as_columns`)."""
+        return self.columns(node_id, reports_as_columns(regions), now)
 
     def columns(self, node_id: int, cols: Columns, now: float) -> Judged:
         """A columns heartbeat's regions (`metasrv.wire`)."""
         out = Judged()
-        self.in_columns(node_id, cols, now, out, None)
+        self.in_columns(node_id, cols, now, out)
         return out
 
-    def one_by_one(
-        self, node_id: int, regions: list[RegionReport], now: float, out: Judged
-    ) -> None:
-        """Region by region: accept, reject, or set aside as misrouted."""
-        accepted = out.accepted
-        changed = out.changed
-        rejected = out.rejected
-        keep_misrouted = self._keep_misrouted
-        route_of = self._region_map.routes.get
-        stored = self._registry.table.get
-        ignored_claims = 0
-
-        # The hot loop: types and bounds were checked by the decoder; locals only, one
-        # allocation per valid region (its row tuple).
-        for region in regions:
-            region_id = region.region_id
-            topic = region.topic
-            flushed = region.flushed_entry_id
-            latest = region.topic_latest_entry_id
-            manifest = region.manifest_version
-            memtable = region.memtable_bytes
-
-            if region_id < 0 or flushed < -1 or (latest is not None and latest < -1):
-                rejected.append({"region_id": region_id, "reason": NEGATIVE_ID})
-                continue
-            # The previous row counts only if it names the topic the datanode names.
-            # Rows are only stored for mapped regions under their mapped topic and
-            # dropped when a region leaves the map (TopicRegionMap removal listeners) or
-            # leadership changes, so such a row proves the region is mapped to this
-            # topic, and the route lookup is skipped.
-            old = stored(region_id)
-            if old is not None and (old.topic != topic or old.node_id != node_id):
-                old = None  # the route decides
-            if old is not None:
-                mapped_topic = old.topic  # equals `topic`: the bucket is keyed by it
-                if regresses(old, flushed, manifest):
-                    rejected.append({"region_id": region_id, "reason": STAT_REGRESSED})
-                    continue
-            else:
-                route = route_of(region_id)
-                if route is None or route.topic != topic:
-                    reason = UNKNOWN_REGION if route is None else TOPIC_MISMATCH
-                    rejected.append({"region_id": region_id, "reason": reason})
-                    if keep_misrouted:
-                        out.misrouted.append(
-                            RegionStat(
-                                region_id, node_id, topic, flushed, latest, memtable, manifest, now
-                            )
-                        )
-                    continue
-                if route.node_id != node_id and route.node_id >= 0:
-                    rejected.append({"region_id": region_id, "reason": WRONG_NODE})
-                    continue
-                mapped_topic = route.topic
-
-            batch = accepted.get(mapped_topic)
-            if batch is None:
-                batch = accepted[mapped_topic] = {}
-            prunable = prunable_entry_id(flushed, latest, memtable)
-            if idle_claim_ignored(latest, memtable):
-                ignored_claims += 1
-            # The route's topic string, not the parsed copy: a million rows share one.
-            batch[region_id] = StatRow(
-                node_id,
-                mapped_topic,
-                flushed,
-                latest,
-                memtable,
-                manifest,
-                now,
-                prunable,
-            )
-            # Checkpoints hold the prunable id and node: a change in either makes the
-            # region dirty. Most heartbeats of an idle region change nothing.
-            if old is None or old.prunable_entry_id != prunable or old.node_id != node_id:
-                changed.append(region_id)
-        out.ignored_claims += ignored_claims
-
-    def in_columns(
-        self,
-        node_id: int,
-        cols: Columns,
-        now: float,
-        out: Judged,
-        reports: list[RegionReport] | None,
-    ) -> None:
+    def in_columns(self, node_id: int, cols: Columns, now: float, out: Judged) -> None:
         """Judge a heartbeat a column at a time. The regions that have a row under the
         topic they name (the steady state: all of them, heartbeat after heartbeat) are
         checked and accepted whole columns at once, or rejected as `stat_regressed`;
-        the rest (negative ids, new, unmapped or moved regions) go to `_judge`, region
-        by region. `reports` are the same regions as `RegionReport`s, when at hand."""
+        the rest (negative ids, new, unmapped or moved regions) against the map
+        (`by_route`)."""
         n = len(cols.region_id)
         if n == 0:
             return
@@ -271,38 +166,36 @@ class HeartbeatJudge:
             slots = table.lookup(id_list, ids)
         flushed = cols.flushed
         latest = cols.latest
-        claims = None if latest is None else latest != NULL
         valid = (ids >= 0) & (flushed >= -1)
-        if latest is not None and claims is not None:
-            valid &= ~claims | (latest >= -1)
+        if latest is not None:
+            valid &= (latest == NULL) | (latest >= -1)
         steady, regressed = table.judge(slots, cols.topic_names, cols.topic, flushed, cols.manifest)
         if not recalled:
             # A row another datanode reported is not this one's to update: the route
-            # decides (`one_by_one`).
+            # decides (`by_route`).
             theirs = table.node_at(np.where(slots >= 0, slots, 0)) != node_id
             steady &= ~theirs
             regressed &= ~theirs
         steady &= valid
         regressed &= valid
         rest = ~(steady | regressed)
+        reasons = np.zeros(n, np.int8)
+        reasons[regressed] = _CODE[RejectReason.STAT_REGRESSED]
+        remembered = ~rest
         if rest.any():
-            first = (slots < 0) | table.prepared_for(slots, cols.topic_names, cols.topic)
-            fresh = self._first_reports(
-                cols, rest & first & valid, slots, out, None if recalled else node_id
+            reasons[rest & ~valid] = _CODE[RejectReason.NEGATIVE_ID]
+            remembered |= self.by_route(
+                node_id, cols, rest & valid, slots, reasons, out, now, recalled
             )
-            if fresh is not None:
-                rest[fresh] = False
-        if rest.any():
-            regions = cols.regions() if reports is None else reports
-            self.one_by_one(node_id, [regions[i] for i in np.flatnonzero(rest).tolist()], now, out)
-        if regressed.any():
-            out.rejected.extend(
-                {"region_id": rid, "reason": STAT_REGRESSED} for rid in ids[regressed].tolist()
-            )
-            if rest.any():  # answer in the heartbeat's order, as region by region would
-                position = dict(zip(ids.tolist(), range(n), strict=True))
-                out.rejected.sort(key=lambda item: position[item["region_id"]])
-        if id_list is not None and not rest.any() and _all_prepared(out.fresh_slots):
+        if reasons.any():
+            rejected = np.flatnonzero(reasons)
+            out.rejected = [
+                {"region_id": rid, "reason": _REASON_OF_CODE[code]}
+                for rid, code in zip(
+                    ids[rejected].tolist(), reasons[rejected].tolist(), strict=True
+                )
+            ]
+        if id_list is not None and bool(remembered.all()):
             # Every region has a row, or a prepared slot that its first report fills now
             # (`StatTable.store` keeps it): worth recalling, from the next heartbeat on.
             table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
@@ -317,56 +210,86 @@ class HeartbeatJudge:
         if dirty.any():
             out.changed_ids = accepted.ids[dirty]
 
-    def _first_reports(
+    def by_route(
         self,
+        node_id: int,
         cols: Columns,
-        new: np.ndarray,
+        judged: np.ndarray,
         slots: np.ndarray,
+        reasons: np.ndarray,
         out: Judged,
-        node_id: int | None,
-    ) -> np.ndarray | None:
-        """Accept, a column at a time, the regions of `new` (valid ids, no row yet; a
-        slot prepared for the topic they name, or none) that the map has on the topic
-        they name, routed to `node_id` (None: known to be, recalled slots); return
-        their mask (None: there were none). The others (unmapped, misrouted, another
-        datanode's) are left to `one_by_one`."""
-        at = np.flatnonzero(new)
+        now: float,
+        recalled: bool,
+    ) -> np.ndarray:
+        """Judge the regions of `judged` (valid, and no row under the topic they name
+        that this datanode reported) against the map: accept as `fresh` those it has on
+        the topic they name, routed to `node_id`; set the others' `reasons`. A slot
+        prepared for the named topic is the map's word, and with `recalled` slots its
+        node is too (the memo matched this datanode's mapped regions). Return the mask
+        of the regions accepted into a slot prepared for them."""
+        at = np.flatnonzero(judged)
+        into_prepared = np.zeros(len(judged), bool)
         if not len(at):
-            return None
+            return into_prepared
         names = cols.topic_names
         routes_get = self._region_map.routes.get
-        # A slot prepared for the named topic is the map's word (`StatTable.prepare`,
-        # the mapped regions when the term began; a removed region's slot is dropped).
-        mapped = slots[at] >= 0
-        unprepared = np.flatnonzero(~mapped)
-        if len(unprepared):
-            # Regions mapped during the term: the route, one C-level pass.
-            look = at[unprepared]
-            named = [names[i] for i in cols.topic[look].tolist()]
-            routes = map(routes_get, cols.region_id[look].tolist(), repeat(_NO_ROUTE))
-            mapped[unprepared] = np.fromiter(
-                map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(look)
-            )
-        if node_id is not None and mapped.any():
+        # `StatTable.prepare`: the mapped regions when the term began; a removed
+        # region's slot is dropped.
+        prepared = self._registry.table.prepared_for(slots[at], names, cols.topic[at])
+        mapped = prepared.copy()
+        look = np.flatnonzero(~prepared)
+        if len(look):
+            # The others (mapped during the term, moved, unmapped): their routes, one
+            # C-level pass.
+            routes = list(map(routes_get, cols.region_id[at[look]].tolist(), repeat(_NO_ROUTE)))
+            named = [names[i] for i in cols.topic[at[look]].tolist()]
+            on_topic = np.fromiter(map(eq, map(_ROUTE_TOPIC, routes), named), bool, len(look))
+            unknown = np.fromiter(map(is_, routes, repeat(_NO_ROUTE)), bool, len(look))
+            mapped[look] = on_topic
+            reasons[at[look[~on_topic & unknown]]] = _CODE[RejectReason.UNKNOWN_REGION]
+            reasons[at[look[~on_topic & ~unknown]]] = _CODE[RejectReason.TOPIC_MISMATCH]
+            if self._keep_misrouted and not on_topic.all():
+                out.misrouted.extend(_stats(cols, at[look[~on_topic]], node_id, now))
+        check = mapped & ~prepared if recalled else mapped
+        if check.any():
             # The routes' nodes, one C-level pass (a term's first heartbeat of a datanode
             # whose list the memo did not expect, or a region mapped during the term).
-            look = at[mapped]
-            routes = map(routes_get, cols.region_id[look].tolist(), repeat(_NO_ROUTE))
-            nodes = np.fromiter(map(_ROUTE_NODE, routes), np.int64, len(look))
-            mapped[mapped] = (nodes == node_id) | (nodes < 0)
+            look = np.flatnonzero(check)
+            checked = map(routes_get, cols.region_id[at[look]].tolist(), repeat(_NO_ROUTE))
+            nodes = np.fromiter(map(_ROUTE_NODE, checked), np.int64, len(look))
+            wrong = (nodes != node_id) & (nodes >= 0)
+            reasons[at[look[wrong]]] = _CODE[RejectReason.WRONG_NODE]
+            mapped[look[wrong]] = False
         if not mapped.any():
-            return None
-        new = np.zeros(len(new), bool)
+            return into_prepared
+        into_prepared[at[mapped & prepared]] = True
+        new = np.zeros(len(judged), bool)
         new[at[mapped]] = True
         out.fresh = _accepted(cols, new, out)
         out.fresh_topics = (names, cols.topic[new])
         out.fresh_slots = slots[new]
-        return new
+        return into_prepared
 
 
-def _all_prepared(fresh_slots: np.ndarray | None) -> bool:
-    """No first report, or each one's region has a prepared slot (None: no first report)."""
-    return fresh_slots is None or bool((fresh_slots >= 0).all())
+def _stats(cols: Columns, at: np.ndarray, node_id: int, now: float) -> list[RegionStat]:
+    """The reports of the regions at positions `at`, as stats (misrouted: kept for the
+    reconcile job)."""
+    k = len(at)
+    names = cols.topic_names
+    latest = [None] * k if cols.latest is None else nullable(cols.latest[at])
+    manifest = [None] * k if cols.manifest is None else nullable(cols.manifest[at])
+    return [
+        RegionStat(region_id, node_id, names[topic], flushed, last, memtable, version, now)
+        for region_id, topic, flushed, last, memtable, version in zip(
+            cols.region_id[at].tolist(),
+            cols.topic[at].tolist(),
+            cols.flushed[at].tolist(),
+            latest,
+            cols.memtable[at].tolist(),
+            manifest,
+            strict=True,
+        )
+    ]
 
 
 def _refuse_duplicates(ids: Iterable[int]) -> None:

@@ -165,37 +165,37 @@ _LATEST: Final = attrgetter("topic_latest_entry_id")
 _MANIFEST: Final = attrgetter("manifest_version")
 
 
-def reports_as_columns(regions: list[RegionReport]) -> Columns | None:
+def reports_as_columns(regions: list[RegionReport]) -> Columns:
     """A JSON heartbeat's regions as columns, one C-level pass per field, so both
-    encodings are judged alike; None when a value is `NULL` itself (-2**63, which a
-    column cannot tell from null: such a heartbeat is judged region by region)."""
+    encodings are judged alike."""
     n = len(regions)
     topics = list(map(_TOPIC, regions))
     names = list(dict.fromkeys(topics))
     index = {name: i for i, name in enumerate(names)}
-    latest = _column_of_nullable(list(map(_LATEST, regions)))
-    manifest = _column_of_nullable(list(map(_MANIFEST, regions)))
-    region_id = np.fromiter(map(_REGION_ID, regions), np.int64, n)
-    if latest is False or manifest is False or (n and region_id.min() == NULL):
-        return None
     return Columns(
         topic_names=names,
         topic=np.fromiter(map(index.__getitem__, topics), np.int64, n),
-        region_id=region_id,
+        region_id=np.fromiter(map(_REGION_ID, regions), np.int64, n),
         flushed=np.fromiter(map(_FLUSHED, regions), np.int64, n),
         memtable=np.fromiter(map(_MEMTABLE, regions), np.int64, n),
-        latest=latest,
-        manifest=manifest,
+        latest=_column_of_nullable(list(map(_LATEST, regions))),
+        manifest=_column_of_nullable(list(map(_MANIFEST, regions))),
     )
 
 
-def _column_of_nullable(values: list[int | None]) -> np.ndarray | Literal[False] | None:
-    """None: all null; False: a value is `NULL` itself; else the column."""
+_BELOW_ANY_ID: Final = -2
+"""Below every valid entry id (-1 is "none")."""
+
+
+def _column_of_nullable(values: list[int | None]) -> np.ndarray | None:
+    """None: all null; else the column, a null as `NULL`. A value of `NULL` itself
+    (-2**63, which a column reads as null) becomes -2: below -1 either way, it is
+    rejected as `negative_id` as it must be (a manifest version is never negative)."""
     nulls = values.count(None)
     if nulls == len(values):
         return None
     if NULL in values:
-        return False
+        values = [_BELOW_ANY_ID if v == NULL else v for v in values]
     if nulls:
         values = [NULL if v is None else v for v in values]
     return np.array(values, np.int64)

@@ -207,6 +207,33 @@ async def test_entry_ids_below_minus_one_are_negative_id(hb: Setup, bad: dict[st
     assert hb.registry.get(1) is None
 
 
+async def test_a_json_value_equal_to_the_columns_null_is_negative_id(hb: Setup) -> None:
+    # -2**63 is a null in a column; in JSON it is a number below -1, on any field.
+    null = -(2**63)
+    resp = hb.handler.handle(
+        orjson.dumps(
+            {
+                "node_id": 1,
+                "regions": [
+                    region(1, 5, latest=null),
+                    region(2, null),
+                    region(null, 5),
+                    region(3, 7, topic="t_1", latest=9),
+                ],
+            }
+        )
+    )
+    answer = orjson.loads(resp)["rejected"]
+    assert answer == [
+        {"region_id": 1, "reason": "negative_id"},
+        {"region_id": 2, "reason": "negative_id"},
+        {"region_id": null, "reason": "negative_id"},
+    ]
+    assert hb.registry.get(1) is None and hb.registry.get(2) is None
+    stat = hb.registry.get(3)
+    assert stat is not None and stat.topic_latest_entry_id == 9
+
+
 async def test_minus_one_means_nothing_flushed_and_is_accepted(hb: Setup) -> None:
     assert hb.beat([region(1, -1, latest=-1)])["rejected"] == []
     stat = hb.registry.get(1)
@@ -753,25 +780,25 @@ def stored(registry: RegionRegistry) -> dict[str, dict[int, StatRow]]:
 
 
 class count_paths:
-    """Counts heartbeats with regions accepted a column at a time, and with regions
-    judged one by one."""
+    """Counts heartbeats with regions accepted against their stored rows, and with
+    regions judged against the map."""
 
     def __init__(self, handler: HeartbeatHandler) -> None:
         self.taken = self.declined = 0
         judge = handler.judge
-        in_columns, one_by_one = judge.in_columns, judge.one_by_one
+        in_columns, by_route = judge.in_columns, judge.by_route
 
         def counted_columns(*args: Any) -> None:
             in_columns(*args)
             if args[3].steady is not None:
                 self.taken += 1
 
-        def counted_one_by_one(*args: Any) -> None:
+        def counted_by_route(*args: Any) -> np.ndarray:
             self.declined += 1
-            one_by_one(*args)
+            return by_route(*args)
 
         judge.in_columns = counted_columns  # type: ignore[method-assign,assignment]
-        judge.one_by_one = counted_one_by_one  # type: ignore[method-assign,assignment]
+        judge.by_route = counted_by_route  # type: ignore[method-assign,assignment]
 
 
 async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootstrap: str) -> None:
