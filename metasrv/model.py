@@ -141,6 +141,11 @@ class TopicStat:
     received_at: float
     """Monotonic-clock time of the last report."""
 
+    def bytes_of(self, entries: int) -> float:
+        """The estimated size of `entries` WAL entries of this topic: entries x the average
+        record size (the retained-bytes gauges, the size trigger, a purge's freed bytes)."""
+        return entries * self.avg_record_size
+
 
 @dataclass(frozen=True, slots=True)
 class RegionRoute:

@@ -37,4 +37,4 @@ def export_gauges(
             metrics.retained_entries.labels(topic).set(retained)
             stat = topic_stats.get(topic)
             if stat is not None:
-                metrics.retained_bytes.labels(topic).set(retained * stat.avg_record_size)
+                metrics.retained_bytes.labels(topic).set(stat.bytes_of(retained))

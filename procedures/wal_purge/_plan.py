@@ -251,7 +251,9 @@ def plan_topic(
         log_start_offset=log_start,
         high_watermark=high_watermark,
         blocked_by=tuple(blocked),
-        reclaimable_entries=_reclaimable(prune_point, log_start, pruned_entry_id),
+        reclaimable_entries=(
+            0 if prune_point is None else entries_freed(prune_point, log_start, pruned_entry_id)
+        ),
         data_loss=tuple(lost),
         region_count=count,
         topic_id=topic_id,
@@ -347,15 +349,17 @@ def _scan(
 _region_id = attrgetter("region_id")
 
 
-def _reclaimable(prune_point: int | None, log_start: int | None, pruned: int | None) -> int:
-    """Entries a purge to P would delete now; 0 when P is at or below what is gone already.
-
-    Without Kafka offsets the stored marker stands in for the log start: everything
-    below it was deleted by an earlier purge.
-    """
-    if prune_point is None:
-        return 0
-    base = log_start if log_start is not None else (pruned if pruned is not None else 0)
+def entries_freed(
+    prune_point: int, log_start: int | None, pruned: int | None, *, logical_delete: bool = False
+) -> int:
+    """Entries a purge to `prune_point` frees: those from what is gone already up to it; 0
+    when it is at or below that. Gone already: what is below Kafka's log start and, with
+    logical deletion (nothing leaves Kafka) or without Kafka's offsets, what is below the
+    stored marker `pruned` (no region replays it). The plan's `reclaimable_entries` and a
+    finished purge's `entries_deleted`."""
+    base = log_start if log_start is not None else 0
+    if logical_delete or log_start is None:
+        base = max(base, pruned if pruned is not None else 0)
     return max(0, prune_point - base)
 
 
@@ -374,13 +378,12 @@ def flush_candidates(
     latest = topic_stat.latest_entry_id
     if high_watermark is not None:
         latest = max(latest, high_watermark - 1)
-    avg = topic_stat.avg_record_size
     rows = stats.rows_of([route.region_id for route in routes])
     out = []
     for route, row in zip(routes, rows, strict=True):
         if row is None:
             continue
-        replay = int(max(0, latest - row.prunable_entry_id) * avg)
+        replay = int(topic_stat.bytes_of(max(0, latest - row.prunable_entry_id)))
         if replay > trigger_bytes:
             out.append((route, row, replay))
     return out

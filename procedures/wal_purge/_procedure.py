@@ -107,6 +107,7 @@ from procedures.wal_purge._plan import (
     decide_after_flush,
     decide_prepare,
     decide_purge,
+    entries_freed,
     flush_deadline,
     flushed_regions,
 )
@@ -423,14 +424,8 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         wal = services.settings.wal
         previous = self.data.previous_pruned_entry_id
         log_start = self.data.log_start_offset
-        # Offsets below the old log start were gone before this purge; with logical
-        # deletion, so were (for replay) those below the old marker.
-        base = log_start if log_start is not None else 0
-        if wal.logical_delete or log_start is None:
-            base = max(base, previous if previous is not None else 0)
-        entries = max(0, target - base)
+        entries = entries_freed(target, log_start, previous, logical_delete=wal.logical_delete)
         topic_stat = services.registry.topic_stat(topic)
-        avg = topic_stat.avg_record_size if topic_stat is not None else 0.0
         now = time.time()
         await services.history.record_purge(
             PurgeRecord(
@@ -441,7 +436,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
                 previous_log_start=log_start,
                 low_watermark=None if wal.logical_delete else self.data.low_watermark,
                 entries_deleted=entries,
-                bytes_estimated=int(entries * avg),
+                bytes_estimated=0 if topic_stat is None else int(topic_stat.bytes_of(entries)),
                 logical_delete=wal.logical_delete,
                 duration_s=max(0.0, now - ctx.submitted_at),
                 finished_at=datetime.fromtimestamp(now, tz=UTC),

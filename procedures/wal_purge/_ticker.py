@@ -246,8 +246,7 @@ class PurgeTicker:
         if not size_only:
             return True
         stat = self.services.registry.topic_stat(plan.topic)
-        avg = stat.avg_record_size if stat is not None else 0.0
-        return plan.reclaimable_entries * avg > self.size_trigger
+        return stat is not None and stat.bytes_of(plan.reclaimable_entries) > self.size_trigger
 
     async def tick(self, *, size_only: bool = False, wait: bool = True) -> TickResult:
         """Plan every topic; submit purges where wanted; optionally wait for them."""

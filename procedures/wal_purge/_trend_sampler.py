@@ -147,7 +147,7 @@ class TrendSampler(PeriodicLoop):
         for topic, found in offsets.items():
             entries = max(0, found.high_watermark - found.log_start_offset)
             stat = stats.get(topic)
-            size = None if stat is None else int(entries * stat.avg_record_size)
+            size = None if stat is None else int(stat.bytes_of(entries))
             retained[topic] = Retained(entries=entries, bytes=size)
         self.ring.record(time.time(), retained)
 

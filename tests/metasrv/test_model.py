@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from metasrv.model import (
     NULL,
     RegionStat,
+    TopicStat,
     idle_claim_ignored,
     idle_claims_ignored,
     prunable_entry_id,
@@ -118,3 +119,9 @@ def test_a_purge_in_flight_only_raises_the_replay_start(
         without = replay_start_entry_id(known, checkpoint, pruned)
         with_purge = replay_start_entry_id(known, checkpoint, pruned, in_flight)
         assert with_purge == (without if in_flight is None else max(without, in_flight + 1))
+
+
+def test_a_topic_estimates_bytes_as_entries_times_its_average_record_size() -> None:
+    stat = TopicStat("wal_0", latest_entry_id=100, avg_record_size=512.5, received_at=0.0)
+    assert stat.bytes_of(40) == 20_500.0
+    assert stat.bytes_of(0) == 0.0

@@ -5,6 +5,7 @@ time (`TopicStats`)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from procedures.wal_purge import (
     RETENTION_OVERRUN,
     STALE_STAT,
     TOPIC_RESET,
+    entries_freed,
     nothing_to_cut,
     plan_topic,
 )
@@ -194,6 +196,23 @@ def test_without_offsets_reclaimable_is_measured_from_pruned_marker() -> None:
     assert plan([route(1)], [stat(1, 80)], pruned=50).reclaimable_entries == 30
     assert plan([route(1)], [stat(1, 40)], pruned=50).reclaimable_entries == 0
     assert plan([route(1)], [stat(1, 40)]).reclaimable_entries == 40
+
+
+@pytest.mark.parametrize(
+    ("log_start", "pruned", "logical", "freed"),
+    [
+        (30, 50, False, 50),  # Kafka's log start: what a DeleteRecords to 80 removes
+        (30, 50, True, 30),  # logical deletion: nothing left Kafka, the marker's are gone
+        (60, 50, True, 20),  # ... and Kafka's retention may have gone further
+        (None, 50, False, 30),  # no offsets: the marker stands in for the log start
+        (None, None, False, 80),
+        (90, None, False, 0),  # at or below what is gone already
+    ],
+)
+def test_entries_freed_count_from_what_is_gone_already(
+    log_start: int | None, pruned: int | None, logical: bool, freed: int
+) -> None:
+    assert entries_freed(80, log_start, pruned, logical_delete=logical) == freed
 
 
 def test_retention_overrun_is_data_loss_and_blocks() -> None:
