@@ -12,6 +12,7 @@ import pytest
 from metasrv.leader import RowColumns, StatTable, row_of
 from metasrv.model import RegionStat
 from metasrv.stat_history import SNAPSHOTS_DIR, STATS_DIR, StatHistoryWriter, hour_partition
+from tests._wait import eventually
 from tests.metasrv.reconcile._seed import NOW, stat
 
 
@@ -103,16 +104,13 @@ async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Pa
     w = StatHistoryWriter(tmp_path, 0.05, source)
     await w.start()
     await w.start()  # idempotent
-    for _ in range(200):
-        if len(_rows(tmp_path, SNAPSHOTS_DIR)) >= 3:
-            break
-        await asyncio.sleep(0.02)
+    loop = w.task
+    assert loop is not None
+    await eventually(lambda: len(_rows(tmp_path, SNAPSHOTS_DIR)) >= 3, "three snapshots")
     await w.stop()
     await w.stop()
+    assert loop.done()  # stopped: nothing writes any more
     written = len(_rows(tmp_path, SNAPSHOTS_DIR))
-    assert written >= 3
-    await asyncio.sleep(0.15)
-    assert len(_rows(tmp_path, SNAPSHOTS_DIR)) == written
     assert {r["region_id"] for r in _rows(tmp_path, STATS_DIR)} == set(range(1, written + 1))
 
 
@@ -143,10 +141,10 @@ async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(
         nonlocal turns
         while not done:
             turns += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn of the loop, counted
 
     other = asyncio.create_task(other_task())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop step: the other task starts
     turns = 0
     written = await w.record()
     done = True
