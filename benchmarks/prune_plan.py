@@ -1,12 +1,13 @@
 """Prune planning at scale: 1,000,000 regions over 1,024 topics, target <= 1 s.
 
-Times `procedures.wal_purge.plan_topic` for every topic over the topic-region map (routes grouped by
-topic, as `TopicRegionMap.routes_by_topic()` holds them) and a copy of the leader's stat
-table, median of `--runs`. Every region has a fresh stat except a few
-that are missing or stale, so the planner walks every region. The baseline is the naive
-plan: for each topic, scan ALL regions for the ones mapped to it. It is timed on
-`--baseline-topics` topics and extrapolated to all of them (running it in full takes
-minutes); its plans are checked equal to the fast ones on those topics.
+Times `procedures.wal_purge.plan_topic` for every topic over the topic-region map (routes
+grouped by topic, as `TopicRegionMap.routes_by_topic()` holds them) and copies of the
+leader's stat table, a topic at a time (`StatTable.snapshot`), median of `--runs`. Every
+region has a fresh stat except a few that are missing or stale, so the planner walks
+every region. The baseline is the naive plan: for each topic, scan ALL regions for the
+ones mapped to it. It is timed on `--baseline-topics` topics and extrapolated to all of
+them (running it in full takes minutes); its plans are checked equal to the fast ones on
+those topics.
 
     python benchmarks/prune_plan.py [--regions 1000000] [--topics 1024] [--runs 5]
 """
@@ -97,13 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     plans: dict[str, TopicPlan] = {}
     for _ in range(args.runs):
         start = time.perf_counter()
-        stats = table.copy()  # every topic in one copy (the leader copies a topic at a time)
+        # Each topic's rows copied, as the leader's purge round takes them.
+        stats = {topic: table.snapshot(topic) for topic in by_topic}
         taken = time.perf_counter()
         plans = {
             topic: plan_topic(
                 topic,
                 routes,
-                stats.topic_rows(topic),
+                stats[topic],
                 now=now,
                 stat_ttl=STAT_TTL,
                 pruned_entry_id=None,
@@ -120,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Baseline on a few topics, extrapolated; the plans must agree.
     all_routes = [r for routes in by_topic.values() for r in routes.values()]
-    stats = table.copy()
+    stats = {topic: table.snapshot(topic) for topic in by_topic}
     sample = list(by_topic)[: args.baseline_topics]
     start = time.perf_counter()
     for topic in sample:
-        rows = stats.topic_rows(topic)
+        rows = stats[topic]
         assert naive_plan(topic, all_routes, rows, now, offsets[topic]) == plans[topic]
     per_topic = (time.perf_counter() - start) / len(sample)
     baseline_s = per_topic * args.topics
