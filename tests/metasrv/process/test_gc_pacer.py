@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
@@ -10,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from metasrv.process import FULL_EVERY, MIDDLE_EVERY, GcPacer
+from tests._wait import eventually
 
 
 class Node:
@@ -66,11 +66,7 @@ async def test_the_pacer_collects_without_any_allocation_trigger(automatic_gc_of
     await pacer.start()
     try:
         ref = garbage_cycle()
-        for _ in range(100):
-            if ref() is None:
-                break
-            await asyncio.sleep(0.01)
-        assert ref() is None
+        await eventually(lambda: ref() is None, "the cycle collected", timeout=5)
     finally:
         await pacer.stop()
     assert pacer.task is None
