@@ -188,7 +188,7 @@ class Runtime:
             procedures = purge_manager(purge)
             procedures.on_sweep_error = background.sink("procedure_sweeper")
             ticker = PurgeTicker.from_settings(
-                procedures, settings.wal, on_error=background.sink("ticker")
+                procedures, settings.wal, on_error=background.sink("ticker"), term=term
             )
             leadership = Leadership(
                 election,

@@ -22,21 +22,22 @@ twice `wal.flush_wait_timeout` plus the retry budget of one step, `ProcedureMana
 so no single purge holds back every topic's next round.
 
 Each round also refreshes the per-topic plan gauges (`export_gauges`).
-Follows the Worker shape: one task plus a shutdown event, repeat-safe `stop()`,
-`async with` support. Only the leader's rounds do anything.
+A loop on the ticker (`PeriodicLoop`); only the leader's rounds do anything. When a term
+began and whether its first round is in is the leader's `Term`, which the checkpointer
+waits on too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from typing import Literal
 
 from metasrv.errors import TopicReset
-from metasrv.process import ErrorSink, log_only
+from metasrv.leader import FIRST_ROUND_CHECK, Term
+from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.settings import WalSettings
 from procedures import ProcedureManager, ProcedureView
 from procedures.wal_purge._gauges import export_gauges
@@ -51,9 +52,6 @@ SIZE_CHECK_INTERVAL = 10.0
 """Seconds between size-trigger checks (bounded by the interval when that is shorter)."""
 NOT_FINISHED = "not_finished"
 """`metasrv_wal_purge_errors` kind of a purge a round stopped waiting for."""
-FIRST_ROUND_CHECK = 1.0
-"""Seconds between checks, in a new term, for every mapped region having reported: the
-first round runs then, not one interval after the election."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +74,12 @@ def default_wait_timeout(manager: ProcedureManager[PurgeServices]) -> float:
     return 2 * manager.services.settings.wal.flush_wait_timeout + manager.retry_budget
 
 
-class PurgeTicker:
+class PurgeTicker(PeriodicLoop):
     """Periodic and size-triggered purge submission on the leader."""
+
+    task_name = "purge-ticker"
+    stop_grace = 5.0
+    """A round waits on purges; those belong to the manager and keep running."""
 
     def __init__(
         self,
@@ -89,9 +91,11 @@ class PurgeTicker:
         size_check_interval: float = SIZE_CHECK_INTERVAL,
         wait_timeout: float | None = None,
         on_error: ErrorSink | None = None,
+        term: Term | None = None,
     ) -> None:
         if parallelism < 1:
             raise ValueError("parallelism must be >= 1")
+        super().__init__(on_error or log_only("ticker"))
         self.wait_timeout = (
             default_wait_timeout(manager) if wait_timeout is None else float(wait_timeout)
         )
@@ -102,9 +106,18 @@ class PurgeTicker:
         self.parallelism = parallelism
         self.size_trigger = size_trigger
         self.size_check_interval = size_check_interval
-        self._on_error = on_error or log_only("ticker")
-        self._shutdown = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.term = term or Term(self.services.region_map, self.services.registry)
+        """The leader's term (`Runtime` shares the checkpointer's). Without one the ticker
+        begins its own when it sees this process lead."""
+        self._begins_term = term is None
+        self._period = min(
+            interval if interval > 0 else float("inf"),
+            size_check_interval if size_trigger > 0 else float("inf"),
+        )
+        self._state: Literal["following", "first_round", "steady"] = "following"
+        self._term_number = -1
+        """The term whose rounds this ticker runs."""
+        self._next_full = time.monotonic() + interval if interval > 0 else float("inf")
         self._reported_loss: set[tuple[str, int | None, tuple[int, ...]]] = set()
         self._reported_reset: set[str] = set()
         """Topics whose current reset a purge was submitted to record."""
@@ -116,6 +129,7 @@ class PurgeTicker:
         wal: WalSettings,
         *,
         on_error: ErrorSink | None = None,
+        term: Term | None = None,
     ) -> PurgeTicker:
         return cls(
             manager,
@@ -123,90 +137,47 @@ class PurgeTicker:
             parallelism=wal.auto_prune_parallelism,
             size_trigger=wal.size_trigger,
             on_error=on_error,
+            term=term,
         )
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The running loop, if started."""
-        return self._task
 
     @property
     def enabled(self) -> bool:
         """False when both the interval and the size trigger are off."""
         return self.interval > 0 or self.size_trigger > 0
 
-    # -- worker lifecycle ---------------------------------------------------------------
+    def next_round_in(self) -> float:
+        # A new term's first round waits for its regions' reports, not an interval.
+        return self._period if self._state == "steady" else min(self._period, FIRST_ROUND_CHECK)
 
-    async def start(self) -> None:
-        """Start the loop (no-op when disabled or already running)."""
-        if self._task is not None or not self.enabled:
+    async def round(self) -> None:
+        """One wake: nothing on a follower; in a new term, the first round once every
+        mapped region reported (one interval at most); then a full round every interval
+        and size-triggered ones between."""
+        if not self.manager.leading:
+            self._state = "following"
             return
-        self._shutdown.clear()
-        self._task = asyncio.create_task(self._run(), name="purge-ticker")
-
-    async def stop(self) -> None:
-        """Stop the loop and wait for it; safe to call more than once."""
-        self._shutdown.set()
-        task, self._task = self._task, None
-        if task is None:
-            return
-        done, _ = await asyncio.wait({task}, timeout=5.0)
-        if not done:
-            # A round waits on purges; those belong to the manager and keep running.
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        elif not task.cancelled() and task.exception() is not None:
-            logger.error("purge ticker stopped with an error", exc_info=task.exception())
-
-    shutdown = stop
-
-    async def __aenter__(self) -> PurgeTicker:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def _run(self) -> None:
-        period = min(
-            self.interval if self.interval > 0 else float("inf"),
-            self.size_check_interval if self.size_trigger > 0 else float("inf"),
-        )
-        next_full = time.monotonic() + self.interval if self.interval > 0 else float("inf")
-        term: Literal["following", "first_round", "steady"] = "following"
-        term_seen = 0.0
-        while not self._shutdown.is_set():
-            # A new term's first round waits for its regions' reports, not an interval.
-            wait = period if term == "steady" else min(period, FIRST_ROUND_CHECK)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shutdown.wait(), wait)
-            if self._shutdown.is_set():
+        term = self.term
+        if self._state == "following" and self._begins_term:
+            term.begin()
+        if term.number != self._term_number and self.interval > 0:
+            self._term_number = term.number
+            self._state, self._next_full = "first_round", term.began + self.interval
+        if self._state == "first_round" and time.monotonic() < self._next_full:
+            if not self._every_region_reported():
                 return
-            if not self.manager.leading:
-                term = "following"
-                continue
-            if term == "following" and self.interval > 0:
-                # The round is due when every region has reported, one interval at most.
-                term_seen = time.monotonic()
-                term, next_full = "first_round", term_seen + self.interval
-            if term == "first_round" and time.monotonic() < next_full:
-                if not self._every_region_reported():
-                    continue
-                next_full = time.monotonic()
-                self._log_first_round(next_full - term_seen)
-            full = time.monotonic() >= next_full
-            try:
-                await self.tick(size_only=not full)
-            except Exception as exc:
-                # Kafka or kv unavailable, or a bug: counted, and the next round tries again.
-                self._on_error(exc)
+            self._next_full = time.monotonic()
+            self._log_first_round(self._next_full - term.began)
+        full = time.monotonic() >= self._next_full
+        try:
+            # Kafka or kv unavailable, or a bug: counted, and the next round tries again.
+            await self.tick(size_only=not full)
+        finally:
             if full:
-                next_full, term = time.monotonic() + self.interval, "steady"
+                self._next_full, self._state = time.monotonic() + self.interval, "steady"
 
     def _log_first_round(self, after: float) -> None:
-        """Say when a term's first round became possible: `after` seconds from the first
-        check that saw this process leading (up to FIRST_ROUND_CHECK after the term began)."""
+        """Say when a term's first round became possible: `after` seconds from the term's
+        start (`Term.began`)."""
         logger.info(
             "first purge round of the term: every mapped region reported, %.1f s after the "
             "term began",
@@ -215,11 +186,9 @@ class PurgeTicker:
         )
 
     def _every_region_reported(self) -> bool:
-        """True once every mapped region has a stat in this term (DESIGN §2 invariant 3:
-        no purge plans from a region it has not heard from)."""
-        services = self.services
-        mapped = services.region_map
-        return mapped.loaded and len(services.registry) >= len(mapped)
+        """`Term.every_region_reported` (DESIGN §2 invariant 3: no purge plans from a
+        region it has not heard from)."""
+        return self.term.every_region_reported()
 
     # -- one round ----------------------------------------------------------------------
 
