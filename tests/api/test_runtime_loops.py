@@ -1,9 +1,11 @@
 """The process's background loops on real etcd, Kafka and SQLite: started in one place,
 drained in reverse order (the writers while this process still leads, then it resigns),
-and a second close does nothing."""
+a second close does nothing; and a new term's first purge round waits for the term's
+reports, not the interval."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -12,8 +14,8 @@ from api.runtime import Runtime
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv
 from metasrv.process import Supervised
-from tests._wait import eventually
-from tests.api.conftest import SettingsFactory
+from tests._wait import eventually, wait_until
+from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
 
 
 async def test_close_drains_the_writers_while_leading_then_resigns_once(
@@ -70,3 +72,30 @@ async def test_close_drains_the_writers_while_leading_then_resigns_once(
     assert runtime.background.dead() == []  # stopped on request, not dead
     await runtime.close()  # repeat-safe: nothing stops twice
     assert len(stopped) == 4
+
+
+def test_a_new_terms_first_purge_round_runs_once_every_mapped_region_reported(
+    make_settings: SettingsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An hour-long interval: the round comes from the reports the runtime's Term counts.
+    settings = make_settings(wal={"auto_prune_interval": "1h"})
+    with start_server(settings) as srv, srv.client() as client:
+        topics = [
+            client.post("/v1/regions", json={"region_id": r, "node_id": 1}).json()["topic"]
+            for r in (1, 2)
+        ]
+    caplog.set_level(logging.INFO, logger="procedures.wal_purge._ticker")
+
+    def first_rounds() -> list[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if r.getMessage().startswith("first purge round of the term")
+            and r.__dict__["regions"] == 2
+        ]
+
+    with start_server(settings) as srv, srv.client() as client:  # a new term, 2 regions
+        reports = [region(1, topics[0], 0), region(2, topics[1], 0)]
+        assert client.post("/v1/heartbeat", json=heartbeat(1, reports)).status_code == 200
+        [line] = wait_until(first_rounds, "the term's first purge round")
+    assert line.__dict__["after_s"] < 60  # not the hour
