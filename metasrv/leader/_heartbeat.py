@@ -27,7 +27,6 @@ from metasrv.leader._checkpoints import Checkpointer
 from metasrv.leader._judge import REJECT_REASONS, HeartbeatJudge, Judged
 from metasrv.leader._mailbox import Mailbox
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._region_stats import StatRow
 from metasrv.leader._registry import RegionRegistry
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
@@ -87,17 +86,6 @@ class HeartbeatHandler:
         now = self._clock()
         return self._apply(doc.node_id, doc.topics, now, self.judge.columns(doc.node_id, cols, now))
 
-    def _accepted_rows(self, outcome: Judged) -> dict[int, StatRow]:
-        """This heartbeat's accepted regions as stored (for the mailbox; built only for
-        a datanode with pending instructions)."""
-        rows: dict[int, StatRow] = {}
-        table = self._registry.table
-        for part in (outcome.steady, outcome.fresh):
-            if part is not None:
-                ids = part.ids.tolist()
-                rows.update(zip(ids, table.rows(table.lookup(ids)), strict=True))
-        return rows
-
     def _apply(
         self,
         node_id: int,
@@ -107,13 +95,9 @@ class HeartbeatHandler:
     ) -> bytes:
         """Store a judged heartbeat and answer it."""
         registry = self._registry
-        table = registry.table
-        if outcome.steady is not None and outcome.steady_slots is not None:
-            table.assign(outcome.steady_slots, node_id, outcome.steady, now)
-        if outcome.fresh is not None and outcome.fresh_topics is not None:
-            names, topics = outcome.fresh_topics
-            table.store(outcome.fresh, names, topics, node_id, now, outcome.fresh_slots)
-            self._checkpointer.mark(outcome.fresh.ids)  # a first checkpoint for each
+        outcome.store(registry.table, node_id, now)
+        for changed in outcome.dirty():
+            self._checkpointer.mark(changed)
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
             # until the next leadership change, however many a client invents.
@@ -133,11 +117,9 @@ class HeartbeatHandler:
                     ignored += 1
             if ignored:
                 self._unknown_topic_reports.inc(ignored)
-        if outcome.changed_ids is not None:
-            self._checkpointer.mark(outcome.changed_ids)
         mailbox = self._mailbox
         if mailbox.has_pending(node_id):
-            mailbox.observe(node_id, self._accepted_rows(outcome))
+            mailbox.observe(node_id, outcome.rows(registry.table))
 
         self._heartbeats.inc()
         count = outcome.count()

@@ -42,7 +42,7 @@ from typing import Any, Final
 import numpy as np
 
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._region_stats import RowValues, nullable
+from metasrv.leader._region_stats import RowValues, StatRow, StatTable, nullable
 from metasrv.leader._registry import RegionRegistry
 from metasrv.model import NULL, RegionStat, idle_claims_ignored, prunable_entry_ids
 from metasrv.wire import Columns, RegionReport, RejectReason, invalid, reports_as_columns
@@ -78,6 +78,31 @@ class Judged:
 
     def count(self) -> int:
         return sum(len(part.ids) for part in (self.steady, self.fresh) if part is not None)
+
+    def store(self, table: StatTable, node_id: int, now: float) -> None:
+        """Write the accepted regions into `table`, the one they were judged against
+        (unchanged since): the steady rows in place, the others by `StatTable.store`."""
+        if self.steady is not None and self.steady_slots is not None:
+            table.assign(self.steady_slots, node_id, self.steady, now)
+        if self.fresh is not None and self.fresh_topics is not None:
+            names, topics = self.fresh_topics
+            self.fresh_slots = table.store(
+                self.fresh, names, topics, node_id, now, self.fresh_slots
+            )
+
+    def dirty(self) -> list[np.ndarray]:
+        """The regions whose checkpoints changed: the steady ones whose prunable id or
+        node changed, and every fresh one (its first checkpoint, or a new node's)."""
+        fresh = None if self.fresh is None else self.fresh.ids
+        return [ids for ids in (self.changed_ids, fresh) if ids is not None]
+
+    def rows(self, table: StatTable) -> dict[int, StatRow]:
+        """The accepted regions' rows, as `store` left them in `table`."""
+        rows: dict[int, StatRow] = {}
+        for part, slots in ((self.steady, self.steady_slots), (self.fresh, self.fresh_slots)):
+            if part is not None and slots is not None:
+                rows.update(zip(part.ids.tolist(), table.rows(slots), strict=True))
+        return rows
 
 
 def _accepted(cols: Columns, where: np.ndarray, out: Judged) -> RowValues:
