@@ -17,7 +17,8 @@ side, alternating (base, work, base, work, ...), with this virtualenv's interpre
   runs the working tree's script on the commit's code. pytest runs the commit's tests.
 - **work**: the same command on the working tree as it is (uncommitted changes included).
 
-Both sides use this virtualenv's installed dependencies. A benchmark that writes a result
+Both sides use this virtualenv's installed dependencies and this tree's running stack
+(`METASRV_STACK_DIR`: the worktree has no `.stack/` of its own). A benchmark that writes a result
 file writes it to a temporary directory (`METASRV_BENCH_RESULTS`) or, for a base-side
 script that predates that, inside the worktree; compare.py reads the figures, then the
 worktree is removed (`--keep` keeps it).
@@ -67,6 +68,10 @@ ITEM = re.compile(rf"^\s*(?P<value>{NUMBER}) (?P<label>[A-Za-z][A-Za-z ]*?)\s*$"
 PYTEST_SUMMARY = re.compile(r"^[= ]*\d+ (?:passed|failed|skipped|deselected|errors?|x\w+)\b")
 """pytest's last line: `== 8 passed, 1 skipped in 312.20s ==`."""
 PYTEST_ITEM = re.compile(r"(\d+) (\w+)")
+STACK_ENV = "METASRV_STACK_DIR"
+STACK = os.environ.get(STACK_ENV) or str(REPO / ".stack")
+"""The services both sides use: this tree's stack (`metasrv stack up`), not one of the
+worktree's own (its `.stack/` would be empty)."""
 RESULTS_LINE = re.compile(r"^(?:results|JSON):\s*(?P<path>\S+\.json)\s*$", re.MULTILINE)
 
 
@@ -186,7 +191,7 @@ def side_command(figure: list[str], root: Path, own_script: bool) -> list[str]:
 def run(side: str, command: list[str], root: Path) -> Run:
     """Run `command` on `root`'s code; its output passes through (prefixed) and is read."""
     with tempfile.TemporaryDirectory(prefix="metasrv-compare-results-") as results:
-        env = {**os.environ, "PYTHONPATH": str(root), RESULTS_ENV: results}
+        env = {**os.environ, "PYTHONPATH": str(root), RESULTS_ENV: results, STACK_ENV: STACK}
         probe = [PYTHON, "-c", "import metasrv; print(metasrv.__file__)"]
         product = subprocess.run(probe, cwd=root, env=env, capture_output=True, text=True)
         print(f"== {side} ({product.stdout.strip()}): {' '.join(command)}", file=sys.stderr)
