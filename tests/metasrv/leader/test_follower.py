@@ -33,6 +33,7 @@ from metasrv.leader import (
 from metasrv.metrics import Metrics
 from metasrv.settings import load_settings
 from metasrv.sql import kv_table
+from tests._wait import eventually
 from tests.metasrv.kv.conftest import KvFactory
 
 
@@ -51,16 +52,9 @@ async def world(kv_store: KvFactory, kafka_bootstrap: str) -> AsyncIterator[Worl
     region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
     follower = MapFollower(region_map, reader)
     follower.start()
-    await _until(lambda: follower.warm)
+    await eventually(lambda: follower.warm, "the follower warm")
     yield World(writer, region_map, follower)
     await follower.stop()
-
-
-async def _until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 def _register(kv: KvBackend, topic: str, region_ids: range) -> None:
@@ -82,7 +76,7 @@ async def test_checkpoints_and_moves_are_followed(world: World) -> None:
     world.kv.put(keys.topic_region("wal_0", 2), keys.encode_route(5, 42))
     world.kv.delete(keys.topic_region("wal_0", 3))
     world.kv.put(keys.topic_region("wal_1", 3), keys.encode_route(1, None))
-    await _until(lambda: world.region_map.topic_of(3) == "wal_1")
+    await eventually(lambda: world.region_map.topic_of(3) == "wal_1", "region 3 moved to wal_1")
     assert await world.follower.take_over(lambda: True)
     route = world.region_map.route(2)
     assert route is not None and (route.node_id, route.checkpoint_entry_id) == (5, 42)
@@ -91,7 +85,7 @@ async def test_checkpoints_and_moves_are_followed(world: World) -> None:
 
 async def test_a_region_deregistered_behind_the_follower_leaves_its_map(world: World) -> None:
     _register(world.kv, "wal_0", range(1, 11))
-    await _until(lambda: world.region_map.region_count() == 10)
+    await eventually(lambda: world.region_map.region_count() == 10, "ten regions followed")
     world.kv.delete(keys.topic_region("wal_0", 7))
     # etcd streams the delete; the SQL poll finds a key missing and reloads in full.
     assert await world.follower.take_over(lambda: True)
@@ -128,7 +122,7 @@ async def test_a_follower_whose_watch_broke_reloads_in_full_before_it_serves(
     _register(writer, "wal_0", range(1, 11))
     follower.start()
     try:
-        await _until(lambda: follower.warm)
+        await eventually(lambda: follower.warm, "the follower warm")
         watches[0].close()  # the stream breaks: its next read fails
         _register(writer, "wal_0", range(11, 21))
         _register(writer, "wal_1", range(21, 23))  # a moment before the election
@@ -179,7 +173,7 @@ async def _follow(w: ViewWorld, topic: str, region_ids: range) -> None:
     """Regions the old leader registered, then the follower loading and following them."""
     _register(w.writer, topic, region_ids)
     w.follower.start()
-    await _until(lambda: w.follower.warm)
+    await eventually(lambda: w.follower.warm, "the follower warm")
 
 
 async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removals(
@@ -253,7 +247,7 @@ async def test_take_over_does_not_wait_out_the_watch(
     # The follower's watch waits up to `poll_secs` for changes; a take-over wakes it.
     world.follower.poll_secs = 30.0
     _register(world.kv, "wal_0", range(1, 3))
-    await _until(lambda: world.region_map.region_count() == 2)
+    await eventually(lambda: world.region_map.region_count() == 2, "two regions followed")
     await asyncio.sleep(0.5)  # the wait under way is now a 30 s one, with nothing to come
     started = time.monotonic()
     assert await world.follower.take_over(lambda: True)
