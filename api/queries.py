@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from api.runtime import Runtime
-from api.topic_reset import damaged_marker
 from metasrv import keys
 from metasrv.errors import MetasrvError, NotFound, TopicReset
 from metasrv.keys import ELECTION_KEY, Marker, ResetLatch
@@ -185,12 +184,7 @@ async def _check_purge_topic(rt: Runtime, topic: str) -> None:
 async def _marker(rt: Runtime, topic: str) -> Marker:
     """The topic's stored marker (an empty one when it was never purged)."""
     stored = await asyncio.to_thread(rt.kv.get, keys.topic_name(topic))
-    if stored is None:
-        return Marker()
-    try:
-        return keys.decode_marker(stored.value)
-    except ValueError as exc:
-        raise damaged_marker(topic, stored) from exc
+    return Marker() if stored is None else keys.read_marker(stored.key, stored.value)
 
 
 async def _unlatched_reset(rt: Runtime, topic: str, marker: Marker) -> str | None:

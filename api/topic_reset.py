@@ -113,10 +113,9 @@ async def report_missing(rt: Runtime, topic: str, stored: KeyValue) -> None:
         if current is None:
             return  # the marker was deleted meanwhile: nothing to latch into
         try:
-            marker = keys.decode_marker(current.value)
-        except ValueError:
-            logger.error("damaged marker of a missing topic; left as it is", extra={"topic": topic})
-            return
+            marker = keys.read_marker(current.key, current.value)
+        except DamagedMarker:
+            return  # reported (logged), never rewritten
         if marker.reset is not None:
             return
         latched = Marker(marker.pruned_entry_id, marker.topic_id, ResetLatch(MISSING_REASON))
@@ -206,20 +205,7 @@ def _latched(topic: str, current: KeyValue | None) -> Marker:
     """The stored marker, which must have a reset latched (`Conflict` otherwise)."""
     if current is None:
         raise Conflict(f"no topic reset is latched on {topic}", details={"topic": topic})
-    try:
-        marker = keys.decode_marker(current.value)
-    except ValueError as exc:
-        raise damaged_marker(topic, current) from exc
+    marker = keys.read_marker(current.key, current.value)
     if marker.reset is None:
         raise Conflict(f"no topic reset is latched on {topic}", details={"topic": topic})
     return marker
-
-
-def damaged_marker(topic: str, stored: KeyValue) -> DamagedMarker:
-    """The error for a marker value that does not decode (logged with the value)."""
-    logger.error("damaged marker", extra={"topic": topic, "value": stored.value[:200]})
-    return DamagedMarker(
-        f"the marker of {topic} is damaged ({stored.value[:80]!r}): repair the key "
-        f"{stored.key} by hand (a JSON object with an int or null pruned_entry_id)",
-        details={"topic": topic},
-    )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from metasrv.errors import DamagedMarker
 from metasrv.model import RegionRoute
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,34 @@ def encode_marker(marker: Marker, stored: bytes | None = None) -> bytes:
         }
     )
     return orjson.dumps(value)
+
+
+def read_marker(key: str, value: bytes) -> Marker:
+    """The marker stored at `key`; `DamagedMarker` (logged with the value) when it does not
+    decode. The policy where one topic's marker decides something (a purge, an operator's
+    resolve, a replay start): fail, never guess "never purged"."""
+    try:
+        return decode_marker(value)
+    except ValueError as exc:
+        topic = key.removeprefix(TOPIC_NAME_PREFIX)
+        logger.error("damaged marker", extra={"topic": topic, "value": value[:200]})
+        raise DamagedMarker(
+            f"the marker of {topic} is damaged ({value[:80]!r}: {exc}): repair the key {key} "
+            "by hand (a JSON object with an int or null pruned_entry_id)",
+            details={"topic": topic, "key": key},
+        ) from exc
+
+
+def marker_or_none(key: str, value: bytes) -> Marker | None:
+    """The marker stored at `key`; None (logged) when it does not decode. The policy of a
+    view over every topic (the ticker's and the API's lists, the leader's marker reads, the
+    reconcile job, which counts them): a damaged marker is left out and read as absent,
+    and the purge of that topic fails on it (`read_marker`)."""
+    try:
+        return decode_marker(value)
+    except ValueError:
+        logger.error("damaged marker; read as absent", extra={"key": key})
+        return None
 
 
 def decode_pruned(value: bytes) -> int | None:

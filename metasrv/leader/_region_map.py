@@ -21,6 +21,7 @@ import msgspec
 from metasrv import keys
 from metasrv.errors import (
     Conflict,
+    DamagedMarker,
     InvalidArgument,
     KvUnavailable,
     LeadershipLost,
@@ -42,12 +43,10 @@ def _no_fence() -> list[Compare]:
 
 
 def _pruned(kv: KeyValue) -> int | None:
-    """A stored marker's entry id; a damaged marker reads as never purged (logged)."""
-    try:
-        return keys.decode_pruned(kv.value)
-    except ValueError:
-        logger.error("damaged pruned_entry_id marker; read as none", extra={"key": kv.key})
-        return None
+    """A stored marker's entry id; a damaged marker reads as never purged
+    (`keys.marker_or_none`)."""
+    marker = keys.marker_or_none(kv.key, kv.value)
+    return None if marker is None else marker.pruned_entry_id
 
 
 class _Written(msgspec.Struct, frozen=True, gc=False):
@@ -395,9 +394,9 @@ class TopicRegionMap:
         key = keys.topic_name(topic)
         stored = await asyncio.to_thread(self._kv.get, key)
         try:
-            marker = None if stored is None else keys.decode_marker(stored.value)
-        except ValueError:
-            # Damaged: left for the purge to report (it plans nothing under it).
+            marker = None if stored is None else keys.read_marker(stored.key, stored.value)
+        except DamagedMarker:
+            # Left for the purge to report (it plans nothing under it); never written over.
             self._identified.add(topic)
             return
         if marker is not None and (marker.topic_id is not None or marker.reset is not None):

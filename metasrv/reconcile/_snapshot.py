@@ -139,12 +139,10 @@ def _markers(pages: Iterator[KeyPage]) -> tuple[dict[str, int | None], int]:
     found: dict[str, int | None] = {}
     malformed = 0
     for key, raw in ((k, v) for page in pages for k, v in zip(page.keys, page.values, strict=True)):
+        marker = keys.marker_or_none(key, raw)
         topic = key[len(keys.TOPIC_NAME_PREFIX) :]
-        try:
-            found[topic] = keys.decode_pruned(raw)
-        except ValueError:
-            malformed += 1
-            found[topic] = None
+        found[topic] = None if marker is None else marker.pruned_entry_id
+        malformed += marker is None
     return found, malformed
 
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from metasrv import keys
-from metasrv.errors import Conflict, DamagedMarker, LeadershipLost
+from metasrv.errors import Conflict, LeadershipLost
 from metasrv.keys import Marker
 from metasrv.kv import Compare, KeyValue, Put
 from procedures.wal_purge._plan import Reset, advanced_marker, reset_marker
@@ -29,16 +29,8 @@ _SCAN_PAGE = 20_000
 
 def decode_stored(kv: KeyValue | None) -> Marker | None:
     """The marker a stored key holds (None: absent); `DamagedMarker` when it does not
-    decode: the purge fails rather than guess a marker."""
-    if kv is None:
-        return None
-    try:
-        return keys.decode_marker(kv.value)
-    except ValueError as exc:
-        raise DamagedMarker(
-            f"marker {kv.key} does not decode ({exc}); repair the key before purging",
-            details={"key": kv.key},
-        ) from exc
+    decode: the purge fails rather than guess a marker (`keys.read_marker`)."""
+    return None if kv is None else keys.read_marker(kv.key, kv.value)
 
 
 async def read_marker(services: PurgeServices, topic: str) -> tuple[Marker | None, KeyValue | None]:
@@ -50,15 +42,14 @@ async def read_marker(services: PurgeServices, topic: str) -> tuple[Marker | Non
 
 async def read_markers(services: PurgeServices) -> dict[str, Marker]:
     """Every stored marker, in one scan (the ticker's and the API's view). A damaged one
-    is logged and left out (read as never purged there; the purge itself fails on it)."""
+    is left out (`keys.marker_or_none`; the purge itself fails on it)."""
 
     def read() -> dict[str, Marker]:
         found: dict[str, Marker] = {}
         for kv in services.kv.scan(keys.TOPIC_NAME_PREFIX, page_size=_SCAN_PAGE):
-            try:
-                found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = keys.decode_marker(kv.value)
-            except ValueError:
-                logger.error("damaged pruned_entry_id marker", extra={"key": kv.key})
+            marker = keys.marker_or_none(kv.key, kv.value)
+            if marker is not None:
+                found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = marker
         return found
 
     return await asyncio.get_running_loop().run_in_executor(services.executor, read)

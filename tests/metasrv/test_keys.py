@@ -6,6 +6,7 @@ import orjson
 import pytest
 
 from metasrv import keys
+from metasrv.errors import DamagedMarker
 from metasrv.model import RegionRoute
 
 
@@ -80,3 +81,13 @@ def test_an_election_value_is_written_compactly_and_read_back() -> None:
 def test_an_election_value_of_another_shape_is_refused(value: bytes) -> None:
     with pytest.raises(ValueError):
         keys.decode_election(value)
+
+
+def test_a_damaged_marker_fails_a_decision_and_is_absent_from_a_view() -> None:
+    key = keys.topic_name("wal_3")
+    assert keys.read_marker(key, b'{"pruned_entry_id": 9}') == keys.Marker(9)
+    assert keys.marker_or_none(key, b'{"pruned_entry_id": 9}') == keys.Marker(9)
+    with pytest.raises(DamagedMarker) as raised:
+        keys.read_marker(key, b'{"pruned_entry_id": "nine"}')
+    assert raised.value.details == {"topic": "wal_3", "key": key}
+    assert keys.marker_or_none(key, b"not json") is None
