@@ -12,26 +12,22 @@ world below seeded into it, and its etcd keys and Kafka topics removed afterward
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
 from confluent_kafka import Producer
 
 import migrations
-from api.app import create_app
-from api.serving import uvicorn_config
 from metasrv import wire
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
 from metasrv.settings import Settings, load_settings
 from metasrv.wire import MetasrvClient
+from tests.api.conftest import start_server
 from toolbox.simulator import free_port
 
 DATANODE_TOKEN = "test-datanode-token"
@@ -126,37 +122,8 @@ def live_settings(
 @contextmanager
 def serve(settings: Settings, *, ready_timeout: float = 60.0) -> Iterator[str]:
     """Serve the app until the block ends; yields its base URL once it leads and serves."""
-    host, _, port = settings.http.addr.rpartition(":")
-    app = create_app(settings)
-    config = uvicorn_config(app, settings.http, host, int(port), log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="metasrv-uvicorn", daemon=True)
-    thread.start()
-    url = f"http://{settings.http.addr}"
-    try:
-        _wait_serving(url, thread, ready_timeout)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-def _wait_serving(url: str, thread: threading.Thread, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    with MetasrvClient(url, token=VIEWER_TOKEN, timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if not thread.is_alive():
-                raise RuntimeError("metasrv server thread exited during startup")
-            try:
-                leader = client.leader()
-                if leader.serving:
-                    return
-                last = leader
-            except Exception as exc:  # not up yet: refused or 503
-                last = exc
-            time.sleep(0.2)
-    raise TimeoutError(f"metasrv at {url} not serving after {timeout}s: {last}")
+    with start_server(settings, token=VIEWER_TOKEN, timeout=ready_timeout, loop="auto") as server:
+        yield server.base_url
 
 
 def produce(bootstrap: str, topic: str, count: int = RECORDS_PER_TOPIC) -> None:

@@ -52,23 +52,31 @@ class Server:
 
 
 @contextlib.contextmanager
-def start_server(settings: Settings, *, wait_serving: bool = True) -> Iterator[Server]:
-    """Run the app under uvicorn in a thread until the block ends."""
+def start_server(
+    settings: Settings,
+    *,
+    wait_serving: bool = True,
+    token: str | None = None,
+    timeout: float = 30.0,
+    loop: str = "asyncio",
+) -> Iterator[Server]:
+    """Run the app under uvicorn in a thread until the block ends; with `wait_serving`,
+    yield once `GET /v1/leader` (asked with `token`) says it leads and serves."""
     host, _, port = settings.http.addr.rpartition(":")
     app = create_app(settings)
-    config = uvicorn_config(app, settings.http, host, int(port), loop="asyncio")
+    config = uvicorn_config(app, settings.http, host, int(port), loop=loop)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"metasrv-{port}", daemon=True)
     thread.start()
     handle = Server(settings, app, f"http://{settings.http.addr}", settings.http.addr)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("metasrv did not start")
             time.sleep(0.02)
         if wait_serving:
-            with handle.client() as client:
+            with handle.client(token) as client:
                 while not client.get("/v1/leader").json().get("serving"):
                     if time.monotonic() > deadline:
                         raise RuntimeError("metasrv did not become a serving leader")
