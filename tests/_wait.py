@@ -29,7 +29,7 @@ def _timed_out(
 
 
 def wait_until(
-    cond: Callable[[], T],
+    cond: Callable[[], T | None],
     what: str,
     *,
     timeout: float = TIMEOUT,
@@ -58,7 +58,7 @@ def wait_until(
 
 @overload
 async def eventually(
-    cond: Callable[[], Awaitable[T]],
+    cond: Callable[[], Awaitable[T | None]],
     what: str,
     *,
     timeout: float = ...,
@@ -67,7 +67,7 @@ async def eventually(
 ) -> T: ...
 @overload
 async def eventually(
-    cond: Callable[[], T],
+    cond: Callable[[], T | None],
     what: str,
     *,
     timeout: float = ...,

@@ -22,9 +22,10 @@ import pytest
 import migrations
 from metasrv.errors import KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
-from metasrv.wire import MetasrvClient
+from metasrv.wire import MetasrvClient, Topic
 from procedures import ProcedureState
 from procedures.wal_purge import gather_plans, submit_purges
+from tests._wait import eventually, wait_until
 from tests.api._live import VIEWER_TOKEN, live_settings, serve
 from tests.procedures._harness import Harness, make_settings
 from toolbox.stack import Cluster
@@ -57,14 +58,18 @@ def prefix(cluster_stack: Cluster) -> Iterator[str]:
 
 async def _new_leader(cluster: Cluster, topic: str, dead: int, timeout: float) -> float:
     """Monotonic time at which Kafka's metadata first names a leader other than `dead`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            leader = await asyncio.to_thread(cluster.partition_leader, topic, 0, 1.0)
-            if leader != dead:
-                return time.monotonic()
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"Kafka elected no new leader of {topic} in {timeout}s")
+
+    async def elected() -> bool:
+        return await asyncio.to_thread(cluster.partition_leader, topic, 0, 1.0) != dead
+
+    await eventually(
+        elected,
+        f"Kafka to elect a new leader of {topic}",
+        timeout=timeout,
+        interval=0.25,
+        ignore=(Exception,),
+    )
+    return time.monotonic()
 
 
 @pytest.mark.timeout(240)
@@ -105,20 +110,19 @@ async def test_a_killed_partition_leader_is_kafka_unavailable_then_purges_within
 
         elected = asyncio.create_task(_new_leader(cluster, topic, dead, 60.0))
         outcomes: list[str] = []
-        succeeded_at = None
-        deadline = time.monotonic() + 120
-        while succeeded_at is None and time.monotonic() < deadline:
+
+        async def a_purge_succeeds() -> float | None:
             h.report(1, topic, flushed=60)  # the region keeps heartbeating
             [pid] = await submit_purges(h.manager, [topic], reason="test")
             view = await h.manager.wait(pid, 60)
             outcomes.append(f"{view.state}: {view.outcome or view.error}")
             assert "nothing to purge" not in (view.outcome or ""), outcomes
-            if view.state is ProcedureState.SUCCEEDED:
-                succeeded_at = time.monotonic()
-            else:
-                await asyncio.sleep(0.5)
+            return time.monotonic() if view.state is ProcedureState.SUCCEEDED else None
+
+        succeeded_at = await eventually(
+            a_purge_succeeds, "a purge to succeed", timeout=120, interval=0.5
+        )
         new_leader_at = await elected
-        assert succeeded_at is not None, outcomes
         assert succeeded_at - new_leader_at <= 30.0, (succeeded_at - new_leader_at, outcomes)
         assert h.offsets(topic).log_start_offset == 60
         assert h.marker(topic) == 60
@@ -149,11 +153,14 @@ def test_one_broker_down_costs_the_admin_client_no_steady_cpu(
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         cluster.kill(cluster.broker_of(busiest))
-        deadline = time.monotonic() + 60
-        while any(cluster.partition_leader(t) == busiest for t in topics):
-            assert time.monotonic() < deadline, "Kafka moved no leadership in 60 s"
-            time.sleep(0.5)
-        # A read sent before the move may wait for the dead broker for its 5 s at most.
+        wait_until(
+            lambda: all(cluster.partition_leader(t) != busiest for t in topics),
+            "Kafka to move leadership off the dead broker",
+            timeout=60,
+            interval=0.5,
+        )
+        # A read sent before the move may wait for the dead broker for its 5 s at most:
+        # the steady state starts after that, and is measured over 10 s.
         time.sleep(8)
         t0, c0 = time.monotonic(), _cpu(child.pid)
         time.sleep(10)
@@ -181,13 +188,14 @@ def test_topics_get_and_show_rf_3_and_min_isr_2(
     KafkaAdmin(cluster.kafka_bootstrap).ensure_topics([weak], replication_factor=1)
     caplog.set_level(logging.WARNING, logger="api.runtime")
     with serve(settings) as url, MetasrvClient(url, token=VIEWER_TOKEN) as viewer:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def shown_with_durability() -> dict[str, Topic] | None:
             shown = {t.topic: t for t in viewer.topics()}
-            if all(t.replication_factor is not None for t in shown.values()):
-                break
-            assert time.monotonic() < deadline, shown
-            time.sleep(0.5)
+            return shown if all(t.replication_factor is not None for t in shown.values()) else None
+
+        shown = wait_until(
+            shown_with_durability, "every topic shown with its durability", timeout=60, interval=0.5
+        )
         durability = {t: (v.replication_factor, v.min_insync_replicas) for t, v in shown.items()}
         assert durability == {f"{prefix}_0": (3, 2), f"{prefix}_1": (3, 2), weak: (1, 2)}
         one = viewer.topic(f"{prefix}_0")

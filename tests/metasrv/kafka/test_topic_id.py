@@ -5,7 +5,6 @@ the purge's batched calls. Real Kafka."""
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -15,6 +14,7 @@ from confluent_kafka import TopicCollection
 from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
 from procedures.wal_purge import KafkaBatcher
+from tests._wait import eventually
 from tests.api._live import produce
 from tests.metasrv.kafka._recreate import recreate_topic
 
@@ -75,10 +75,13 @@ async def test_one_describe_per_batch_of_topics(
     """Many topics' ids in one batched call: no second round trip per topic."""
     topics = [f"{unique_prefix}-b{n}" for n in range(count)]
     kafka_admin.ensure_topics(topics)
-    deadline = time.monotonic() + 30
-    while any(isinstance(a, MetasrvError) for a in kafka_admin.offsets_each(topics).values()):
-        assert time.monotonic() < deadline, "new topics not readable within 30s"
-        await asyncio.sleep(0.1)
+    await eventually(
+        lambda: (
+            not any(isinstance(a, MetasrvError) for a in kafka_admin.offsets_each(topics).values())
+        ),
+        "the new topics readable",
+        interval=0.1,
+    )
     calls: list[int] = []
     client = kafka_admin._client
     describe = client.describe_topics
