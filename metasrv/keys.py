@@ -6,9 +6,12 @@ the only code that reads those values back.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -211,6 +214,61 @@ def decode_route(key: str, value: bytes) -> RegionRoute | None:
     return RegionRoute(
         region_id=region_id, topic=topic, node_id=node_id, checkpoint_entry_id=checkpoint
     )
+
+
+def decode_route_page(page_keys: Sequence[str], values: Sequence[bytes]) -> dict[str, Any] | None:
+    """`decode_route` of a page of keys at once, a column at a time with Arrow (the batch
+    job: no Python object per region): `region_id`, `topic`, `node_id` and
+    `checkpoint_entry_id` arrays; None when any key or value would not decode exactly as
+    `decode_route` decodes it (a malformed key, a value of another shape): decode that page
+    key by key."""
+    import pyarrow as pa  # the batch job's; the daemon never loads it
+    import pyarrow.compute as pc
+    import pyarrow.json as pajson
+
+    try:
+        raw = pa.array(page_keys, pa.string())
+        rest = pc.utf8_slice_codeunits(raw, len(TOPIC_REGION_PREFIX))
+        parts = pc.split_pattern(rest, "/", max_splits=1, reverse=True)
+        if pc.min(pc.list_value_length(parts)).as_py() != 2:
+            return None
+        topic = pc.list_element(parts, 0)
+        region_text = pc.list_element(parts, 1)
+        # Only plain decimal digits: what int() reads the same way.
+        if not pc.all(pc.match_substring_regex(region_text, r"^[0-9]{1,19}$")).as_py():
+            return None
+        region_id = pc.cast(region_text, pa.int64())
+        lines = b"\n".join(values)
+        # One line per value, or the rows would not line up with the keys.
+        if lines.count(b"\n") != len(values) - 1:
+            return None
+        decoded = pajson.read_json(pa.py_buffer(lines), parse_options=_route_json_options())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return None
+    if decoded.num_rows != len(values):
+        return None
+    checkpoint = decoded.column("checkpoint").combine_chunks()
+    return {
+        "region_id": region_id,
+        "topic": topic,
+        "node_id": pc.fill_null(decoded.column("node_id"), -1),
+        "checkpoint_entry_id": pc.struct_field(checkpoint, [0]),
+    }
+
+
+@functools.cache
+def _route_json_options() -> Any:
+    """Arrow's JSON reader held to the route value's shape; other fields are ignored."""
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    schema = pa.schema(
+        [
+            pa.field("node_id", pa.int64()),
+            pa.field("checkpoint", pa.struct([pa.field("entry_id", pa.int64())])),
+        ]
+    )
+    return pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
 
 
 # --- `__metasrv_election` -> {"node": str, "addr": str, "term": int} -----------------------

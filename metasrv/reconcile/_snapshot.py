@@ -6,11 +6,11 @@ topics while we read could show up twice or not at all: both are read from one
 into a Parquet file page by page, so a map of millions of keys never sits in driver
 memory as Python objects.
 
-Each page of keys is decoded column-wise by Arrow: the key's topic and region id with
-string kernels, the JSON values with Arrow's JSON reader, so no Python object is built
-per region beyond the key and value the store hands over. A page that does not decode
-cleanly that way (a malformed key, a value of an unexpected shape) is decoded key by key
-with `keys.decode_route`, which keeps a damaged region mapped.
+Each page of keys is decoded column-wise by Arrow (`keys.decode_route_page`: the key's
+topic and region id with string kernels, the JSON values with Arrow's JSON reader), so no
+Python object is built per region beyond the key and value the store hands over. A page
+that does not decode cleanly that way (a malformed key, a value of an unexpected shape) is
+decoded key by key with `keys.decode_route`, which keeps a damaged region mapped.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from metasrv import keys
@@ -34,14 +33,6 @@ logger = logging.getLogger(__name__)
 
 PAGE = 20_000
 """Keys per page of the snapshot read (about 2 MB of routes)."""
-
-_VALUE_SCHEMA = pa.schema(
-    [
-        pa.field("node_id", pa.int64()),
-        pa.field("checkpoint", pa.struct([pa.field("entry_id", pa.int64())])),
-    ]
-)
-_JSON_PARSE = pajson.ParseOptions(explicit_schema=_VALUE_SCHEMA, unexpected_field_behavior="ignore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,39 +54,10 @@ class KvSnapshot:
 
 
 def _decode_fast(page: KeyPage) -> pa.Table | None:
-    """`MAP_SCHEMA` rows of a page decoded column-wise, or None when any key or value
-    does not decode exactly as `keys.decode_route` would decode it."""
-    try:
-        raw = pa.array(page.keys, pa.string())
-        rest = pc.utf8_slice_codeunits(raw, len(keys.TOPIC_REGION_PREFIX))
-        parts = pc.split_pattern(rest, "/", max_splits=1, reverse=True)
-        if pc.min(pc.list_value_length(parts)).as_py() != 2:
-            return None
-        topic = pc.list_element(parts, 0)
-        region_text = pc.list_element(parts, 1)
-        # Only plain decimal digits: what int() reads the same way.
-        if not pc.all(pc.match_substring_regex(region_text, r"^[0-9]{1,19}$")).as_py():
-            return None
-        region_id = pc.cast(region_text, pa.int64())
-        lines = b"\n".join(page.values)
-        # One line per value, or the rows would not line up with the keys.
-        if lines.count(b"\n") != len(page.values) - 1:
-            return None
-        values = pajson.read_json(pa.py_buffer(lines), parse_options=_JSON_PARSE)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return None
-    if values.num_rows != len(page.values):
-        return None
-    checkpoint = values.column("checkpoint").combine_chunks()
-    return pa.table(
-        {
-            "region_id": region_id,
-            "topic": topic,
-            "node_id": pc.fill_null(values.column("node_id"), -1),
-            "checkpoint_entry_id": pc.struct_field(checkpoint, [0]),
-        },
-        schema=MAP_SCHEMA,
-    )
+    """`MAP_SCHEMA` rows of a page decoded column-wise (`keys.decode_route_page`), or None
+    when any key or value does not decode exactly as `keys.decode_route` would decode it."""
+    columns = keys.decode_route_page(page.keys, page.values)
+    return None if columns is None else pa.table(columns, schema=MAP_SCHEMA)
 
 
 def _decode_slow(page: KeyPage) -> tuple[pa.Table, int]:
