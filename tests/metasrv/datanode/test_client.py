@@ -35,6 +35,7 @@ from metasrv.errors import NotFound, NotLeader
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.wire import HeartbeatResponse, MetasrvClient
+from tests._wait import wait_until
 from tests.metasrv.datanode._vectors import DIR as VECTORS_DIR
 from tests.metasrv.datanode._vectors import VECTORS, read_hex
 from tests.procedures._harness import produce
@@ -58,8 +59,8 @@ class Cluster:
 
 def settled(procs: list[MetasrvProcess], prefix: str, timeout: float = 30.0) -> Cluster:
     """The two processes once one serves as leader and the other names it."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def settled_now() -> Cluster | None:
         views = {}
         for proc in procs:
             with contextlib.suppress(httpx.HTTPError, ValueError):
@@ -72,8 +73,9 @@ def settled(procs: list[MetasrvProcess], prefix: str, timeout: float = 30.0) -> 
             named = views[follower.url].get("leader") or ""
             if named and leader.url.endswith(named):
                 return Cluster(leader, follower, prefix)
-        assert time.monotonic() < deadline, f"no settled leader: {views}"
-        time.sleep(0.1)
+        return None
+
+    return wait_until(settled_now, "one leader the other names", timeout=timeout, interval=0.1)
 
 
 @contextlib.contextmanager
@@ -264,19 +266,24 @@ def test_after_a_leader_sigkill_datanodes_reach_the_survivor_with_spread_retries
         for node in nodes:
             assert node.loop is not None
             node.loop.start()
-        deadline = time.monotonic() + 20
-        while any(len(n.answered_by(leader)) < 2 for n in nodes):
-            assert time.monotonic() < deadline, "datanodes not heartbeating to the leader"
-            time.sleep(0.1)
+        wait_until(
+            lambda: all(len(n.answered_by(leader)) >= 2 for n in nodes),
+            "every datanode heartbeating to the leader",
+            timeout=20,
+            interval=0.1,
+        )
 
         assert cluster.leader.proc is not None
         os.kill(cluster.leader.proc.pid, signal.SIGKILL)
         killed = time.monotonic()
         cluster.leader.proc.wait(10)
 
-        deadline = killed + LEASE_SECS + 15
-        while time.monotonic() < deadline and not all(n.answered_by(survivor) for n in nodes):
-            time.sleep(0.1)
+        wait_until(
+            lambda: all(n.answered_by(survivor) for n in nodes),
+            "every datanode answered by the survivor",
+            timeout=LEASE_SECS + 15,
+            interval=0.1,
+        )
     finally:
         for node in nodes:
             if node.loop is not None:
@@ -358,10 +365,8 @@ def test_a_flush_instruction_reaches_the_callback_and_the_flush_is_reported(
         )
         db.loop.start()
         try:
-            deadline = time.monotonic() + 10
-            while db.loop.sent < 1:
-                assert time.monotonic() < deadline, db.loop.last_error
-                time.sleep(0.05)
+            loop = db.loop
+            wait_until(lambda: loop.sent >= 1, "a heartbeat sent", timeout=10)
             (info,) = operator.wait(operator.purge([topic]), timeout=60, poll_interval=0.1)
             stat = operator.region(region).stat
         finally:

@@ -14,6 +14,7 @@ import pytest
 from metasrv.datanode import Backoff, FlushInstructions, HeartbeatLoop
 from metasrv.errors import NotLeader, Unavailable
 from metasrv.wire import HeartbeatResponse, Instruction
+from tests._wait import wait_until
 
 
 def answer(*instructions: tuple[str, list[int]]) -> HeartbeatResponse:
@@ -125,9 +126,7 @@ def test_a_bug_stops_the_loop_and_check_raises_it() -> None:
 
     loop = HeartbeatLoop(send, report, interval=0.01, first_after=0.0)
     loop.start()
-    deadline = time.monotonic() + 5
-    while loop.alive and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: not loop.alive, "the loop ended by the bug", timeout=5)
     with pytest.raises(KeyError):
         loop.check()
     loop.stop()
