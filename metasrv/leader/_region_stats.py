@@ -164,12 +164,12 @@ def _rows(columns: Mapping[str, np.ndarray], names: list[str], at: np.ndarray) -
 
 def _columns_of_rows(rows: list[StatRow]) -> dict[str, np.ndarray]:
     """Rows as columns, but for their topics (which the table turns into codes)."""
-    return {
-        c.name: np.array(or_null(values) if c.nullable else values, c.dtype)
-        for c in SCHEMA
-        if c.name != "topic"
-        for values in [list(map(attrgetter(c.row), rows))]
-    }
+    columns: dict[str, np.ndarray] = {}
+    for c in SCHEMA:
+        if c.name != "topic":
+            values = list(map(attrgetter(c.row), rows))
+            columns[c.name] = np.array(or_null(values) if c.nullable else values, c.dtype)
+    return columns
 
 
 def regressed(

@@ -28,9 +28,9 @@ from metasrv.leader import (
     TopicRegionMap,
 )
 from metasrv.metrics import Metrics
-from metasrv.model import RegionStat
+from metasrv.model import RegionStat, prunable_entry_id
 from metasrv.settings import load_settings
-from metasrv.wire import encode_columns
+from metasrv.wire import RejectReason, encode_columns
 from tests._gc import tracked_reachable
 from tests._metrics import sample
 
@@ -866,5 +866,120 @@ async def test_columns_and_json_agree_on_random_heartbeat_sequences(kafka_bootst
                 )
         for counted in paths:  # both paths ran, for each encoding
             assert counted.taken > 35 and counted.declined > 10
+    finally:
+        kv.close()
+
+
+class PlainJudge:
+    """The heartbeat rules of `metasrv.leader._judge`, region by region over a dict: the
+    reference the column judge is compared with."""
+
+    def __init__(self, routes: dict[int, tuple[str, int]]) -> None:
+        self.routes = routes
+        self.rows: dict[int, tuple[int, str, int, int | None, int, int | None, int]] = {}
+
+    def beat(self, node: int, regions: list[dict[str, Any]]) -> list[tuple[int, str]]:
+        rejected = []
+        for r in regions:
+            rid, topic, flushed = r["region_id"], r["topic"], r["flushed_entry_id"]
+            latest, manifest = r["topic_latest_entry_id"], r["manifest_version"]
+            if rid < 0 or flushed < -1 or (latest is not None and latest < -1):
+                rejected.append((rid, "negative_id"))
+                continue
+            old = self.rows.get(rid)
+            if old is not None and (old[1] != topic or old[0] != node):
+                old = None  # the route decides
+            if old is not None:
+                old_manifest = old[5]
+                recreated = (
+                    manifest is not None and old_manifest is not None and manifest < old_manifest
+                )
+                if flushed < old[2] and not recreated:
+                    rejected.append((rid, "stat_regressed"))
+                    continue
+            else:
+                route = self.routes.get(rid)
+                if route is None or route[0] != topic:
+                    reason = "unknown_region" if route is None else "topic_mismatch"
+                    rejected.append((rid, reason))
+                    continue
+                if route[1] != node:
+                    rejected.append((rid, "wrong_node"))
+                    continue
+            memtable = r["memtable_bytes"]
+            prunable = prunable_entry_id(flushed, latest, memtable)
+            self.rows[rid] = (node, topic, flushed, latest, memtable, manifest, prunable)
+        return rejected
+
+
+@pytest.mark.parametrize("encoding", ["json", "columns", "prepared"])
+async def test_the_column_judge_agrees_with_a_plain_per_region_model(
+    kafka_bootstrap: str, encoding: str
+) -> None:
+    rng = random.Random(11)
+    routes = {i: (f"t_{i % 3}", 1 + i % 2) for i in range(1, 61)}
+    kv = SqlKv.open("sqlite://", create=True)
+    try:
+        kv.batch_put(
+            [(keys.topic_region(t, i), keys.encode_route(n, None)) for i, (t, n) in routes.items()]
+        )
+        setup = Setup(kv, kafka_bootstrap, "json" if encoding == "json" else "columns")
+        await setup.region_map.load()
+        if encoding == "prepared":
+            setup.registry.prepare(setup.region_map.routes_by_topic().items())
+        model = PlainJudge(routes)
+        seen: set[str] = set()
+        flushed = dict.fromkeys(range(1, 80), 0)
+        manifest = dict.fromkeys(range(1, 80), 100)
+        for step in range(120):
+            node = 1 + step % 2
+            # Mostly each datanode's own regions, moving forward; now and then another's
+            # (wrong_node), unmapped ids, other topics, regressions, re-creations, bad ids.
+            own = [i for i in range(1, 61) if routes[i][1] == node]
+            picked = rng.sample(own, 20) + rng.sample(range(1, 80), rng.choice([0, 0, 3]))
+            regions = []
+            for i in dict.fromkeys(picked):
+                roll = rng.random()
+                if roll < 0.05:
+                    manifest[i] -= 1
+                    flushed[i] = rng.randrange(0, 5)
+                else:
+                    flushed[i] += rng.randrange(0, 3)
+                value = flushed[i] - (3 if roll > 0.92 else 0)
+                if roll > 0.98:
+                    value = -7
+                topic = f"t_{(i + (roll < 0.03)) % 3}"
+                latest = rng.choice([None, value + rng.randrange(0, 50)])
+                version = None if roll < 0.1 else manifest[i]
+                memtable = rng.choice([0, 0, 5])
+                regions.append(
+                    region(
+                        i, value, topic=topic, latest=latest, memtable=memtable, manifest=version
+                    )
+                )
+            setup.clock.now += 1
+            if encoding == "json":
+                body = {"node_id": node, "regions": regions}
+                answer = orjson.loads(setup.handler.handle(orjson.dumps(body)))
+            else:
+                answer = setup.beat_columns(regions, node_id=node)
+            expected = model.beat(node, regions)
+            assert [(r["region_id"], r["reason"]) for r in answer["rejected"]] == expected, step
+            seen.update(reason for _, reason in expected)
+            stored_rows = {
+                rid: (
+                    row.node_id,
+                    t,
+                    row.flushed_entry_id,
+                    row.topic_latest_entry_id,
+                    row.memtable_bytes,
+                    row.manifest_version,
+                    row.prunable_entry_id,
+                )
+                for t, rows in stored(setup.registry).items()
+                for rid, row in rows.items()
+            }
+            assert stored_rows == model.rows, step
+        assert seen == {reason.value for reason in RejectReason}  # every rule exercised
     finally:
         kv.close()
