@@ -162,6 +162,19 @@ def _rows(columns: Mapping[str, np.ndarray], names: list[str], at: np.ndarray) -
     return list(map(StatRow, *values))
 
 
+def _row(columns: Mapping[str, np.ndarray], names: list[str], at: int) -> StatRow:
+    """`_rows` of one position, read a value at a time (cheaper than a column pass)."""
+    values: list[Any] = []
+    for c in SCHEMA:
+        value = columns[c.name][at].item()
+        if c.name == "topic":
+            value = names[value]
+        elif c.nullable and value == NULL:
+            value = None
+        values.append(value)
+    return StatRow(*values)
+
+
 def _columns_of_rows(rows: list[StatRow]) -> dict[str, np.ndarray]:
     """Rows as columns, but for their topics (which the table turns into codes)."""
     columns: dict[str, np.ndarray] = {}
@@ -548,7 +561,7 @@ class TopicCopy:
         return local
 
     def row(self, slot: int) -> StatRow:
-        return self.rows(np.array([slot], np.intp))[0]
+        return _row(self._columns, self._names, int(np.searchsorted(self._held, slot)))
 
     def rows(self, slots: np.ndarray) -> list[StatRow]:
         return _rows(self._columns, self._names, self._local(slots))
@@ -614,7 +627,7 @@ class StatTable:
 
     def row(self, slot: int) -> StatRow:
         """The row stored in `slot`."""
-        return self.rows(np.array([slot], np.intp))[0]
+        return _row(self._columns, self._topics.names, slot)
 
     def rows(self, slots: np.ndarray) -> list[StatRow]:
         """The rows in `slots`, in order, a column at a time."""
