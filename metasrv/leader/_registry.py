@@ -93,8 +93,9 @@ class RegionRegistry:
     # --- regions ---------------------------------------------------------------------
 
     def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
-        """Store rows grouped by topic (each row naming its batch's topic), new regions
-        a column at a time."""
+        """Store rows grouped by topic (each row naming its batch's topic), a column at a
+        time (`StatTable.store`). Heartbeats store through `Judged.store`; this seeds a
+        registry in tests and benchmarks."""
         region_ids: list[int] = []
         rows: list[StatRow] = []
         for batch in batches.values():
