@@ -136,9 +136,9 @@ def columns_table(
 
 def stats_columns(stats: Iterable[RegionStat]) -> RowColumns:
     """Stats as columns (tools, tests and rejected reports: not the periodic pass)."""
+    listed = list(stats)  # distinct regions: a mapping's values, or one report each
     table = StatTable()
-    for stat in stats:
-        table.put(stat.region_id, row_of(stat))
+    table.put_many([stat.region_id for stat in listed], list(map(row_of, listed)))
     return table.columns()
 
 
