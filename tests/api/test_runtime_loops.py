@@ -1,7 +1,7 @@
 """The process's background loops on real etcd, Kafka and SQLite: started in one place,
 drained in reverse order (the writers while this process still leads, then it resigns),
-a second close does nothing; and a new term's first purge round waits for the term's
-reports, not the interval."""
+a second close does nothing; a loop that dies is named by readiness while the others run
+on; and a new term's first purge round waits for the term's reports, not the interval."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from api import queries
 from api.runtime import Runtime
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv
 from metasrv.process import Supervised
+from tests._metrics import sample
 from tests._wait import eventually, wait_until
 from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
 
@@ -99,3 +101,35 @@ def test_a_new_terms_first_purge_round_runs_once_every_mapped_region_reported(
         assert client.post("/v1/heartbeat", json=heartbeat(1, reports)).status_code == 200
         [line] = wait_until(first_rounds, "the term's first purge round")
     assert line.__dict__["after_s"] < 60  # not the hour
+
+
+async def test_a_loop_that_dies_is_named_by_readiness_and_the_others_run_on(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime.build(make_settings())
+    sampled = 0
+
+    def dies_after_a_round() -> float:
+        nonlocal sampled
+        sampled += 1
+        if sampled > 1:
+            raise OverflowError("a bug outside the round")  # not a failed round: a death
+        return 0.05
+
+    monkeypatch.setattr(runtime.wal_trend, "next_round_in", dies_after_a_round)
+    try:
+        await runtime.start()
+        await eventually(lambda: runtime.background.dead() == ["wal_trend"], "wal_trend dead")
+        checks = await queries.readiness(runtime)
+        assert checks["background_tasks"] == "dead: wal_trend"
+        assert {k: v for k, v in checks.items() if k != "background_tasks"} == {
+            "kv": "ok",
+            "kafka": "ok",
+            "history": "ok",
+        }
+        running = [runtime.ticker.task, runtime.checkpointer.task, runtime.procedures.task]
+        assert all(task is not None and not task.done() for task in running)
+        errors = {"task": "wal_trend"}
+        assert sample(runtime.metrics, "metasrv_background_task_errors_total", errors) == 1
+    finally:
+        await runtime.close()
