@@ -6,7 +6,7 @@ It knows no procedure kind; the runtime registers them (today the one in
 
 from metasrv.wire import TERMINAL_STATES, ProcedureState
 from procedures._events import EventLog, EventRetention
-from procedures._group_commit import GroupCommitter
+from procedures._group_commit import GroupCommitter, MicroBatcher, Pending
 from procedures._history import History
 from procedures._leader import LeaderFence
 from procedures._manager import ProcedureManager
@@ -31,7 +31,9 @@ __all__ = [
     "GroupCommitter",
     "History",
     "LeaderFence",
+    "MicroBatcher",
     "Next",
+    "Pending",
     "Procedure",
     "ProcedureManager",
     "ProcedureRecord",

@@ -3,9 +3,10 @@
 Each purge procedure works on one topic, but a purge cycle runs hundreds of them at
 once. Issuing one ListOffsets/DeleteRecords round trip per topic would make a cycle over
 1,024 topics take thousands of broker round trips; instead every request waiting at
-the same moment joins one batched admin call (the adapter already batches per call).
-A batch that fails as a whole is retried topic by topic, so one bad topic's error
-reaches only the procedure that asked about it.
+the same moment joins one batched admin call (the adapter already batches per call), by
+the micro-batching the kv group commit uses (`procedures.MicroBatcher`). A batch that
+fails as a whole is retried topic by topic, so one bad topic's error reaches only the
+procedure that asked about it.
 """
 
 from __future__ import annotations
@@ -13,23 +14,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from metasrv.errors import KafkaUnavailable, MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
+from procedures import MicroBatcher, Pending
 
 logger = logging.getLogger(__name__)
 
 A = TypeVar("A")
 R = TypeVar("R")
 
-_Batch = dict[str, tuple[A, list["asyncio.Future[R]"]]]
 
-
-class Coalescer(Generic[A, R]):
-    """Runs `call({topic: arg})` in a thread for every request pending at flush time; a
-    topic whose answer is an error fails only the requests about that topic."""
+class Coalescer(MicroBatcher[tuple[str, A], R]):
+    """Runs `call({topic: arg})` in a thread for every request pending at flush time (the
+    args of one topic merged with `merge`); a topic whose answer is an error fails only
+    the requests about that topic."""
 
     def __init__(
         self,
@@ -38,82 +39,51 @@ class Coalescer(Generic[A, R]):
         *,
         window: float,
     ) -> None:
+        super().__init__(window=window)
         self._call = call
         self._merge = merge
-        self._window = window
-        self._pending: _Batch[A, R] = {}
-        self._drainer: asyncio.Task[None] | None = None
 
-    async def submit(self, topic: str, arg: A) -> R:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
-        entry = self._pending.get(topic)
-        if entry is None:
-            self._pending[topic] = (arg, [future])
-        else:
-            self._pending[topic] = (self._merge(entry[0], arg), [*entry[1], future])
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain())
-        return await future
+    async def submit_topic(self, topic: str, arg: A) -> R:
+        """The answer about `topic`, asked with `arg`."""
+        return await self.submit((topic, arg))
 
-    async def _drain(self) -> None:
-        while self._pending:
-            # A short pause lets every procedure that is about to ask join this batch.
-            await asyncio.sleep(self._window)
-            batch, self._pending = self._pending, {}
-            args = {topic: arg for topic, (arg, _) in batch.items()}
-            try:
-                results = await asyncio.to_thread(self._call, args)
-            except MetasrvError as exc:
-                if len(args) == 1:
-                    self._fail(batch, exc)
-                    continue
-                await self._one_by_one(batch)
-                continue
-            except BaseException as exc:
-                self._fail(batch, exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                continue
-            for topic, (_, futures) in batch.items():
-                if topic in results:
-                    self._resolve(futures, results[topic])
-                else:
-                    self._reject(futures, MetasrvError(f"no answer from Kafka for topic {topic}"))
+    async def serve(self, batch: list[Pending[tuple[str, A], R]]) -> None:
+        by_topic: dict[str, tuple[A, list[Pending[tuple[str, A], R]]]] = {}
+        for p in batch:
+            topic, arg = p.request
+            held = by_topic.get(topic)
+            by_topic[topic] = (
+                (arg, [p]) if held is None else (self._merge(held[0], arg), [*held[1], p])
+            )
+        args = {topic: arg for topic, (arg, _) in by_topic.items()}
+        try:
+            results = await asyncio.to_thread(self._call, args)
+        except MetasrvError:
+            if len(args) == 1:
+                raise
+            await asyncio.gather(*(self._one(t, a, ps) for t, (a, ps) in by_topic.items()))
+            return
+        for topic, (_, pendings) in by_topic.items():
+            self._answer(topic, results, pendings)
 
-    async def _one_by_one(self, batch: _Batch[A, R]) -> None:
-        async def one(topic: str, arg: A, futures: list[asyncio.Future[R]]) -> None:
-            try:
-                result = await asyncio.to_thread(self._call, {topic: arg})
-            except MetasrvError as exc:
-                self._reject(futures, exc)
-                return
-            if topic in result:
-                self._resolve(futures, result[topic])
-            else:
-                self._reject(futures, MetasrvError(f"no answer from Kafka for topic {topic}"))
-
-        await asyncio.gather(*(one(t, a, fs) for t, (a, fs) in batch.items()))
+    async def _one(self, topic: str, arg: A, pendings: list[Pending[tuple[str, A], R]]) -> None:
+        try:
+            result = await asyncio.to_thread(self._call, {topic: arg})
+        except MetasrvError as exc:
+            for p in pendings:
+                p.answer(exc)
+            return
+        self._answer(topic, result, pendings)
 
     @staticmethod
-    def _resolve(futures: list[asyncio.Future[R]], value: R | MetasrvError) -> None:
-        for f in futures:
-            if f.done():
-                continue
-            if isinstance(value, MetasrvError):
-                f.set_exception(value)
-            else:
-                f.set_result(value)
-
-    @staticmethod
-    def _reject(futures: list[asyncio.Future[R]], exc: BaseException) -> None:
-        for f in futures:
-            if not f.done():
-                f.set_exception(exc)
-
-    def _fail(self, batch: _Batch[A, R], exc: BaseException) -> None:
-        for _, futures in batch.values():
-            self._reject(futures, exc)
+    def _answer(
+        topic: str,
+        results: Mapping[str, R | MetasrvError],
+        pendings: list[Pending[tuple[str, A], R]],
+    ) -> None:
+        answer = results.get(topic, MetasrvError(f"no answer from Kafka for topic {topic}"))
+        for p in pendings:
+            p.answer(answer)
 
 
 class KafkaBatcher:
@@ -131,7 +101,7 @@ class KafkaBatcher:
     async def offsets(self, topic: str) -> PartitionOffsets:
         """Log start offset and high watermark of the topic's partition 0, and Kafka's
         topic id, read with them in the same batch (never cached: a recreated topic shows)."""
-        return await self._offsets.submit(topic, None)
+        return await self._offsets.submit_topic(topic, None)
 
     async def offsets_tolerant(
         self, topics: list[str], *, timeout: float
@@ -161,4 +131,4 @@ class KafkaBatcher:
 
     async def delete_records(self, topic: str, offset: int) -> int:
         """DeleteRecords(topic, 0, offset); returns the low watermark after it."""
-        return await self._deletes.submit(topic, offset)
+        return await self._deletes.submit_topic(topic, offset)

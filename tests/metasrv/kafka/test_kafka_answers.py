@@ -61,8 +61,8 @@ async def test_a_batch_answer_fails_only_the_topics_kafka_failed() -> None:
         return {"wal_0": 7, "wal_1": down}
 
     coalescer: Coalescer[None, int] = Coalescer(call, lambda a, b: None, window=0.01)
-    ok = asyncio.ensure_future(coalescer.submit("wal_0", None))
-    failed = asyncio.ensure_future(coalescer.submit("wal_1", None))
+    ok = asyncio.ensure_future(coalescer.submit_topic("wal_0", None))
+    failed = asyncio.ensure_future(coalescer.submit_topic("wal_1", None))
     assert await ok == 7
     with pytest.raises(KafkaUnavailable) as raised:
         await failed
