@@ -24,6 +24,7 @@ from metasrv.kv import EtcdKv
 from metasrv.reconcile import RunOptions, run_reconcile
 from metasrv.settings import load_settings
 from metasrv.stat_history import STATS_DIR, cluster_root, writer_partition
+from tests._wait import wait_until
 from tests.api.conftest import heartbeat, region
 from tests.api.test_failover import leader_of
 from toolbox.simulator import MetasrvProcess, free_port, render_config
@@ -83,30 +84,50 @@ def daemons(
         kafka.close()
 
 
-def _report(addr: str, regions: list[dict[str, Any]], seconds: float) -> None:
-    """Heartbeat `regions` to `addr` for `seconds`, flushed ids moving up; all accepted."""
-    deadline = time.monotonic() + seconds
+def _rows_by_writer(root: str) -> dict[str, set[int]]:
+    """The region ids in the stat history, by the writer partition that holds them."""
+    rows = ds.dataset(f"{root}/{STATS_DIR}", format="parquet", partitioning="hive").to_table()
+    by_writer: dict[str, set[int]] = {}
+    for row in rows.select(["writer", "region_id"]).to_pylist():
+        by_writer.setdefault(row["writer"], set()).add(row["region_id"])
+    return by_writer
+
+
+def _report_until_recorded(
+    addr: str, regions: list[dict[str, Any]], root: str, writer: str
+) -> None:
+    """Heartbeat `regions` to `addr` (flushed ids moving up; all accepted) every 0.2 s
+    until the stat history holds them under `writer`."""
     step = int(time.time() * 10)
-    while time.monotonic() < deadline:
+    wanted = {r["region_id"] for r in regions}
+
+    def beat_then_recorded() -> bool:
+        nonlocal step
         step += 1
         body = heartbeat(1, [{**r, "flushed_entry_id": step} for r in regions])
         resp = httpx.post(f"http://{addr}/v1/heartbeat", json=body, timeout=5)
         assert resp.status_code == 200, resp.text
         assert resp.json()["rejected"] == []
-        time.sleep(0.2)
+        try:
+            return wanted <= _rows_by_writer(root).get(writer, set())
+        except (OSError, ValueError):  # no file yet (pyarrow's errors are both)
+            return False
+
+    wait_until(beat_then_recorded, f"{addr}'s regions in the stat history", interval=0.2)
 
 
 def _await_leader(addr: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            view = httpx.get(f"http://{addr}/v1/leader", timeout=2).json()
-            if view["is_leader"] and view["serving"]:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{addr} did not take over within {timeout}s")
+    def serving() -> bool:
+        view = httpx.get(f"http://{addr}/v1/leader", timeout=2).json()
+        return bool(view["is_leader"] and view["serving"])
+
+    wait_until(
+        serving,
+        f"{addr} to take over",
+        timeout=timeout,
+        interval=0.1,
+        ignore=(httpx.TransportError,),
+    )
 
 
 @pytest.mark.timeout(300)
@@ -124,24 +145,23 @@ def test_reconcile_after_failover_sees_both_leaders_rows(
         ).json()["topic"]
         for rid in (1, 2, 3)
     }
+    settings = load_settings(daemons[second].config, reconcile={"out_dir": str(tmp_path / "out")})
+    root = cluster_root(settings)
+    assert root.startswith(str(tmp_path / "shared-stats"))
+    name = {addr: writer_partition(f"node-{addr.rsplit(':', 1)[1]}")[7:] for addr in addrs}
     # Region 2 reports only to the first leader, region 3 only to the second.
-    _report(first, [region(1, topics[1], 0), region(2, topics[2], 0)], seconds=2.0)
+    _report_until_recorded(
+        first, [region(1, topics[1], 0), region(2, topics[2], 0)], root, name[first]
+    )
     killed = daemons[first].proc
     assert killed is not None
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait(10)
     _await_leader(second, timeout=LEASE_SECS + 10)
-    _report(second, [region(1, topics[1], 0), region(3, topics[3], 0)], seconds=2.0)
-
-    settings = load_settings(daemons[second].config, reconcile={"out_dir": str(tmp_path / "out")})
-    root = cluster_root(settings)
-    assert root.startswith(str(tmp_path / "shared-stats"))
-    rows = ds.dataset(f"{root}/{STATS_DIR}", format="parquet", partitioning="hive").to_table()
-    by_writer: dict[str, set[int]] = {}
-    for row in rows.select(["writer", "region_id"]).to_pylist():
-        by_writer.setdefault(row["writer"], set()).add(row["region_id"])
-    name = {addr: writer_partition(f"node-{addr.rsplit(':', 1)[1]}")[7:] for addr in addrs}
-    assert by_writer == {name[first]: {1, 2}, name[second]: {1, 3}}
+    _report_until_recorded(
+        second, [region(1, topics[1], 0), region(3, topics[3], 0)], root, name[second]
+    )
+    assert _rows_by_writer(root) == {name[first]: {1, 2}, name[second]: {1, 3}}
 
     report = run_reconcile(
         settings, RunOptions(master="local[2]", out_dir=tmp_path / "out"), spark=spark
