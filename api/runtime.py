@@ -326,7 +326,10 @@ class Runtime:
         self.leadership.require_serving()
 
     async def _start_pool_creation(self) -> bool:
-        self._pool_task = asyncio.create_task(self._create_pool())
+        # A task of the term, not of the process: started and stopped by the leader
+        # hooks, but a death is reported like a loop's.
+        self._pool_task = asyncio.create_task(self._create_pool(), name="topic-pool")
+        self.background.watch("topic_pool", self._pool_task)
         return True
 
     async def _create_pool(self) -> None:
