@@ -15,7 +15,7 @@ regions for the first time, their first checkpoints reach the kv over minutes in
 as one burst that takes the cores the heartbeats need (etcd spends far more CPU per key
 than the leader does). Only regions whose prunable
 entry id or node changed are marked, and unchanged checkpoints are skipped, so an idle
-fleet writes nothing. A new term's background writer also waits for its first round:
+fleet writes nothing. A new term's background writer also waits for its first round (`Term`):
 until every mapped region has reported, or one `wal.checkpoint_interval` has passed, it
 writes nothing, so the cores the kv would take go to the first reports, the term's
 costliest heartbeats. The checkpoint
