@@ -24,7 +24,8 @@ script that predates that, inside the worktree; compare.py reads the figures, th
 worktree is removed (`--keep` keeps it).
 
 The figures of a run are read from its standard output: a JSON document (a script's
-`--json`), the JSON file a `results: PATH` line names (load.py, takeover_load.py), or else
+`--json`; numbers by dotted path, short lists indexed, a list of objects also as each
+field's median), the JSON file a `results: PATH` line names (load.py, takeover_load.py), or else
 every `label: number` / `label   number` line and every `N words` item of a `label: ...,
 ...` line (purge_cycle.py's `median cycle`, the fault suite's `faults: ... 0 entries
 lost`). compare.py prints, for each figure, the median over the runs of each side and
@@ -72,6 +73,8 @@ STACK_ENV = "METASRV_STACK_DIR"
 STACK = os.environ.get(STACK_ENV) or str(REPO / ".stack")
 """The services both sides use: this tree's stack (`metasrv stack up`), not one of the
 worktree's own (its `.stack/` would be empty)."""
+INDEXED = 12
+"""Longest list whose items are figures of their own (longer ones: series, samples)."""
 RESULTS_LINE = re.compile(r"^(?:results|JSON):\s*(?P<path>\S+\.json)\s*$", re.MULTILINE)
 
 
@@ -236,10 +239,20 @@ def _json_document(output: str) -> Any:
 
 
 def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
-    """Numbers of a JSON document by dotted path; lists (samples, series) left out."""
+    """Numbers of a JSON document by dotted path. A list of up to `INDEXED` items is
+    indexed (`windows.0.p99_ms`: load.py's first minute); a list of objects of any length
+    also gives each numeric field's median (`memory_samples.median.leader_cpu_cores`)."""
     if isinstance(value, dict):
         for key, item in value.items():
             yield from _flatten(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list):
+        if len(value) <= INDEXED:
+            for index, item in enumerate(value):
+                yield from _flatten(item, f"{prefix}.{index}")
+        rows = [dict(_flatten(item)) for item in value if isinstance(item, dict)]
+        for key in sorted({k for row in rows for k in row}):
+            numbers = [row[key] for row in rows if key in row]
+            yield f"{prefix}.median.{key}", statistics.median(numbers)
     elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         yield prefix, float(value)
 
