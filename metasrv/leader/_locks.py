@@ -3,7 +3,7 @@
 Registering a region takes its topic's shared (read) lock; a purge holds the exclusive
 (write) lock from prepare to the end of purge. Only the leader registers regions and
 runs procedures, so the lock lives in the leader's memory; a deposed leader is fenced
-at commit time by the election key (see metasrv/election.py), not by this lock.
+at commit time by the election key (see metasrv/election/), not by this lock.
 Writers are preferred so a stream of registrations cannot starve a purge.
 """
 

@@ -208,7 +208,7 @@ def _int_or_none(value: object) -> int | None:
 
 
 class RegionApi(Protocol):
-    """The slice of `metasrv.client.MetasrvClient` the executor uses."""
+    """The slice of `metasrv.wire.MetasrvClient` the executor uses."""
 
     def add_region(self, region_id: int, node_id: int, topic: str | None = None) -> Any: ...
 

@@ -1,7 +1,7 @@
 """The Spark side of a reconcile run: region-level findings over the map and stat history.
 
 Inputs arrive as Parquet the driver wrote (the kv snapshot) or the leader wrote (the stat
-history, metasrv/stat_history.py); the small per-topic facts (Kafka offsets, markers, the
+history, metasrv/stat_history/); the small per-topic facts (Kafka offsets, markers, the
 pool) travel as driver-side values and are broadcast. The rules are defined in `_rules.py`.
 """
 
@@ -71,7 +71,7 @@ class JobInputs:
     map_path: str
     """Parquet file or directory of `MAP_SCHEMA` rows (the kv snapshot's region map)."""
     history_dir: str
-    """The cluster's stat history root, a path or URL (`metasrv.stat_location.cluster_root`);
+    """The cluster's stat history root, a path or URL (`metasrv.stat_history.cluster_root`);
     the executors read it, so on a cluster it must be on storage they all reach."""
     markers: Mapping[str, int | None]
     """Topic markers: topic -> `pruned_entry_id` (kv `__topic_name/kafka/...`)."""

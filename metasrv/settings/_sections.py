@@ -233,7 +233,7 @@ class HistorySettings(_Section):
     url: str = "sqlite:///metasrv-history.db"
     # Not in DESIGN §6: where every leader writes the region stat history the reconcile job
     # reads (an absolute path or s3://, hdfs:// URL; "" = the default in
-    # metasrv/stat_location.py). Files go under cluster=<kv key prefix>/.
+    # metasrv/stat_history/_location.py). Files go under cluster=<kv key prefix>/.
     stats_url: Annotated[str, AfterValidator(check_stats_url)] = ""
     # Not in DESIGN §6: WAL events (GET /v1/events: prune attempts, data loss) older than
     # this are deleted by the leader, checked every quarter of it (1s..1h); "0s" keeps
@@ -299,7 +299,7 @@ class ElectionSettings(_Section):
 
 class ReconcileSettings(_Section):
     """Not in DESIGN §6: the Spark reconcile job (`metasrv reconcile`) and the stat history
-    the leader records for it (metasrv/stat_history.py; its location is
+    the leader records for it (metasrv/stat_history/; its location is
     `[history] stats_url`)."""
 
     spark_master: str = "local[2]"

@@ -7,7 +7,7 @@ that the migrated schema matches this metadata, so code and migrations cannot dr
   single-row revision table is a global counter so `mod_revision` grows monotonically
   across all keys, as etcd's store revision does.
 - `metasrv_election`: the SQL backend's leader lease rows, one per kv key prefix
-  (metasrv/sql_election.py).
+  (metasrv/election/_sql.py).
 - `procedure_history`, `purge_history`, `wal_events`: the history store (finished
   procedures, completed purges, every prune attempt's events and WAL data loss) read by
   the API; `wal_events` rows older than `history.events_retention` are deleted.

@@ -20,7 +20,7 @@
 One range for every id and counter, `metasrv.model.ID_MAX` (2**63-1) as at every other
 entry point; entry ids may also be -1 ("nothing"). Values outside int64 and wrong types
 make the whole body a 422 naming the field; negative region ids and entry ids below -1
-are per-region rejections (`negative_id`, see `metasrv.heartbeat`). msgspec decodes and
+are per-region rejections (`negative_id`, see metasrv/leader/_judge.py). msgspec decodes and
 checks a body in one pass in C into structs the garbage collector does not track.
 """
 
@@ -99,7 +99,8 @@ class Rejection(msgspec.Struct, kw_only=True):
 
 
 class HeartbeatResponse(msgspec.Struct, kw_only=True):
-    """`POST /v1/heartbeat` answer (the handler writes it directly; see metasrv/heartbeat.py)."""
+    """`POST /v1/heartbeat` answer (the handler writes it directly; see
+    metasrv/leader/_heartbeat.py)."""
 
     leader: str | None
     instructions: list[Instruction]
