@@ -19,7 +19,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "metasrv_kv",
-        # "C" collation on PostgreSQL: bytewise key order, as in etcd (see sql_schema.py).
+        # "C" collation on PostgreSQL: bytewise key order, as in etcd (see metasrv/sql/_schema.py).
         sa.Column(
             "key",
             sa.String(1024).with_variant(sa.String(1024, collation="C"), "postgresql"),

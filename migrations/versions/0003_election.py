@@ -1,4 +1,4 @@
-"""SQL backend leader election: the lease rows (metasrv/sql_election.py).
+"""SQL backend leader election: the lease rows (metasrv/election/_sql.py).
 
 Revision ID: 0003
 Revises: 0002
@@ -19,7 +19,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "metasrv_election",
-        # "C" collation on PostgreSQL, as the kv keys (see sql_schema.py).
+        # "C" collation on PostgreSQL, as the kv keys (see metasrv/sql/_schema.py).
         sa.Column(
             "name",
             sa.String(1024).with_variant(sa.String(1024, collation="C"), "postgresql"),
