@@ -12,7 +12,7 @@ configuration has no tokens at all, so a bare `metasrv start` is usable locally.
 default elsewhere: `metasrv start` bound to anything but loopback refuses to start while
 any role is open unless `auth.allow_open = true` (`check_exposure`), and logs every open
 role as a warning at start. `open_read = true` opens the read endpoints even when viewer
-tokens are set. Tokens may come from files (`*_token_files`, metasrv/settings.py).
+tokens are set. Tokens may come from files (`*_token_files`, metasrv/settings/_sections.py).
 Tokens are compared with `hmac.compare_digest`, against every configured token, so the
 time taken does not depend on how much of a token matched.
 Missing or unknown token: 401; a valid token of a role the endpoint does not admit: 403.

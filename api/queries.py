@@ -345,7 +345,7 @@ async def readiness(rt: Runtime) -> dict[str, str]:
 
     The answer needs no token, so it names the failing store, never its address or user:
     kv and Kafka errors are logged and answered as "unreachable" (the history check's own
-    messages carry no address: metasrv/schema_check.py).
+    messages carry no address: metasrv/sql/_check.py).
     """
 
     def kv_check() -> None:

@@ -89,7 +89,7 @@ def serve(settings: Settings) -> None:
 
     host, port = split_addr(settings.http.addr)
     check_exposure(settings.auth, host)
-    # The GC pacer (metasrv/gc_pacer.py) collects the young generation every 50 ms; the
+    # The GC pacer (metasrv/process/_gc_pacer.py) collects the young generation every 50 ms; the
     # interpreter's own trigger is only a backstop, set high so it rarely fires in between.
     gc.set_threshold(50_000, 20, 20)
     # A worker thread doing Python work (the etcd client building a checkpoint batch,

@@ -1,4 +1,4 @@
-"""The election as procedures see it (metasrv/election.py implements it)."""
+"""The election as procedures see it (metasrv/election/ implements it)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ class StatSource(Protocol):
 
 
 class TopicMap(Protocol):
-    """The topic-region map (metasrv/region_map.py)."""
+    """The topic-region map (metasrv/leader/_region_map.py)."""
 
     @property
     def loaded(self) -> bool:
@@ -76,7 +76,7 @@ class TopicMap(Protocol):
 
 
 class FlushMailbox(Protocol):
-    """Instructions to datanodes, delivered in heartbeat responses (metasrv/mailbox.py)."""
+    """Instructions to datanodes, delivered in heartbeat responses (metasrv/leader/_mailbox.py)."""
 
     def send_flush(self, node_id: int, region_ids: Iterable[int], *, ttl: float) -> str:
         """Queue a `flush_regions` instruction; return its id."""

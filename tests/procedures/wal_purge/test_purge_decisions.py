@@ -1,4 +1,5 @@
-"""The purge's decisions (`_plan.py`): pure functions of one snapshot, cases plus properties.
+"""The purge's decisions (procedures/wal_purge/_plan.py): pure functions of one snapshot,
+cases plus properties.
 
 Plans come from the real `plan_topic` over random small worlds (regions' stats, the
 marker, Kafka's offsets), so the properties hold for what the procedure actually meets.
