@@ -4,7 +4,7 @@ The reconcile job (metasrv/reconcile) reads it to tell which mapped regions stop
 reporting, which report a topic other than their mapped one, and which report without
 being mapped. The leader records it; nothing in the purge path reads it.
 
-Layout under a cluster's history directory (`metasrv.stat_location.cluster_root`: every
+Layout under a cluster's history directory (`metasrv.stat_history.cluster_root`: every
 leader of the cluster writes there, so a history survives failover), a Hive-partitioned
 dataset Spark or pyarrow reads on any filesystem pyarrow writes (local, shared mount,
 s3://, hdfs://):
@@ -217,7 +217,7 @@ class StatHistoryWriter(PeriodicLoop):
     """Writes the leader's region stats to the history directory every `interval` seconds.
 
     `directory` is the cluster's history root (a path or URL, see
-    `metasrv.stat_location`); `writer` names this metasrv node in the file layout.
+    `metasrv.stat_history.cluster_root`); `writer` names this metasrv node in the file layout.
     `source` returns the registry's live rows (`RegionRegistry.table`); give one that
     returns None while this process is not the leader, since a follower's view is empty
     or outdated. `write_snapshot` writes a given snapshot at once (tests, tools).
