@@ -342,7 +342,7 @@ class Node:
 
 
 class Stats:
-    """What one generator process saw (load.py's client JSON)."""
+    """What one generator process saw, raw or httpx (load.py's client JSON and `.lat`)."""
 
     def __init__(self) -> None:
         self.ok = 0
@@ -358,9 +358,32 @@ class Stats:
         self.leader_switches = 0
         """Moves to another metasrv address (a 421's leader, or away from a failure)."""
 
-    def error(self, key: str, at: float) -> None:
+    def error(self, key: str, at: float | None = None) -> None:
+        """Count a failed heartbeat (`at`: its send time, kept for the error timeline)."""
         self.errors[key] = self.errors.get(key, 0) + 1
-        self.error_times.append(at)
+        if at is not None:
+            self.error_times.append(at)
+
+    def write(self, out_file: str, generator: str, cpu: dict[str, float]) -> None:
+        """The counters to `out_file` (JSON) and each 200's send time, latency and datanode
+        to its `.lat` sibling (three arrays one after the other)."""
+        out = Path(out_file)
+        with out.with_suffix(".lat").open("wb") as fh:
+            self.times.tofile(fh)
+            self.latencies.tofile(fh)
+            self.nodes.tofile(fh)
+        counts = {
+            "ok": self.ok,
+            "count": len(self.latencies),
+            "errors": self.errors,
+            "rejected_regions": self.rejected_regions,
+            "region_stats": self.region_stats,
+            "missed": self.missed,
+            "follower": self.follower,
+            "error_times": [round(t, 2) for t in self.error_times[:2000]],
+            "leader_switches": self.leader_switches,
+        }
+        out.write_text(json.dumps({**counts, **cpu, "generator": generator}))
 
 
 class Generator:
@@ -593,28 +616,5 @@ def run(args: argparse.Namespace) -> None:
     stop.set()
     thread.join()
     admin.close()
-    stats = gen.stats
-    out = Path(args.out_file)
-    with out.with_suffix(".lat").open("wb") as fh:
-        stats.times.tofile(fh)
-        stats.latencies.tofile(fh)
-        stats.nodes.tofile(fh)
-    out.write_text(
-        json.dumps(
-            {
-                "ok": stats.ok,
-                "count": len(stats.latencies),
-                "errors": stats.errors,
-                "rejected_regions": stats.rejected_regions,
-                "region_stats": stats.region_stats,
-                "missed": stats.missed,
-                "follower": stats.follower,
-                "error_times": [round(t, 2) for t in stats.error_times[:2000]],
-                "leader_switches": stats.leader_switches,
-                "cpu_seconds": user + system,
-                "cpu_user_seconds": user,
-                "cpu_system_seconds": system,
-                "generator": "raw",
-            }
-        )
-    )
+    cpu = {"cpu_seconds": user + system, "cpu_user_seconds": user, "cpu_system_seconds": system}
+    gen.stats.write(args.out_file, "raw", cpu)

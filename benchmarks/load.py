@@ -47,7 +47,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,25 +80,6 @@ def topic_of(prefix: str, node: int, index: int, regions: int, topics: int) -> s
 
 
 # --- load generator (client process) ------------------------------------------------------
-
-
-@dataclass
-class ClientStats:
-    """What one load-generator process saw."""
-
-    ok: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    rejected_regions: dict[str, int] = field(default_factory=dict)
-    region_stats: int = 0
-    missed: int = 0
-    follower: dict[str, int] = field(default_factory=dict)
-    times: array.array[float] = field(default_factory=lambda: array.array("d"))
-    latencies: array.array[float] = field(default_factory=lambda: array.array("d"))
-    error_times: list[float] = field(default_factory=list)
-    leader_switches: int = 0
-
-    def error(self, key: str) -> None:
-        self.errors[key] = self.errors.get(key, 0) + 1
 
 
 COLUMN_FIELDS = (
@@ -219,7 +199,7 @@ async def run_client(args: argparse.Namespace) -> None:
     admin = KafkaAdmin(args.kafka)
     await asyncio.to_thread(fleet.refresh, admin)
     fleet.prime()
-    stats = ClientStats()
+    stats = _load_gen.Stats()
     start_at, end_at = args.start_at, args.start_at + args.duration
     headers = {"content-type": CONTENT_TYPES[args.encoding]}
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -284,8 +264,7 @@ async def run_client(args: argparse.Namespace) -> None:
                         if named and f"http://{named}" != str(client.base_url).rstrip("/"):
                             client.base_url = httpx.URL(f"http://{named}")
                             stats.leader_switches += 1
-                    stats.error(key)
-                    stats.error_times.append(sent - start_at)
+                    stats.error(key, sent - start_at)
                     continue
                 body = orjson.loads(resp.content)
                 stats.ok += 1
@@ -325,26 +304,7 @@ async def run_client(args: argparse.Namespace) -> None:
         stop.set()
         await hw
     admin.close()
-    out = Path(args.out_file)
-    with out.with_suffix(".lat").open("wb") as fh:
-        stats.times.tofile(fh)
-        stats.latencies.tofile(fh)
-    out.write_text(
-        json.dumps(
-            {
-                "ok": stats.ok,
-                "count": len(stats.latencies),
-                "errors": stats.errors,
-                "rejected_regions": stats.rejected_regions,
-                "region_stats": stats.region_stats,
-                "missed": stats.missed,
-                "follower": stats.follower,
-                "error_times": [round(t, 2) for t in stats.error_times[:2000]],
-                "leader_switches": stats.leader_switches,
-                "cpu_seconds": time.process_time() - cpu0,
-            }
-        )
-    )
+    stats.write(args.out_file, "httpx", {"cpu_seconds": time.process_time() - cpu0})
 
 
 # --- driver -----------------------------------------------------------------------------
