@@ -22,18 +22,37 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from metasrv import keys
+from metasrv.election import Election
 from metasrv.errors import Conflict, DamagedMarker, LeadershipLost, NotFound
 from metasrv.keys import Marker, ResetLatch
 from metasrv.kv import Compare, KeyValue, KvBackend, Put
+from metasrv.leader import RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.wire import EventKind, WalEvent
-
-if TYPE_CHECKING:
-    from api.runtime import Runtime
+from procedures.wal_purge import PurgeServices
 
 logger = logging.getLogger(__name__)
+
+
+class ResetRuntime(Protocol):
+    """What a topic reset uses of the leader's components (`api.runtime.Runtime`, which
+    calls this module and so is not imported by it)."""
+
+    @property
+    def kv(self) -> KvBackend: ...
+    @property
+    def election(self) -> Election: ...
+    @property
+    def purge(self) -> PurgeServices: ...
+    @property
+    def region_map(self) -> TopicRegionMap: ...
+    @property
+    def locks(self) -> TopicLocks: ...
+    @property
+    def registry(self) -> RegionRegistry: ...
+
 
 MISSING_REASON = "topic_missing"
 """The reason latched for a pool topic a leader found missing from Kafka with a marker."""
@@ -63,7 +82,9 @@ def read_markers(kv: KvBackend, topics: Collection[str]) -> dict[str, KeyValue]:
     return found
 
 
-async def write_marker(rt: Runtime, topic: str, current: KeyValue | None, marker: Marker) -> bool:
+async def write_marker(
+    rt: ResetRuntime, topic: str, current: KeyValue | None, marker: Marker
+) -> bool:
     """Replace the marker key as read (`current`) with `marker`, by compare-and-swap on its
     revision plus the election's fence. False when the key changed since it was read;
     `LeadershipLost` when the fence broke."""
@@ -96,7 +117,7 @@ def _event(kind: EventKind, topic: str, message: str, details: Mapping[str, Any]
     )
 
 
-async def report_missing(rt: Runtime, topic: str, stored: KeyValue) -> None:
+async def report_missing(rt: ResetRuntime, topic: str, stored: KeyValue) -> None:
     """A pool topic Kafka lacks although it has a marker (`stored`): log it as an error,
     record a `topic_reset` event and latch the reset into the marker (fenced CAS; a reset
     already latched is kept as it is). A damaged marker is reported, never rewritten."""
@@ -138,7 +159,7 @@ class ResolvedReset:
     """The marker as it was (its reset latch included)."""
 
 
-async def resolve_reset(rt: Runtime, topic: str, topic_id: str) -> ResolvedReset:
+async def resolve_reset(rt: ResetRuntime, topic: str, topic_id: str) -> ResolvedReset:
     """Resolve the reset latched in `topic`'s marker, given Kafka's current topic id.
 
     `NotFound`: metasrv knows no such topic. `Conflict` (409): no reset is latched, Kafka
