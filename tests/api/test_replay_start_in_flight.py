@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ from api.runtime import Runtime
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import Compare, Put, TxnOp, TxnResult
+from tests._wait import wait_until
 from tests.api._live import produce
 from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
 from tests.metasrv.kafka._recreate import recreate_topic
@@ -28,13 +28,6 @@ IDLE = 12
 
 _HOLD_TIMEOUT = 30.0
 _TERMINAL = ("succeeded", "skipped", "failed", "cancelled")
-
-
-def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 class MarkerWriteHold:
@@ -114,9 +107,9 @@ def test_an_idle_region_reporting_lower_under_a_purge_is_answered_above_its_targ
         finally:
             hold.release.set()
 
-        _until(
-            "the purge finished",
+        wait_until(
             lambda: _procedure(c, procedure_id)["state"] in _TERMINAL,
+            "the purge finished",
         )
         assert _procedure(c, procedure_id)["state"] == "succeeded"
         log_start = kafka.offsets([topic])[topic].log_start_offset

@@ -5,9 +5,6 @@ the operator's resolve action."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import httpx
 import orjson
 
@@ -15,6 +12,7 @@ from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.keys import Marker, ResetLatch
 from metasrv.kv import EtcdKv
+from tests._wait import wait_until
 from tests.api._live import produce
 from tests.api.conftest import (
     SettingsFactory,
@@ -24,13 +22,6 @@ from tests.api.conftest import (
     start_server,
 )
 from tests.metasrv.kafka._recreate import delete_topic, recreate_topic, topic_id
-
-
-def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.1)
 
 
 def _latch(etcd: EtcdKv, topic: str, pruned: int | None, tid: str | None = None) -> None:
@@ -51,7 +42,7 @@ def test_a_new_term_does_not_recreate_a_purged_pool_topic_and_reports_it(
     purged, unused, kept = (f"{unique_prefix}_wal_{n}" for n in range(3))
     kafka = KafkaAdmin(kafka_bootstrap)
     with start_server(settings):
-        _until("the pool created", lambda: {purged, unused, kept} <= kafka.list_topics())
+        wait_until(lambda: {purged, unused, kept} <= kafka.list_topics(), "the pool created")
     old_id = "Jy89oMt5T76posaVgBcaZQ"
     # metasrv purged `purged` (its marker) but never `unused`; both are deleted while no
     # metasrv runs (a clean-up script, an operator).
@@ -61,7 +52,7 @@ def test_a_new_term_does_not_recreate_a_purged_pool_topic_and_reports_it(
 
     with start_server(settings) as srv, srv.client() as client:
         # The term creates the pool topic without a marker, after it dealt with the other.
-        _until("the unmarked pool topic recreated", lambda: unused in kafka.list_topics())
+        wait_until(lambda: unused in kafka.list_topics(), "the unmarked pool topic recreated")
         assert purged not in kafka.list_topics()
         stored = etcd.get(keys.topic_name(purged))
         assert stored is not None
@@ -74,8 +65,8 @@ def test_a_new_term_does_not_recreate_a_purged_pool_topic_and_reports_it(
         latched_at = stored.mod_revision
     # The next term reports it again and keeps the latch as it is.
     with start_server(settings) as srv, srv.client() as client:
-        _until(
-            "a second topic_reset event", lambda: len(_events(client, purged, "topic_reset")) == 2
+        wait_until(
+            lambda: len(_events(client, purged, "topic_reset")) == 2, "a second topic_reset event"
         )
         assert purged not in kafka.list_topics()
         again = etcd.get(keys.topic_name(purged))
@@ -173,13 +164,13 @@ def test_resolve_reset_clears_the_marker_and_every_region_reports_again(
         sent = client.post("/v1/heartbeat", json=heartbeat(node, [region(rid, topic, 60)]))
         assert sent.json()["rejected"] == []
     # Checkpoints flushed (every 200 ms in these settings).
-    _until(
-        "checkpoints written",
+    wait_until(
         lambda: all(
             (kv := etcd.get(keys.topic_region(topic, rid))) is not None
             and b'"entry_id":60' in kv.value.replace(b" ", b"")
             for rid in (11, 12)
         ),
+        "checkpoints written",
     )
     _latch(etcd, topic, 60, "oldid")
     # Before: the recreated topic's low offsets are a regression of the stored stats.
@@ -244,7 +235,7 @@ def test_resolve_reset_needs_an_operator_token(make_settings: SettingsFactory) -
                 answers.append(operator.post(path, json=body).status_code)
                 return answers[-1] not in (421, 503)
 
-            _until("a serving leader", served)
+            wait_until(served, "a serving leader")
             assert answers[-1] == 404  # an operator may: the topic is unknown
         with srv.client("view-secret") as viewer:
             assert_error(viewer.post(path, json=body), 403, "permission_denied")
