@@ -149,20 +149,6 @@ def marker_or_none(key: str, value: bytes) -> Marker | None:
         return None
 
 
-def decode_pruned(value: bytes) -> int | None:
-    """A marker value's `pruned_entry_id` (None: never purged); `ValueError` for a value
-    of any other shape (`decode_marker`)."""
-    return decode_marker(value).pruned_entry_id
-
-
-def encode_pruned(pruned_entry_id: int, stored: bytes | None = None) -> bytes:
-    """The marker value for `pruned_entry_id`, keeping any other field of the `stored`
-    value it replaces (one another writer of the key may have added)."""
-    value = orjson.loads(stored) if stored is not None else {}
-    value["pruned_entry_id"] = pruned_entry_id
-    return orjson.dumps(value)
-
-
 # --- `__topic_region/{topic}/{region_id}` -> {"node_id": int, "checkpoint": ...} --------
 
 

@@ -111,7 +111,7 @@ class InvariantMonitor:
         out = {}
         for kv in self._kv.range(keys.TOPIC_NAME_PREFIX):
             try:
-                marker = keys.decode_pruned(kv.value)
+                marker = keys.decode_marker(kv.value).pruned_entry_id
             except ValueError:  # damaged: the purge refuses it; nothing to compare here
                 continue
             if marker is not None:

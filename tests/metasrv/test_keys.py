@@ -19,8 +19,8 @@ from metasrv.model import RegionRoute
         (b'{"pruned_entry_id": 0, "other": "kept by writers"}', 0),
     ],
 )
-def test_decode_pruned_reads_the_marker(value: bytes, pruned: int | None) -> None:
-    assert keys.decode_pruned(value) == pruned
+def test_decode_marker_reads_the_entry_id(value: bytes, pruned: int | None) -> None:
+    assert keys.decode_marker(value).pruned_entry_id == pruned
 
 
 @pytest.mark.parametrize(
@@ -35,17 +35,24 @@ def test_decode_pruned_reads_the_marker(value: bytes, pruned: int | None) -> Non
         b'{"pruned_entry_id": true}',
     ],
 )
-def test_decode_pruned_refuses_any_other_shape(value: bytes) -> None:
+def test_decode_marker_refuses_any_other_shape(value: bytes) -> None:
     with pytest.raises(ValueError):
-        keys.decode_pruned(value)
+        keys.decode_marker(value)
 
 
-def test_encode_pruned_round_trips_and_keeps_other_fields() -> None:
-    assert keys.encode_pruned(12) == b'{"pruned_entry_id":12}'
+def test_encode_marker_round_trips_and_keeps_other_fields() -> None:
+    assert keys.encode_marker(keys.Marker(12)) == (
+        b'{"pruned_entry_id":12,"topic_id":null,"reset":null}'
+    )
     stored = orjson.dumps({"pruned_entry_id": 3, "note": "x"})
-    written = keys.encode_pruned(12, stored)
-    assert orjson.loads(written) == {"pruned_entry_id": 12, "note": "x"}
-    assert keys.decode_pruned(written) == 12
+    written = keys.encode_marker(keys.Marker(12, "id-1"), stored)
+    assert orjson.loads(written) == {
+        "pruned_entry_id": 12,
+        "topic_id": "id-1",
+        "reset": None,
+        "note": "x",
+    }
+    assert keys.decode_marker(written) == keys.Marker(12, "id-1")
 
 
 def test_decode_route_reads_what_encode_route_writes() -> None:

@@ -211,7 +211,7 @@ class Harness:
         from metasrv import keys
 
         stored = self.kv.get(keys.topic_name(topic))
-        return None if stored is None else keys.decode_pruned(stored.value)
+        return None if stored is None else keys.decode_marker(stored.value).pruned_entry_id
 
     def lock_users(self, topic: str) -> int:
         """Tasks holding or waiting for `topic`'s lock: a test holding it shared sees a

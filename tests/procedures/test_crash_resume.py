@@ -137,7 +137,7 @@ def stored_marker(w: World) -> int | None:
     kv = EtcdKv([w.etcd], f"{w.prefix}/")
     try:
         stored = kv.get(keys.topic_name(w.topic))
-        return None if stored is None else keys.decode_pruned(stored.value)
+        return None if stored is None else keys.decode_marker(stored.value).pruned_entry_id
     finally:
         kv.close()
 
