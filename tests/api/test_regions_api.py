@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from tests._wait import wait_until
 from tests.api._live import produce
 from tests.api.conftest import (
     NUM_TOPICS,
@@ -28,10 +27,7 @@ def test_leader_creates_the_pool_and_registration_assigns_least_loaded(
     pool = [f"{unique_prefix}_wal_{n}" for n in range(NUM_TOPICS)]
     kafka = KafkaAdmin(kafka_bootstrap)
     # wal.auto_create_topics (default true, as in GreptimeDB): the whole pool at start-up.
-    deadline = time.monotonic() + 30
-    while not set(pool) <= kafka.list_topics():
-        assert time.monotonic() < deadline, "the leader did not create the topic pool"
-        time.sleep(0.2)
+    wait_until(lambda: set(pool) <= kafka.list_topics(), "the leader's topic pool", interval=0.2)
 
     resp = client.post("/v1/regions", json={"region_id": 10, "node_id": 1})
     assert resp.status_code == 201

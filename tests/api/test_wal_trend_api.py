@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from metasrv import wire
+from tests._wait import wait_until
 from tests.api._live import RECORD_BYTES, RECORDS_PER_TOPIC, VIEWER_TOKEN, World, live_metasrv
 from tests.api._live import purge_and_wait as purge_over_rest
 
@@ -52,19 +53,16 @@ def test_trend_shows_retained_wal_and_the_purge(
     served: tuple[str, World], viewer: httpx.Client
 ) -> None:
     _, w = served
-    deadline = time.monotonic() + 15
-    body = trend(viewer)
+
     # Samples taken after the purge: the purged topic keeps high watermark - prune point.
     # Kafka's log start moves before the purge's history row is written, so a sample can
     # show the cut one round before the purge mark is read in: wait for both.
-    while (
-        len(body.at) < 3
-        or newest(body, w.purgeable_topic)[0] != RECORDS_PER_TOPIC - 9
-        or not body.purges
-    ):
-        assert time.monotonic() < deadline, body
-        time.sleep(0.2)
+    def after_the_purge() -> wire.WalTrend | None:
         body = trend(viewer)
+        purged = newest(body, w.purgeable_topic)[0] == RECORDS_PER_TOPIC - 9
+        return body if len(body.at) >= 3 and purged and body.purges else None
+
+    body = wait_until(after_the_purge, "samples after the purge", timeout=15, interval=0.2)
     assert body.sample_interval_s == 0.2 and body.window_s == 600
     assert list(body.at) == sorted(body.at) and body.at[-1] <= time.time()
     assert body.topic_count == 3
@@ -113,7 +111,7 @@ def test_trend_is_empty_when_sampling_is_off(
 ) -> None:
     off = {"sample_interval": "0s"}
     with live_metasrv(kafka_bootstrap, etcd_endpoint, tmp_path, dashboard=off) as metasrv:
-        time.sleep(0.5)
+        # Seeded: it has led, registered, heartbeaten and purged; a sampler would have run.
         headers = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
         with httpx.Client(base_url=metasrv.url, headers=headers) as client:
             body = trend(client)
