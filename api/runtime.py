@@ -260,7 +260,7 @@ class Runtime:
             # Warm before any election: a win costs a catch-up. Its health is /readyz's
             # `follower_map`; a take-over ends its task on purpose.
             loops.add("map_follower", Step(self._follow, self.follower.stop), watch=False)
-        loops.add("election", Step(self._campaign, self._resign))
+        loops.add("election", Step(self._campaign, self._resign, lambda: self.election.task))
         loops.add("checkpointer", self.checkpointer)
         loops.add("wal_events", Step(nothing, self._write_last_events))
         loops.add("procedure_sweeper", self.procedures)

@@ -59,6 +59,11 @@ class Listeners:
         self._queue: asyncio.Queue[bool] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The task that calls the listeners, while started."""
+        return self._task
+
     def add(self, callback: Listener) -> None:
         self._callbacks.append(callback)
 
@@ -175,6 +180,12 @@ class LeaseElection:
     @property
     def term(self) -> int:
         return self._term if self._leader else self._leader_term
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The listeners' task (`Listeners`), for a supervisor to watch; the lease itself
+        is kept on a thread."""
+        return self._listeners.task
 
     @property
     def lease_deadline(self) -> float:

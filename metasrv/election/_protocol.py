@@ -3,6 +3,7 @@ fence a leader-only write carries."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol, runtime_checkable
 
 from metasrv.election._lease import Listener
@@ -21,6 +22,12 @@ class Election(Protocol):
     @property
     def term(self) -> int:
         """Term of the current leader as known here (etcd lease id); 0 when unknown."""
+        ...
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The task that delivers leadership changes to the listeners, while started (a
+        supervisor watches it: if it died, no leadership change would reach the process)."""
         ...
 
     async def start(self) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -33,6 +34,10 @@ class SingleLeader:
     @property
     def term(self) -> int:
         return 1 if self._leader else 0
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._listeners.task
 
     async def start(self) -> None:
         if self._leader:

@@ -53,14 +53,22 @@ class Supervised(Protocol):
     async def stop(self) -> None: ...
 
 
+def _no_task() -> asyncio.Task[None] | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """A member that is not one loop (campaigning, writing the last events): what its
-    start and its stop do."""
+    start and its stop do, and the task to watch once it started, if any."""
 
     on_start: Callable[[], Awaitable[None]]
     on_stop: Callable[[], Awaitable[None]]
-    task: asyncio.Task[None] | None = None
+    watched: Callable[[], asyncio.Task[None] | None] = _no_task
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self.watched()
 
     async def start(self) -> None:
         await self.on_start()

@@ -25,6 +25,7 @@ class _Election:
     def __init__(self) -> None:
         self.is_leader = False
         self.term = 0
+        self.task: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = []
 
     async def start(self) -> None: ...

@@ -146,6 +146,26 @@ async def test_a_member_that_fails_to_start_stops_those_started_before_it() -> N
     assert log == ["start lag", "start election", "stop election", "stop lag"]
 
 
+async def test_a_step_s_task_is_watched_once_it_started() -> None:
+    # The election is a step (it campaigns on a thread); its listeners' task is watched.
+    loops, registry = _supervisor()
+    started: list[asyncio.Task[None]] = []
+
+    async def delivers_leadership() -> None:
+        raise OverflowError("a listener queue bug")
+
+    async def start() -> None:
+        started.append(asyncio.create_task(delivers_leadership()))
+
+    async def stop() -> None:
+        await asyncio.wait(started)
+
+    loops.add("election", Step(start, stop, lambda: started[0] if started else None))
+    async with loops:
+        await eventually(lambda: loops.dead() == ["election"], "the election named dead")
+    assert _count(registry, "election") == 1
+
+
 def test_two_loops_under_one_name_are_refused() -> None:
     loops, _ = _supervisor()
     loops.add("ticker", _Rounds())
