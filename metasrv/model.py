@@ -183,6 +183,12 @@ class PartitionOffsets:
     under the same name gets a new one. None when the adapter did not learn it."""
 
 
+def retained_entries(log_start_offset: int, high_watermark: int) -> int:
+    """Entries Kafka holds of a partition: high watermark - log start (the retained
+    gauges, the WAL trend)."""
+    return max(0, high_watermark - log_start_offset)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicDurability:
     """How durably Kafka keeps a topic's writes, as Kafka reports it."""
@@ -210,7 +216,7 @@ class TopicPlan:
     blocked_by: tuple[BlockingRegion, ...]
     """Regions that stop the purge."""
     reclaimable_entries: int
-    """Entries a purge to P would delete now: max(0, P - log_start_offset)."""
+    """Entries a purge to P would delete now (`procedures.wal_purge.entries_freed`)."""
     data_loss: tuple[int, ...] = ()
     """Regions whose needed entries Kafka no longer holds (invariant 7)."""
     region_count: int = 0

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 
 from metasrv.metrics import Metrics
-from metasrv.model import TopicPlan, TopicStat
+from metasrv.model import TopicPlan, TopicStat, retained_entries
 
 
 def export_gauges(
@@ -31,7 +31,7 @@ def export_gauges(
         lag = 0 if p is None else max(0, p - (-1 if marker is None else marker))
         metrics.purge_lag_entries.labels(topic).set(lag)
         if plan.log_start_offset is not None and plan.high_watermark is not None:
-            retained = max(0, plan.high_watermark - plan.log_start_offset)
+            retained = retained_entries(plan.log_start_offset, plan.high_watermark)
             metrics.log_start_offset.labels(topic).set(plan.log_start_offset)
             metrics.high_watermark.labels(topic).set(plan.high_watermark)
             metrics.retained_entries.labels(topic).set(retained)

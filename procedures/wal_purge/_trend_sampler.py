@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from metasrv.metrics import Metrics
+from metasrv.model import retained_entries
 from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.wire import PurgeRecord
 from procedures.wal_purge._inputs import OFFSETS_WAIT
@@ -145,7 +146,7 @@ class TrendSampler(PeriodicLoop):
         stats = services.registry.topic_stats()
         retained: dict[str, Retained] = {}
         for topic, found in offsets.items():
-            entries = max(0, found.high_watermark - found.log_start_offset)
+            entries = retained_entries(found.log_start_offset, found.high_watermark)
             stat = stats.get(topic)
             size = None if stat is None else int(stat.bytes_of(entries))
             retained[topic] = Retained(entries=entries, bytes=size)
