@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import shutil
 import tempfile
@@ -177,13 +176,12 @@ def leader_index(urls: list[str]) -> int | None:
 
 def election_member(log: Path) -> str | None:
     """The member the daemon's election calls go to, from its last log line saying so."""
+    from toolbox.simulator import log_records
+
     member = None
-    with log.open(errors="replace") as fh:
-        for line in fh:
-            if '"etcd_channel":"election"' not in line:
-                continue
-            with contextlib.suppress(ValueError):
-                member = json.loads(line).get("etcd_member", member)
+    for _, record in log_records(log):
+        if record.get("etcd_channel") == "election":
+            member = record.get("etcd_member", member)
     return member
 
 

@@ -723,24 +723,15 @@ def _spans(times: list[float], gap: float = 5.0) -> list[list[float]]:
 
 def leadership_events(workdir: Path) -> list[dict[str, Any]]:
     """Elections and step-downs the daemons logged, in time order."""
-    events = []
-    for role in ("leader", "follower"):
-        path = workdir / f"{role}.log"
-        if not path.exists():
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            if '"elected leader"' not in line and '"leadership lost"' not in line:
-                continue
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                events.append(
-                    {
-                        "ts": record["ts"],
-                        "process": role,
-                        "event": record["msg"],
-                        "reason": record.get("reason"),
-                    }
-                )
+    from toolbox.simulator import log_records
+
+    events = [
+        {"ts": record["ts"], "process": role, "event": msg, "reason": record.get("reason")}
+        for role in ("leader", "follower")
+        for msg in ("elected leader", "leadership lost")
+        for _, record in log_records(workdir / f"{role}.log", msg)
+        if record["msg"] == msg
+    ]
     return sorted(events, key=lambda e: str(e["ts"]))
 
 
