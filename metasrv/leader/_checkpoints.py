@@ -1,9 +1,9 @@
 """Batched persistence of region checkpoints (DESIGN §4).
 
-Heartbeats only mark regions dirty: the checkpointer's set of region ids (`mark`), so a
-region that changes on every heartbeat between two flushes is held once. A background
-task writes each dirty region's `__topic_region/{topic}/{region_id}` checkpoint
-`{"entry_id": prunable}` when
+Heartbeats only mark regions dirty: the checkpointer's dirty set (`DirtyRows`, a flag per
+row of the term's stat table), so a region that changes on every heartbeat between two
+flushes is held once. A background task writes each dirty region's
+`__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` when
 `wal.checkpoint_batch` regions are dirty or every `wal.checkpoint_interval`, whichever
 comes first, and once more on shutdown; a flush reads, encodes and writes (`batch_put`)
 `FLUSH_SLICE` regions at a time, so the event loop serves heartbeats in between. Flushes
@@ -35,6 +35,7 @@ import numpy as np
 
 from metasrv.errors import LeadershipLost, MetasrvError
 from metasrv.leader._region_map import TopicRegionMap
+from metasrv.leader._region_stats import DirtyRows
 from metasrv.leader._registry import RegionRegistry
 from metasrv.leader._term import FIRST_ROUND_CHECK, Term
 from metasrv.metrics import Metrics
@@ -96,29 +97,45 @@ class Checkpointer(PeriodicLoop):
         self.error_pause = min(self._interval or 1.0, 5.0)
         """After a failed flush: a dead kv is not hammered by a full dirty set."""
         self._flush_lock = asyncio.Lock()
-        self._dirty: set[int] = set()
-        """Regions whose checkpoint is to be written (`mark`)."""
+        self._dirty = DirtyRows(registry.table)
+        """Rows whose checkpoint is to be written (`mark`, `mark_rows`)."""
         self.flushes = 0
         """Completed flushes that wrote at least one key (tests and status)."""
 
     @property
     def dirty_count(self) -> int:
         """Regions waiting to be written."""
-        return len(self._dirty)
+        return len(self._rows())
+
+    def _rows(self) -> DirtyRows:
+        """The dirty set of the registry's current table (a new term's table starts
+        with none dirty)."""
+        if self._dirty.table is not self._registry.table:
+            self._dirty = DirtyRows(self._registry.table)
+        return self._dirty
 
     def mark(self, region_ids: Iterable[int] | np.ndarray) -> None:
-        """Note regions whose prunable entry id or node changed: their checkpoints are
-        to be written (a region without a row at the flush is skipped); wakes the writer
-        early once a batch is full."""
-        dirty = self._dirty
-        dirty.update(region_ids.tolist() if isinstance(region_ids, np.ndarray) else region_ids)
-        if len(dirty) >= self._batch:
+        """Note regions (with a row in the registry) whose prunable entry id or node
+        changed: their checkpoints are to be written; wakes the writer early once a
+        batch is full."""
+        ids = region_ids.tolist() if isinstance(region_ids, np.ndarray) else list(region_ids)
+        if ids:
+            self._rows().mark(ids)
+            self._wake_if_full()
+
+    def mark_rows(self, rows: np.ndarray) -> None:
+        """`mark` for the rows a judged heartbeat names (`Judged.dirty_rows`)."""
+        self._rows().mark_slots(rows)
+        self._wake_if_full()
+
+    def _wake_if_full(self) -> None:
+        if len(self._dirty) >= self._batch:
             self.wake()
 
     def clear(self) -> None:
         """Forget every dirty region (leadership changed; the new stats start empty),
         those of a paced flush under way included."""
-        self._dirty = set()
+        self._dirty = DirtyRows(self._registry.table)
         self._cleared += 1
         self.term.begin()
 
@@ -135,9 +152,11 @@ class Checkpointer(PeriodicLoop):
         """
         async with self._flush_lock:
             self._wake.clear()
-            if not self._dirty:
+            dirty = self._rows()
+            if not len(dirty):
                 return 0
-            pending, self._dirty = list(self._dirty), set()
+            # Slots of `dirty.table`; each slice's checkpoints are read by slot.
+            pending = dirty.take()
             cleared = self._cleared
             pace = paced and self._rate > 0
             step = max(1, min(self._slice, int(self._rate * PACE_STEP))) if pace else self._slice
@@ -152,14 +171,14 @@ class Checkpointer(PeriodicLoop):
                     if ahead > 0:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._shutdown.wait(), ahead)
-                    if self._cleared != cleared:
-                        break
+                if self._cleared != cleared:
+                    break  # a new term: these rows are the old table's
                 # Asked before every slice, not once per flush: a paced flush lasts
                 # minutes, and leadership can end in any of them. The kv fence each
                 # slice carries stops a leader that does not know yet it was deposed.
                 if not self._may_write():
                     break
-                updates = self._registry.checkpoints(pending[start : start + step])
+                updates = dirty.table.checkpoints_at(pending[start : start + step])
                 try:
                     count = await self._region_map.set_checkpoints(updates)
                 except LeadershipLost:
@@ -168,7 +187,7 @@ class Checkpointer(PeriodicLoop):
                     logger.warning("checkpoint flush stopped: leadership lost")
                     break
                 except BaseException:
-                    self.mark(pending[start:])
+                    dirty.mark_slots(pending[start:])
                     raise
                 # Counted as written: a paced flush of a million regions takes minutes.
                 self._metrics.checkpoint_writes.inc(count)

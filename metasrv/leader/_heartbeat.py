@@ -96,8 +96,7 @@ class HeartbeatHandler:
         """Store a judged heartbeat and answer it."""
         registry = self._registry
         outcome.store(registry.table, node_id, now)
-        for changed in outcome.dirty():
-            self._checkpointer.mark(changed)
+        self._checkpointer.mark_rows(outcome.dirty_rows())
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
             # until the next leadership change, however many a client invents.

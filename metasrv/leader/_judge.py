@@ -68,9 +68,9 @@ class Judged:
     """Their topics (names, and an index into them per region), for `StatTable.store`."""
     fresh_slots: np.ndarray | None = None
     """Their slots (`StatTable.lookup`: a row, a prepared slot, or -1)."""
-    changed_ids: np.ndarray | None = None
-    """The steady regions whose prunable id or node changed: their checkpoints are dirty
-    (every `fresh` region's too)."""
+    changed_slots: np.ndarray | None = None
+    """The slots of the steady regions whose prunable id or node changed: their
+    checkpoints are dirty (every `fresh` region's too)."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     misrouted: list[RegionStat] = field(default_factory=list)
     ignored_claims: int = 0
@@ -90,11 +90,14 @@ class Judged:
                 self.fresh, names, topics, node_id, now, self.fresh_slots
             )
 
-    def dirty(self) -> list[np.ndarray]:
-        """The regions whose checkpoints changed: the steady ones whose prunable id or
+    def dirty_rows(self) -> np.ndarray:
+        """After `store`: the rows (slots) whose checkpoints changed, for the
+        checkpointer's dirty set (`DirtyRows`): the steady ones whose prunable id or
         node changed, and every fresh one (its first checkpoint, or a new node's)."""
-        fresh = None if self.fresh is None else self.fresh.ids
-        return [ids for ids in (self.changed_ids, fresh) if ids is not None]
+        parts = [rows for rows in (self.changed_slots, self.fresh_slots) if rows is not None]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, np.intp)
 
     def rows(self, table: StatTable) -> dict[int, StatRow]:
         """The accepted regions' rows, as `store` left them in `table`."""
@@ -233,7 +236,7 @@ class HeartbeatJudge:
         # region dirty. Most heartbeats of an idle region change nothing.
         dirty = table.checkpoint_changed(held, node_id, accepted.prunable)
         if dirty.any():
-            out.changed_ids = accepted.ids[dirty]
+            out.changed_slots = held[dirty]
 
     def by_route(
         self,

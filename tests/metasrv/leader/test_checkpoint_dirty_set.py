@@ -1,5 +1,5 @@
-"""The checkpointer's dirty set: a region is held once however often it changes, and a
-region without a row when the flush comes is skipped."""
+"""The checkpointer's dirty set: a region is held once however often it changes, a region
+without a row when the flush comes is skipped, and a new term's table starts clean."""
 
 from __future__ import annotations
 
@@ -39,5 +39,8 @@ async def test_a_region_is_held_once_and_one_without_a_row_is_skipped(
             assert stored is not None
             written[r] = orjson.loads(stored.value)["checkpoint"]
         assert written == {1: {"entry_id": 10}, 2: None, 3: {"entry_id": 30}}
+        checkpointer.mark([1, 3])
+        registry.clear()  # a new term's table: the old one's dirty rows are not its own
+        assert checkpointer.dirty_count == 0 and await checkpointer.flush() == 0
     finally:
         kv.close()
