@@ -21,6 +21,7 @@ import pytest
 import migrations
 from metasrv.errors import InvalidArgument
 from metasrv.kafka import KafkaAdmin
+from tests._wait import wait_until
 from tests.api.conftest import (
     Server,
     SettingsFactory,
@@ -203,7 +204,7 @@ def test_a_slow_but_steady_request_within_the_timeout_is_served(
     with _connect(quick_timeout_server) as sock:
         for part in (b"GET /healthz HTTP/1.1\r\n", b"Host: x\r\n", b"Connection: close\r\n\r\n"):
             sock.sendall(part)
-            time.sleep(0.2)
+            time.sleep(0.2)  # the behaviour under test: a slow client, within the timeout
         raw = _read_all(sock)
     assert raw.startswith(b"HTTP/1.1 200 "), raw
 
@@ -274,11 +275,13 @@ def test_a_failing_stat_history_writer_is_counted_and_keeps_running(
         history={"stats_url": str(blocker)}, reconcile={"stat_history_interval": "100ms"}
     )
     with start_server(settings) as srv, srv.client() as client:
-        deadline = time.monotonic() + 10
-        while _errors_of(client, "stat_history") < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
         # Three failed rounds in a row: the writer survived each one.
-        assert _errors_of(client, "stat_history") >= 3
+        wait_until(
+            lambda: _errors_of(client, "stat_history") >= 3,
+            "three failed history rounds",
+            timeout=10,
+            interval=0.1,
+        )
         assert client.get("/readyz").json()["checks"]["background_tasks"] == "ok"
         assert _leader_state(client)[0]
 
@@ -295,9 +298,7 @@ def test_a_dead_background_task_makes_readyz_name_it(server: Server, client: htt
         runtime.background.watch("ticker", loop.create_task(dies()))
 
     loop.call_soon_threadsafe(start)
-    deadline = time.monotonic() + 5
-    while client.get("/readyz").status_code == 200 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: client.get("/readyz").status_code != 200, "/readyz not ready", timeout=5)
     error = assert_error(client.get("/readyz"), 503, "not_ready")
     assert error["checks"]["background_tasks"] == "dead: ticker"
     assert "ticker" in error["message"]

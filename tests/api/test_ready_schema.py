@@ -5,7 +5,6 @@ file) migrates its own SQLite files. Real daemons, real PostgreSQL and Kafka."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, inspect
 
+from tests._wait import wait_until
 from tests.metasrv.kv._pgschema import fresh_schema
 from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv
 
@@ -28,20 +28,20 @@ def daemons() -> Iterator[list[MetasrvProcess]]:
 def readyz(port: int, timeout: float = 60) -> httpx.Response:
     """The first answer of `/readyz` once Kafka's check passes (the daemon may still be
     starting, and the partitions of a pool it has just created may have no leader yet)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-            continue
+
+    def kafka_checked() -> httpx.Response | None:
+        resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
         body = resp.json()
         checks = body["checks"] if resp.status_code == 200 else body["error"]["checks"]
-        if checks["kafka"] == "ok" or time.monotonic() > deadline:
-            return resp
-        time.sleep(0.2)
+        return resp if checks["kafka"] == "ok" else None
+
+    return wait_until(
+        kafka_checked,
+        "/readyz with Kafka's check passing",
+        timeout=timeout,
+        interval=0.2,
+        ignore=(httpx.TransportError,),
+    )
 
 
 def test_unmigrated_postgres_history_is_not_ready_until_db_upgrade(
