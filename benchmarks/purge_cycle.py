@@ -32,7 +32,6 @@ from pathlib import Path
 from _pgschema import fresh_pg_schema  # benchmarks/ is on sys.path when run as a script
 from confluent_kafka import Producer
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 
 import migrations
 from metasrv import keys
@@ -50,7 +49,7 @@ from metasrv.leader import (
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
-from metasrv.sql import engine_url
+from metasrv.sql import engine_url, is_sqlite
 from procedures import ProcedureState
 from procedures.wal_purge import PurgeServices, purge_manager, submit_purges
 
@@ -65,7 +64,7 @@ RECORDS_PER_ROUND = 4
 @contextmanager
 def history_database(url: str | None) -> Iterator[str]:
     """A migrated history database: a fresh PostgreSQL schema, or a temporary SQLite file."""
-    if url is None or make_url(engine_url(url)).get_backend_name() == "sqlite":
+    if url is None or is_sqlite(url):
         with tempfile.TemporaryDirectory() as tmp:
             sqlite_url = url or f"sqlite:///{Path(tmp) / 'history.db'}"
             migrations.upgrade(sqlite_url)

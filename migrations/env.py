@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from metasrv.sql import metadata
+from metasrv.sql import is_sqlite, metadata
 
 config = context.config
 
@@ -22,7 +22,7 @@ def _configure(**kwargs: object) -> None:
     context.configure(
         target_metadata=metadata,
         # SQLite cannot ALTER most things; batch mode rebuilds tables for later migrations.
-        render_as_batch=_url().startswith("sqlite"),
+        render_as_batch=is_sqlite(_url()),
         compare_type=True,
         **kwargs,  # type: ignore[arg-type]
     )

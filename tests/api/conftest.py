@@ -20,13 +20,13 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-import migrations
 from api import create_app
 from api.runtime import Runtime
 from api.serving import uvicorn_config
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.settings import Settings, load_settings
+from metasrv.sql import migrate_embedded
 from toolbox.simulator import free_port
 
 NUM_TOPICS = 3
@@ -117,8 +117,7 @@ def make_settings(
         for name, values in sections.items():
             base.setdefault(name, {}).update(values)
         settings = load_settings(None, **base)
-        if settings.history.url.startswith("sqlite:///"):
-            migrations.upgrade(settings.history.url)  # else /readyz is 503 (not migrated)
+        migrate_embedded(settings.history.url)  # else /readyz is 503 (not migrated)
         return settings
 
     yield make
