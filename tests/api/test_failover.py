@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ import pytest
 import migrations
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from tests._wait import wait_until
 from tests.api._live import produce
 from tests.api.conftest import heartbeat, region
 from tests.metasrv.kv._pgschema import fresh_schema
@@ -90,19 +92,42 @@ def two_daemons(
 
 def leader_of(addrs: list[str], timeout: float) -> str:
     """Wait until every daemon answers and one of them is a serving leader."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        views = {}
-        for addr in addrs:
-            try:
-                views[addr] = httpx.get(f"http://{addr}/v1/leader", timeout=2).json()
-            except httpx.TransportError:
-                break
+
+    def the_leader() -> str | None:
+        views = {addr: httpx.get(f"http://{addr}/v1/leader", timeout=2).json() for addr in addrs}
         leaders = [a for a, v in views.items() if v["is_leader"] and v["serving"]]
-        if len(views) == len(addrs) and len(leaders) == 1:
-            return leaders[0]
-        time.sleep(0.1)
-    raise AssertionError("daemons not up with one serving leader")
+        return leaders[0] if len(leaders) == 1 else None
+
+    return wait_until(
+        the_leader,
+        "every daemon up, one a serving leader",
+        timeout=timeout,
+        interval=0.1,
+        ignore=(httpx.TransportError,),
+    )
+
+
+def _heartbeat_answered(addr: str, body: dict[str, Any], timeout: float) -> httpx.Response:
+    """The first 200 answer of `addr` to the heartbeat `body` (it may be down or following)."""
+
+    def answered() -> httpx.Response | None:
+        resp = httpx.post(f"http://{addr}/v1/heartbeat", json=body, timeout=2)
+        return resp if resp.status_code == 200 else None
+
+    return wait_until(
+        answered,
+        f"{addr} to answer a heartbeat as leader",
+        timeout=timeout,
+        interval=0.1,
+        ignore=(httpx.TransportError,),
+    )
+
+
+def _readyz_checks(addr: str) -> dict[str, str]:
+    resp = httpx.get(f"http://{addr}/readyz", timeout=5)
+    body = resp.json()
+    checks: dict[str, str] = body["checks"] if resp.status_code == 200 else body["error"]["checks"]
+    return checks
 
 
 @pytest.mark.faults
@@ -113,12 +138,11 @@ def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
     leader = leader_of(addrs, timeout=60)
     survivor = next(a for a in addrs if a != leader)
     # Both up: the follower refers datanodes to the leader.
-    follower_view = httpx.get(f"http://{survivor}/v1/leader", timeout=5).json()
-    deadline = time.monotonic() + 30
-    while follower_view["leader"] != leader and time.monotonic() < deadline:
-        time.sleep(0.1)
-        follower_view = httpx.get(f"http://{survivor}/v1/leader", timeout=5).json()
-    assert follower_view["leader"] == leader
+    wait_until(
+        lambda: httpx.get(f"http://{survivor}/v1/leader", timeout=5).json()["leader"] == leader,
+        "the follower to name the leader",
+        interval=0.1,
+    )
     resp = httpx.post(f"http://{survivor}/v1/heartbeat", json=heartbeat(1, []), timeout=5)
     assert resp.status_code == 421 and resp.json()["error"]["leader"] == leader
 
@@ -137,18 +161,8 @@ def test_survivor_answers_heartbeats_within_lease_ttl_plus_5s(
     killed_at = time.monotonic()
     two_daemons[leader].stop(10)
 
-    answered = None
-    while time.monotonic() - killed_at < LEASE_SECS + 5:
-        try:
-            resp = httpx.post(f"http://{survivor}/v1/heartbeat", json=body, timeout=2)
-        except httpx.TransportError:
-            resp = httpx.Response(599)
-        if resp.status_code == 200:
-            answered = resp
-            break
-        time.sleep(0.1)
+    answered = _heartbeat_answered(survivor, body, LEASE_SECS + 5 - (time.monotonic() - killed_at))
     took = time.monotonic() - killed_at
-    assert answered is not None, f"no leader answer within {LEASE_SECS + 5}s"
     assert answered.json()["leader"] == survivor
     # The new leader loaded the map: the region is known, not rejected.
     assert answered.json()["rejected"] == []
@@ -187,11 +201,16 @@ def test_a_paused_leader_is_deposed_and_commits_nothing_after_sigcont(
         f"http://{leader}/v1/regions", json={"region_id": 78, "node_id": 1}, timeout=30
     )
     assert refused.status_code == 421, refused.text
+
     # ...and it soon refers callers to its successor.
-    deadline = time.monotonic() + LEASE_SECS + 5
-    while refused.json()["error"].get("leader") != survivor and time.monotonic() < deadline:
-        time.sleep(0.1)
-        refused = httpx.post(f"http://{leader}/v1/heartbeat", json=heartbeat(1, []), timeout=5)
+    def referred() -> httpx.Response | None:
+        resp = httpx.post(f"http://{leader}/v1/heartbeat", json=heartbeat(1, []), timeout=5)
+        return resp if resp.json()["error"].get("leader") == survivor else None
+
+    if refused.json()["error"].get("leader") != survivor:
+        refused = wait_until(
+            referred, "the old leader to name its successor", timeout=LEASE_SECS + 5, interval=0.1
+        )
     assert refused.status_code == 421 and refused.json()["error"]["leader"] == survivor
     assert httpx.get(f"http://{survivor}/v1/regions/78", timeout=5).status_code == 404
     assert httpx.get(f"http://{survivor}/v1/regions/77", timeout=5).status_code == 200
@@ -213,7 +232,10 @@ def test_regions_registered_just_before_the_leader_dies_are_in_the_survivors_map
     addrs = list(two_daemons)
     leader = leader_of(addrs, timeout=60)
     survivor = next(a for a in addrs if a != leader)
-    time.sleep(1)  # the survivor's first load is done: it follows from here on
+    wait_until(
+        lambda: _readyz_checks(survivor).get("follower_map") == "ok",
+        "the survivor's map loaded and followed",
+    )
     topics = {}
     for region_id in range(100, 130):
         created = httpx.post(
@@ -226,17 +248,7 @@ def test_regions_registered_just_before_the_leader_dies_are_in_the_survivors_map
 
     last = max(topics)
     body = heartbeat(1, [region(last, topics[last], 7)])
-    deadline = time.monotonic() + LEASE_SECS + 10
-    resp = httpx.Response(599)
-    while time.monotonic() < deadline:
-        try:
-            resp = httpx.post(f"http://{survivor}/v1/heartbeat", json=body, timeout=2)
-        except httpx.TransportError:
-            resp = httpx.Response(599)
-        if resp.status_code == 200:
-            break
-        time.sleep(0.1)
-    assert resp.status_code == 200, resp.text
+    resp = _heartbeat_answered(survivor, body, LEASE_SECS + 10)
     assert resp.json()["rejected"] == []  # the last region registered is mapped
     # Every other region is mapped and, not having reported, blocks its topic's purge.
     plans = httpx.get(f"http://{survivor}/v1/purge/plan", timeout=10).json()["topics"]
