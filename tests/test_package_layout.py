@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -346,6 +347,50 @@ def test_the_circle_scan_catches_a_type_only_circle(tmp_path: Path) -> None:
     graph = module_graph(tmp_path, ("metasrv",))
     assert graph["metasrv.kv._c"] == {"metasrv.kv"}
     assert import_circles(graph) == {frozenset({"metasrv.kv._a", "metasrv.kv._b"})}
+
+
+# -- file names in comments and docstrings -------------------------------------------------------
+
+_FILE_MENTION = re.compile(r"(?<![\w./-])(\w[\w/.-]*\.py)\b")
+PRODUCT = ["metasrv", "procedures", "api", "cli", "toolbox", "migrations"]
+
+
+def missing_file_mentions(root: Path = ROOT, dirs: list[str] = PRODUCT) -> list[str]:
+    """`path:line: name` for every `something.py` a product module's text names that does
+    not exist: a path from the repository root or the module's folder, or a bare file name
+    of the module's own package or a parent of it."""
+    found: list[str] = []
+    for directory in dirs:
+        for path in sorted((root / directory).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                for match in _FILE_MENTION.finditer(line):
+                    name = match.group(1)
+                    if (root / name).exists() or (path.parent / name).exists():
+                        continue
+                    if "/" not in name and any(
+                        (folder / name).exists()
+                        for folder in path.parents
+                        if root in folder.parents
+                    ):
+                        continue
+                    found.append(f"{path.relative_to(root)}:{number}: {name}")
+    return found
+
+
+def test_comments_name_files_that_exist() -> None:
+    assert missing_file_mentions() == [], "a comment or docstring names a file that is gone"
+
+
+def test_the_file_mention_scan_catches_a_moved_file(tmp_path: Path) -> None:
+    (tmp_path / "metasrv" / "kv").mkdir(parents=True)
+    (tmp_path / "metasrv" / "kv" / "_sql.py").write_text(
+        '"""See _sql.py, metasrv/kv/_sql.py and ../keys.py; not metasrv/kv/_watch.py."""\n'
+    )
+    (tmp_path / "metasrv" / "keys.py").write_text("# the watch: _watch.py\n")
+    assert missing_file_mentions(tmp_path, ["metasrv"]) == [
+        "metasrv/keys.py:1: _watch.py",
+        "metasrv/kv/_sql.py:1: metasrv/kv/_watch.py",
+    ]
 
 
 def _imported_modules(importtime_log: str) -> set[str]:
