@@ -476,7 +476,3 @@ class ProcedureManager(Generic[S]):
         """A finished record left the kv backend: it is read from the history now."""
         self._latest.pop(procedure_id, None)
         self._done.pop(procedure_id, None)
-
-    def kinds(self) -> Iterable[str]:
-        """Registered procedure kinds."""
-        return self._kinds.keys()
