@@ -159,9 +159,12 @@ class PurgeTicker(PeriodicLoop):
         term = self.term
         if self._state == "following" and self._begins_term:
             term.begin()
-        if term.number != self._term_number and self.interval > 0:
+        if term.number != self._term_number:
             self._term_number = term.number
-            self._state, self._next_full = "first_round", term.began + self.interval
+            if self.interval > 0:
+                self._state, self._next_full = "first_round", term.began + self.interval
+            else:
+                self._state = "steady"  # the size trigger alone: no full round to wait for
         if self._state == "first_round" and time.monotonic() < self._next_full:
             if not self._every_region_reported():
                 return
