@@ -184,9 +184,6 @@ class TrendRing:
 
     # -- purges --------------------------------------------------------------------------
 
-    def has_purge(self, procedure_id: str) -> bool:
-        return procedure_id in self._marks
-
     def add_purges(self, marks: Iterable[PurgeMark]) -> int:
         """Keep these purges (each procedure once), dropping the oldest over capacity;
         returns how many were new."""

@@ -93,7 +93,6 @@ def test_purges_are_kept_once_in_time_order_and_bounded() -> None:
     assert [m.procedure_id for m in ring.view().purges] == ["p1", "p2", "p3"]
     ring.add_purges([mark("p4", 5.0), mark("p5", 40.0)])  # over capacity: the oldest go
     assert [m.procedure_id for m in ring.view().purges] == ["p2", "p3", "p5"]
-    assert not ring.has_purge("p4") and ring.has_purge("p5")
     ring.drop_purges_before(30.0)
     assert [m.procedure_id for m in ring.view().purges] == ["p3", "p5"]
     ring.clear()
