@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +24,12 @@ from typing import Any
 import httpx
 import pytest
 
+from metasrv import wire
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import region_id_of
 from metasrv.wire import MetasrvClient
+from tests._wait import wait_until
 from tests.api._live import (
     DATANODE_TOKEN,
     OPERATOR_TOKEN,
@@ -52,6 +53,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+TREND_SAMPLES = 20
+"""Samples the trend plots show per topic at least (one every 250 ms)."""
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 pytestmark = [
@@ -240,7 +243,15 @@ def simulated(
                         f.result(30)
                     for r in regions:
                         r.flush()
-                    time.sleep(0.6)  # every region reports its flush
+                    wait_until(
+                        lambda: all(
+                            (stat := operator.region(r.region_id).stat) is not None
+                            and stat.flushed_entry_id >= r.flushed_entry_id
+                            for r in regions
+                        ),
+                        "every region's flush reported",
+                        interval=0.1,
+                    )
                     due = [topics[0]]
                     if round_ % 2 == 1:
                         due.append(topics[1])
@@ -249,7 +260,13 @@ def simulated(
                     views = operator.wait(operator.purge(due), timeout=30, poll_interval=0.1)
                     assert all(v.state == "succeeded" for v in views), views
                     succeeded += len(views)
-                time.sleep(0.6)  # a sample after the last purge
+                    finished = max(v.finished_at.timestamp() for v in views if v.finished_at)
+
+                def plotted() -> bool:
+                    body = wire.decode(operator.raw("GET", "/v1/purge/trend"), wire.WalTrend)
+                    return len(body.at) >= TREND_SAMPLES and body.at[-1] > finished
+
+                wait_until(plotted, f"{TREND_SAMPLES} samples, one after the last purge")
                 yield Simulated(url, topics, succeeded)
             finally:
                 node.close()
@@ -326,7 +343,7 @@ def test_trend_plots_show_retained_wal_and_purges(simulated: Simulated, tmp_path
                     sim.topics
                 )
                 # Sampled every 250 ms over the rounds: dozens of points per line.
-                assert int(svg.get_attribute("data-points") or 0) >= 3 * 20
+                assert int(svg.get_attribute("data-points") or 0) >= 3 * TREND_SAMPLES
                 dots = svg.locator("circle.purge")
                 expect(dots).to_have_count(sim.purges)
                 tip = dots.first.locator("title").text_content() or ""
