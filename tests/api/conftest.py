@@ -27,6 +27,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.settings import Settings, load_settings
 from metasrv.sql import migrate_embedded
+from tests._wait import wait_until
 from toolbox.simulator import free_port
 
 NUM_TOPICS = 3
@@ -70,17 +71,17 @@ def start_server(
     thread.start()
     handle = Server(settings, app, f"http://{settings.http.addr}", settings.http.addr)
     try:
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("metasrv did not start")
-            time.sleep(0.02)
+        started = time.monotonic()
+        wait_until(lambda: server.started or not thread.is_alive(), "uvicorn up", timeout=timeout)
+        assert server.started, "metasrv did not start"
         if wait_serving:
             with handle.client(token) as client:
-                while not client.get("/v1/leader").json().get("serving"):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("metasrv did not become a serving leader")
-                    time.sleep(0.05)
+                wait_until(
+                    lambda: client.get("/v1/leader").json().get("serving"),
+                    "a serving leader",
+                    timeout=max(0.0, timeout - (time.monotonic() - started)),
+                    interval=0.05,
+                )
         yield handle
     finally:
         server.should_exit = True
