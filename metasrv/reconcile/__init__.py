@@ -25,7 +25,6 @@ from metasrv.reconcile._findings import (
     MAP_SCHEMA,
     SEVERITY_RANK,
     Finding,
-    findings_table,
 )
 from metasrv.reconcile._progress import NullProgress, Progress
 from metasrv.reconcile._rules import (
@@ -40,7 +39,6 @@ from metasrv.reconcile._rules import (
 from metasrv.reconcile._run import RunOptions, RunReport, run_reconcile
 from metasrv.reconcile._snapshot import KvSnapshot, read_snapshot
 from metasrv.reconcile._store import RunRecord, latest_run, save_run
-from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table
 from metasrv.wire import FindingKind, Severity
 
 if TYPE_CHECKING:
@@ -91,13 +89,10 @@ __all__ = [
     "build_session",
     "check_master_reachable",
     "execute_plan",
-    "findings_table",
     "latest_run",
     "plan_actions",
     "pool_topics",
     "read_snapshot",
-    "reconcile_findings_table",
-    "reconcile_runs_table",
     "registration_hides",
     "run_job",
     "run_reconcile",

@@ -80,8 +80,3 @@ class Finding:
             message=row["message"],
             evidence=json.loads(row["evidence"]),
         )
-
-
-def findings_table(findings: list[Finding]) -> pa.Table:
-    """Findings as an Arrow table of `FINDINGS_SCHEMA`."""
-    return pa.Table.from_pylist([f.to_row() for f in findings], schema=FINDINGS_SCHEMA)

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, delete, func, insert, select
 
 from metasrv.errors import NotFound, Unavailable
 from metasrv.reconcile._findings import Finding
-from metasrv.reconcile._tables import reconcile_findings_table, reconcile_runs_table
+from metasrv.sql import reconcile_findings_table, reconcile_runs_table
 
 logger = logging.getLogger(__name__)
 

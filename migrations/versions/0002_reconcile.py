@@ -1,4 +1,4 @@
-"""Reconcile results: runs and their findings (metasrv/reconcile/_tables.py).
+"""Reconcile results: runs and their findings (metasrv/sql/_schema.py).
 
 Revision ID: 0002
 Revises: 0001
