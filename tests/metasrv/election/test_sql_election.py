@@ -3,7 +3,6 @@ SQLite file that serves one process (the contract every store keeps is `test_ele
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from sqlalchemy import update
 import migrations
 from metasrv.election import SqlElection, SqliteFileLeader, build_election
 from metasrv.errors import ConfigError
-from metasrv.keys import ELECTION_KEY
+from metasrv.keys import ELECTION_KEY, decode_election
 from metasrv.kv import SqlKv
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
@@ -47,7 +46,7 @@ async def test_terms_count_up_from_one(sql_url: str) -> None:
         await eventually(lambda: a.is_leader or b.is_leader, "a leader", timeout=10)
         await eventually(lambda: a.term == b.term == 1, "both to know term 1", timeout=5)
         stored = kv.get(ELECTION_KEY)
-        assert stored is not None and json.loads(stored.value)["term"] == 1
+        assert stored is not None and decode_election(stored.value).term == 1
 
         first, second = leader_of((a, b))
         await first.stop()  # resigning: the next winner raises the term by one
