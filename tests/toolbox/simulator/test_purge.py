@@ -4,7 +4,6 @@ safety and liveness as a datanode sees them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from metasrv import wire
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.wire import MetasrvClient
+from tests._wait import wait_until
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, settings, start_metasrv
 from toolbox.simulator import SimDatanode, SimRegion, free_port
 
@@ -83,8 +83,15 @@ def write(region: SimRegion, n: int) -> list[int]:
     return [f.result(30) for f in [region.write("x" * 200) for _ in range(n)]]
 
 
-def purge(operator: MetasrvClient, topic: str) -> wire.Procedure:
-    time.sleep(1.0)  # let every region report its latest state
+def reported(datanode: SimDatanode) -> None:
+    """Return once a heartbeat built after this call was answered: the metasrv has every
+    region's state as it is now (the heartbeat under way may have been built before)."""
+    since = datanode.heartbeats_sent
+    wait_until(lambda: datanode.heartbeats_sent >= since + 2, "a heartbeat of the current state")
+
+
+def purge(operator: MetasrvClient, datanode: SimDatanode, topic: str) -> wire.Procedure:
+    reported(datanode)
     (info,) = operator.wait(operator.purge([topic]), timeout=60, poll_interval=0.2)
     assert info.state in ("succeeded", "skipped"), (info.error, info.outcome)
     return info
@@ -111,14 +118,14 @@ def test_purges_never_cost_a_restarting_region_a_row(
     write(busy, 8)
     busy.flush()
 
-    purge(operator, served.topic)  # P = min(-1, 9, 9): nothing the slow region has may go
+    purge(operator, datanode, served.topic)  # P = min(-1, 9, 9): nothing the slow region has may go
     assert crash_and_verify(datanode) == {A: 0, B: 0, C: 0}
 
     slow, busy = datanode.regions[A], datanode.regions[B]
     write(slow, 30)  # now well above the trigger: the purge asks it to flush
     write(busy, 10)
     busy.flush()
-    info = purge(operator, served.topic)
+    info = purge(operator, datanode, served.topic)
     assert info.state == "succeeded", (info.error, info.outcome)
     assert kafka_admin.offsets([served.topic])[served.topic].log_start_offset > 0
     write(slow, 7)
@@ -136,11 +143,11 @@ def test_a_slow_region_is_asked_to_flush_once_its_replay_grows(
     write(slow, 3)  # ~700 bytes to replay: below the 4 KiB trigger
     write(busy, 5)
     busy.flush()
-    purge(operator, served.topic)
+    purge(operator, datanode, served.topic)
     assert datanode.flushes_instructed == 0
 
     write(slow, 60)  # ~16 KiB to replay
-    info = purge(operator, served.topic)
+    info = purge(operator, datanode, served.topic)
     assert datanode.flushes_instructed >= 1
     assert slow.flushed_entry_id >= 0
     assert info.state == "succeeded", info
@@ -168,7 +175,7 @@ def test_an_idle_region_that_writes_again_is_not_reported_as_data_loss(
     quiet.flush()  # flushed 2, then idle: reports the topic's latest entry id
     write(busy, 10)
     busy.flush()
-    info = purge(operator, served.topic)
+    info = purge(operator, datanode, served.topic)
     assert info.state == "succeeded", (info.error, info.outcome)
     (plan,) = operator.plan(served.topic)
     assert plan.pruned_entry_id == 12  # min(A: topic latest 12, B: flushed 12)
@@ -176,10 +183,10 @@ def test_an_idle_region_that_writes_again_is_not_reported_as_data_loss(
     write(quiet, 5)  # A needs 13..17 now; nothing it needs is gone
     write(busy, 5)
     busy.flush()
-    time.sleep(1.0)
+    reported(datanode)
     (plan,) = operator.plan(served.topic)
     assert plan.data_loss == []
-    info = purge(operator, served.topic)
+    info = purge(operator, datanode, served.topic)
     assert info.state in ("succeeded", "skipped"), (info.error, info.outcome)
     assert crash_and_verify(datanode) == {A: 0, B: 0}
 
@@ -196,7 +203,7 @@ def test_regions_opened_or_restarted_behind_the_marker_write_without_a_data_loss
     quiet.flush()  # A: flushed 2, then idle
     write(busy, 10)
     busy.flush()
-    assert purge(operator, served.topic).state == "succeeded"
+    assert purge(operator, datanode, served.topic).state == "succeeded"
     (plan,) = operator.plan(served.topic)
     assert plan.pruned_entry_id == 12 > quiet.flushed_entry_id + 1
 
@@ -207,9 +214,9 @@ def test_regions_opened_or_restarted_behind_the_marker_write_without_a_data_loss
     write(datanode.add_region(C, served.topic), 4)  # a new region on a purged topic
     write(datanode.regions[B], 4)
     datanode.regions[B].flush()
-    time.sleep(1.0)
+    reported(datanode)
     (plan,) = operator.plan(served.topic)
     assert plan.data_loss == []
     assert plan.blocked_by == []
-    assert purge(operator, served.topic).state in ("succeeded", "skipped")
+    assert purge(operator, datanode, served.topic).state in ("succeeded", "skipped")
     assert crash_and_verify(datanode) == {A: 0, B: 0, C: 0}
