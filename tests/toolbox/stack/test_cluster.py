@@ -3,8 +3,7 @@ really applies, a killed broker back in the ISR, etcd serving with a member down
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pyetcd
 import pytest
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from metasrv.kafka import KafkaAdmin
+from tests._wait import wait_until
 from toolbox.stack import Cluster, StackConfig, cluster_endpoints_of, process_stopped
 
 pytestmark = pytest.mark.cluster
@@ -43,15 +43,6 @@ def rf3_topic(cluster: Cluster, unique_prefix: str) -> Iterator[str]:
         admin.delete_topics([name])
     finally:
         admin.close()
-
-
-def _eventually(check: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until `check()` held; fails the test after `timeout`."""
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout, f"{what} not within {timeout:.0f}s"
-        time.sleep(0.5)
-    return time.monotonic() - start
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> None:
@@ -90,21 +81,32 @@ def test_killed_broker_leaves_the_isr_and_start_brings_it_back(
     assert cluster.pid(cluster.broker_of(victim)) is None
     # acks=all is satisfied by the two left (min.insync.replicas 2).
     _produce(cluster.kafka_bootstrap, rf3_topic, 200)
-    _eventually(
-        lambda: victim not in cluster.partition_isr(rf3_topic), 60, "the dead broker fenced"
+    wait_until(
+        lambda: victim not in cluster.partition_isr(rf3_topic),
+        "the dead broker fenced",
+        timeout=60,
+        interval=0.5,
     )
 
     cluster.start(cluster.broker_of(victim))
     assert cluster.pid(cluster.broker_of(victim)) is not None
-    _eventually(
-        lambda: cluster.partition_isr(rf3_topic) == [1, 2, 3], 60, "the broker back in the ISR"
+    wait_until(
+        lambda: cluster.partition_isr(rf3_topic) == [1, 2, 3],
+        "the broker back in the ISR",
+        timeout=60,
+        interval=0.5,
     )
 
 
 def test_killed_partition_leader_is_replaced(cluster: Cluster, rf3_topic: str) -> None:
     leader = cluster.partition_leader(rf3_topic)
     cluster.kill(cluster.broker_of(leader))
-    _eventually(lambda: cluster.partition_leader(rf3_topic) != leader, 60, "a new partition leader")
+    wait_until(
+        lambda: cluster.partition_leader(rf3_topic) != leader,
+        "a new partition leader",
+        timeout=60,
+        interval=0.5,
+    )
     _produce(cluster.kafka_bootstrap, rf3_topic, 50)
 
 
@@ -138,7 +140,7 @@ def test_killed_etcd_leader_leaves_the_other_two_serving(
             finally:
                 client.close()
 
-        _eventually(put_and_read, 15, f"etcd through {endpoint}")
+        wait_until(put_and_read, f"etcd through {endpoint}", timeout=15, interval=0.5)
     assert cluster.etcd_leader() != leader
 
     cluster.start(leader)
