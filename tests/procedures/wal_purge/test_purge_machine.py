@@ -114,6 +114,12 @@ class FakeKafka:
             )
         return out
 
+    def topic_id(self, topic: str, *, timeout: float | None = None) -> str:
+        found = self.topics.get(topic)
+        if found is None:
+            raise KafkaUnavailable(f"unknown topic {topic}")
+        return found.topic_id
+
     def offsets(
         self, topics: Iterable[str], *, timeout: float | None = None
     ) -> dict[str, PartitionOffsets]:
