@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -18,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from tests._wait import wait_until
 from toolbox.simulator import free_port
 
 T = TypeVar("T")
@@ -99,7 +99,12 @@ class PrometheusServer:
         )
         server = cls(f"http://127.0.0.1:{port}", proc, log, log_path)
         try:
-            server.wait_until(lambda: server._ready() or None, ready_timeout, "prometheus ready")
+            wait_until(
+                lambda: server._ready() or None,
+                "prometheus ready",
+                timeout=ready_timeout,
+                interval=0.2,
+            )
         except BaseException:
             server.stop()
             raise
@@ -121,7 +126,7 @@ class PrometheusServer:
             targets = self.api("targets")["activeTargets"]
             return bool(targets) and all(t["health"] == "up" for t in targets)
 
-        self.wait_until(up, timeout, "every target scraped")
+        wait_until(up, "every target scraped", timeout=timeout, interval=0.2)
 
     def tail(self, lines: int = 30) -> str:
         """The end of the server's log."""
@@ -164,14 +169,3 @@ class PrometheusServer:
         assert data["resultType"] == "matrix", (expr, data["resultType"])
         result: list[dict[str, Any]] = data["result"]
         return result
-
-    def wait_until(self, probe: Callable[[], T | None], timeout: float, what: str) -> T:
-        """Poll `probe` every 0.2 s until it returns something other than None/False."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = probe()
-            if found is not None and found is not False:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-            time.sleep(0.2)

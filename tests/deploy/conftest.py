@@ -20,6 +20,7 @@ import pytest
 
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from tests._wait import wait_until
 from tests.deploy._prometheus import PrometheusServer, system_binary
 from tests.toolbox.simulator._metasrv import VIEWER, settings, start_metasrv
 from toolbox.simulator import MetasrvProcess, free_port, render_config
@@ -106,8 +107,11 @@ def monitored_pair(
         # Both at once (2 cores: the wait is mostly imports); whichever is elected leads.
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda r: r.start(expect_leader=False), replicas))
-        leader = prometheus.wait_until(
-            lambda: next((r for r in replicas if _is_leader(r)), None), 30, "a leader"
+        leader = wait_until(
+            lambda: next((r for r in replicas if _is_leader(r)), None),
+            "a leader",
+            timeout=30,
+            interval=0.2,
         )
         (follower,) = (r for r in replicas if r is not leader)
         prometheus.wait_for_targets()

@@ -26,8 +26,10 @@ import pytest
 import yaml
 
 from metasrv.kafka import KafkaAdmin
+from tests._wait import wait_until
 from tests.deploy._prometheus import RATE_INTERVAL, PrometheusServer
 from tests.deploy.conftest import ALERT_RULES, DEPLOY, MonitoredPair
+from tests.toolbox.simulator._heartbeats import reported
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR
 from toolbox.simulator import SimDatanode, SimRegion, free_port
 
@@ -64,18 +66,17 @@ def _write(region: SimRegion, n: int) -> None:
         future.result(30)
 
 
-def _purge(operator: httpx.Client, topic: str) -> dict[str, Any]:
-    time.sleep(1.0)  # every region reported its latest state (heartbeats every 0.3 s)
+def _purge(operator: httpx.Client, datanode: SimDatanode, topic: str) -> dict[str, Any]:
+    reported(datanode)
     submitted = operator.post("/v1/purge", json={"topics": [topic], "dry_run": False})
     assert submitted.status_code == 202, submitted.text
     (procedure_id,) = submitted.json()["procedure_ids"]
-    deadline = time.monotonic() + 60
-    while True:
+
+    def finished() -> dict[str, Any] | None:
         info: dict[str, Any] = operator.get(f"/v1/procedures/{procedure_id}").json()
-        if info["state"] in TERMINAL:
-            return info
-        assert time.monotonic() < deadline, info
-        time.sleep(0.2)
+        return info if info["state"] in TERMINAL else None
+
+    return wait_until(finished, f"purge {procedure_id} finished", timeout=60, interval=0.2)
 
 
 def _value(prometheus: PrometheusServer, expr: str) -> float:
@@ -84,7 +85,12 @@ def _value(prometheus: PrometheusServer, expr: str) -> float:
 
 
 def _wait_scraped(prometheus: PrometheusServer, expr: str, at_least: float) -> None:
-    prometheus.wait_until(lambda: _value(prometheus, expr) >= at_least, 10, f"{expr} >= {at_least}")
+    wait_until(
+        lambda: _value(prometheus, expr) >= at_least,
+        f"{expr} >= {at_least}",
+        timeout=10,
+        interval=0.2,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +130,7 @@ def scenario(
         busy.flush()
         _write(slow, 60)  # ~16 KiB to replay, above the 4 KiB trigger: asked to flush
         _write(needy, 20)  # never flushed: needs its topic from entry 0
-        first = _purge(operator, purged)
+        first = _purge(operator, datanode, purged)
         assert first["state"] == "succeeded", first
         assert datanode.flushes_instructed >= 1
         _wait_scraped(prometheus, f'metasrv_wal_purges_total{{topic="{purged}"}}', 1)
@@ -132,12 +138,15 @@ def scenario(
         busy.flush()
         _write(slow, 5)
         slow.flush()
-        second = _purge(operator, purged)
+        reported(datanode)
+        # Both flushed past the marker: the lag the next purge clears, scraped for its panel.
+        _wait_scraped(prometheus, f'metasrv_wal_purge_lag_entries{{topic="{purged}"}}', 1)
+        second = _purge(operator, datanode, purged)
         assert second["state"] == "succeeded", second
 
         admin.delete_records({lost: 10})  # retention (or another tool) went too far
         for n in (1, 2):
-            failed = _purge(operator, lost)
+            failed = _purge(operator, datanode, lost)
             assert failed["state"] == "failed", failed
             assert failed["error_code"] == "wal_data_loss", failed
             # A labelled counter appears at its first event, already at 1: the panels'
@@ -219,7 +228,7 @@ def test_recorded_series_take_the_leaders_values(scenario: Scenario) -> None:
         }
         return found if set(found) == set(topics) else None
 
-    blocked = prometheus.wait_until(recorded, 10, "the recording rule")
+    blocked = wait_until(recorded, "the recording rule", timeout=10, interval=0.2)
     assert blocked[scenario.blocked] == "1"
     raw = prometheus.query(f'metasrv_wal_blocked_regions{{topic="{scenario.blocked}"}}')
     assert [s["metric"]["instance"] for s in raw] == [leader]  # the follower never led
@@ -273,7 +282,7 @@ def test_alert_rules_load_into_the_server(scenario: Scenario) -> None:
         rules: list[dict[str, Any]] = [r for g in groups for r in g["rules"]]
         return rules if all(r["health"] != "unknown" for r in rules) else None
 
-    rules = prometheus.wait_until(evaluated, 10, "every rule evaluated once")
+    rules = wait_until(evaluated, "every rule evaluated once", timeout=10, interval=0.2)
     assert sorted(r["name"] for r in rules) == expected
     unhealthy = {r["name"]: r.get("lastError") for r in rules if r["health"] != "ok"}
     assert unhealthy == {}
@@ -308,7 +317,7 @@ def test_alerts_for_what_happened_are_active_and_no_others(scenario: Scenario) -
         ok = all(key in active and active[key]["state"] == s for key, s in wanted.items())
         return active if ok else None
 
-    active = prometheus.wait_until(all_active, 15, f"alerts {wanted}")
+    active = wait_until(all_active, f"alerts {wanted}", timeout=15, interval=0.2)
     assert set(active) == set(wanted), sorted(active)
     loss = active[("MetasrvWalDataLoss", scenario.lost)]
     assert loss["labels"]["severity"] == "critical"
@@ -324,10 +333,12 @@ def test_no_leader_alert_when_no_replica_can_be_scraped(tmp_path: Path) -> None:
             alerts = prometheus.api("alerts")["alerts"]
             return next((a for a in alerts if a["labels"]["alertname"] == "MetasrvNoLeader"), None)
 
-        alert = prometheus.wait_until(no_leader, 15, "MetasrvNoLeader")
+        alert = wait_until(no_leader, "MetasrvNoLeader", timeout=15, interval=0.2)
         assert alert["state"] == "pending"  # for: 1m
         assert alert["labels"]["severity"] == "critical"
-        up = prometheus.wait_until(lambda: prometheus.query("up") or None, 10, "a scrape")
+        up = wait_until(
+            lambda: prometheus.query("up") or None, "a scrape", timeout=10, interval=0.2
+        )
         assert [s["value"][1] for s in up] == ["0"]
         assert prometheus.query("metasrv_is_leader") == []
     finally:

@@ -14,7 +14,7 @@ from metasrv import wire
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.wire import MetasrvClient
-from tests._wait import wait_until
+from tests.toolbox.simulator._heartbeats import reported
 from tests.toolbox.simulator._metasrv import DATANODE, OPERATOR, settings, start_metasrv
 from toolbox.simulator import SimDatanode, SimRegion, free_port
 
@@ -81,13 +81,6 @@ def datanode(served: Served, kafka_bootstrap: str, tmp_path: Path) -> Iterator[S
 
 def write(region: SimRegion, n: int) -> list[int]:
     return [f.result(30) for f in [region.write("x" * 200) for _ in range(n)]]
-
-
-def reported(datanode: SimDatanode) -> None:
-    """Return once a heartbeat built after this call was answered: the metasrv has every
-    region's state as it is now (the heartbeat under way may have been built before)."""
-    since = datanode.heartbeats_sent
-    wait_until(lambda: datanode.heartbeats_sent >= since + 2, "a heartbeat of the current state")
 
 
 def purge(operator: MetasrvClient, datanode: SimDatanode, topic: str) -> wire.Procedure:
