@@ -213,6 +213,10 @@ class Harness:
         stored = self.kv.get(keys.topic_name(topic))
         return None if stored is None else keys.decode_marker(stored.value).pruned_entry_id
 
+    async def at_step(self, procedure_id: str, step: str) -> bool:
+        """Whether the procedure is now at `step` (to wait for with `eventually`)."""
+        return (await self.manager.get(procedure_id)).step == step
+
     def lock_users(self, topic: str) -> int:
         """Tasks holding or waiting for `topic`'s lock: a test holding it shared sees a
         purge queued behind it as 2."""

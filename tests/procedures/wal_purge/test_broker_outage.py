@@ -50,16 +50,13 @@ async def test_broker_stopped_mid_purge_retries_then_succeeds(
             h.report(1, topic, flushed=30)
             await asyncio.sleep(1.0)  # the datanode's heartbeat period
 
-    async def at_flush() -> bool:
-        return (await h.manager.get(pid)).step == "flush"
-
     async def in_retry() -> bool:
         return (await h.manager.get(pid)).state is ProcedureState.RETRYING
 
     beating = asyncio.create_task(heartbeats())
     [pid] = await submit_purges(h.manager, [topic], reason="outage")
     try:
-        await eventually(at_flush, "the purge at its flush step")
+        await eventually(lambda: h.at_step(pid, "flush"), "the purge at its flush step")
         try:
             # The purge is waiting for its flush; the broker goes away under it.
             await asyncio.to_thread(stop_service, stack_config, "kafka")

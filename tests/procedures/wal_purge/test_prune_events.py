@@ -10,7 +10,6 @@ cannot be written at all, the purge still succeeds and the drop is counted.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 
@@ -24,6 +23,7 @@ from metasrv.wire import EventKind, WalEvent
 from procedures import ProcedureState
 from procedures.wal_purge import submit_purges
 from tests._metrics import sample
+from tests._wait import eventually
 from tests.procedures._harness import Harness, make_settings
 from tests.procedures.conftest import HarnessFactory
 from toolbox.simulator import free_port
@@ -181,10 +181,7 @@ async def test_a_cancelled_purge_is_recorded(harness_factory: HarnessFactory) ->
     h.report_topic(topic, 99, record_size=100 * 100, record_num=100)
     h.report(1, topic, flushed=30)
     [pid] = await submit_purges(h.manager, [topic], reason="test")
-    deadline = time.monotonic() + 30
-    while (await h.manager.get(pid)).step != "flush":
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await eventually(lambda: h.at_step(pid, "flush"), "the purge at its flush step")
 
     view = await h.manager.cancel(pid)
 

@@ -15,8 +15,7 @@ On ef11397 (a) answered "pruned to 29: 29 entries deleted" and (b) recreated the
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from metasrv.model import PartitionOffsets
 from metasrv.wire import MetasrvClient
+from tests._wait import wait_until
 from tests.api._live import produce
 from tests.api.conftest import heartbeat, region
 from tests.metasrv.kafka._recreate import create_topic, delete_topic, recreate_topic
@@ -117,13 +117,6 @@ def daemon(w: World) -> Iterator[MetasrvClient]:
             yield client
     finally:
         proc.stop(30)
-
-
-def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.1)
 
 
 def _report(client: MetasrvClient, topic: str, flushed: int) -> None:
@@ -241,7 +234,7 @@ def test_a_topic_deleted_while_metasrv_is_down_is_not_recreated(w: World) -> Non
     delete_topic(w.kafka, w.topic)
 
     with daemon(w) as client:
-        _until("the topic reset reported", lambda: bool(client.events(w.topic, "topic_reset")))
+        wait_until(lambda: bool(client.events(w.topic, "topic_reset")), "the topic reset reported")
         assert w.topic not in w.kafka.list_topics()
         marker = w.marker()
         assert marker is not None and marker.pruned_entry_id == 60
@@ -252,7 +245,7 @@ def test_a_topic_deleted_while_metasrv_is_down_is_not_recreated(w: World) -> Non
     # A second term reports it again and still creates nothing; the operator creates the
     # topic and resolves the reset.
     with daemon(w) as client:
-        _until("reported again", lambda: len(client.events(w.topic, "topic_reset")) == 2)
+        wait_until(lambda: len(client.events(w.topic, "topic_reset")) == 2, "reported again")
         assert w.topic not in w.kafka.list_topics()
         new_id = create_topic(w.kafka, w.topic)
         assert new_id is not None

@@ -38,11 +38,7 @@ async def flushing_world(factory: HarnessFactory, wait: str, flushed: int) -> tu
 
 async def submit_until_flushing(h: Harness, topic: str) -> str:
     [pid] = await submit_purges(h.manager, [topic], reason="test")
-
-    async def flushing() -> bool:
-        return (await h.manager.get(pid)).step == "flush"
-
-    await eventually(flushing, "the purge at its flush step")
+    await eventually(lambda: h.at_step(pid, "flush"), "the purge at its flush step")
     return pid
 
 
