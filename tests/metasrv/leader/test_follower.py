@@ -269,7 +269,7 @@ def test_a_woken_watch_returns_from_its_wait_at_once_and_loses_no_change(
     try:
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(watch.next, 30.0)
-            time.sleep(0.3)
+            time.sleep(0.3)  # nothing says the watch is blocked: time to enter `next`
             assert not waiting.done()
             woken = time.monotonic()
             watch.wake()

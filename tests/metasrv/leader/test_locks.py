@@ -89,7 +89,7 @@ async def test_a_purge_and_registrations_interleaved_in_every_order_never_overla
         lock = locks.write(TOPIC) if kind == "w" else locks.read(TOPIC)
         tasks.append(h.start(name, lock))
         for _ in range(i % 3):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop step: the interleaving under test
         for held in list(h.now):
             h.go[held].set()
     for event in h.go.values():
