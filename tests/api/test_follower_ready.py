@@ -10,7 +10,6 @@ that the follower's full load spans many of its `/readyz` answers.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ import migrations
 from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.settings import Settings
+from tests._wait import wait_until
 from tests.api.conftest import NUM_TOPICS, SettingsFactory, start_server
 from tests.metasrv.kv._pgschema import fresh_schema
 from toolbox.simulator import free_port
@@ -83,12 +83,13 @@ def test_a_follower_is_ready_once_its_map_is_loaded_and_followed(
             assert "follower_map" not in resp.json()["checks"]  # the leader's is unchanged
         with start_server(follower_settings(settings), wait_serving=False) as follower:
             answers: list[httpx.Response] = []
-            deadline = time.monotonic() + 120
             with follower.client() as c:
-                while not answers or answers[-1].status_code != 200:
-                    assert time.monotonic() < deadline, answers[-1].text
+
+                def answered_ready() -> bool:  # every answer kept: the 503s are read too
                     answers.append(c.get("/readyz"))
-                    time.sleep(0.02)  # a probe's period, not a wait for an outcome
+                    return answers[-1].status_code == 200
+
+                wait_until(answered_ready, "the follower ready", timeout=120)
             ready = answers[-1]
             not_ready = answers[:-1]
             assert ready.json() == {
