@@ -21,11 +21,23 @@ INTERVAL = 0.02
 """Seconds between two polls: short enough that a test waits little more than it must."""
 
 
-def _timed_out(
-    what: str, timeout: float, last: object, error: BaseException | None
-) -> AssertionError:
-    seen = f" (last error: {error!r})" if error is not None else f" (last seen: {last!r})"
-    return AssertionError(f"timed out after {timeout:g}s waiting for {what}{seen}")
+class _Poll:
+    """One wait's deadline and what its last poll saw."""
+
+    def __init__(self, what: str, timeout: float) -> None:
+        self.what, self.timeout = what, timeout
+        self.deadline = time.monotonic() + timeout
+
+    def done(self, value: object, error: Exception | None) -> bool:
+        """True when `value` ends the wait; raise once the deadline has passed."""
+        if error is None and value:
+            return True
+        if time.monotonic() > self.deadline:
+            seen = f"last error: {error!r}" if error is not None else f"last seen: {value!r}"
+            raise AssertionError(
+                f"timed out after {self.timeout:g}s waiting for {self.what} ({seen})"
+            ) from error
+        return False
 
 
 def wait_until(
@@ -41,7 +53,7 @@ def wait_until(
     Raise AssertionError naming `what` (and the last value or error seen) when `timeout`
     seconds pass first. Exceptions of the types in `ignore` count as "not yet".
     """
-    deadline = time.monotonic() + timeout
+    poll = _Poll(what, timeout)
     while True:
         error: Exception | None = None
         value: T | None = None
@@ -49,10 +61,8 @@ def wait_until(
             value = cond()
         except ignore as exc:
             error = exc
-        if error is None and value:
+        if poll.done(value, error) and value is not None:
             return value
-        if time.monotonic() > deadline:
-            raise _timed_out(what, timeout, value, error) from error
         time.sleep(interval)
 
 
@@ -84,7 +94,7 @@ async def eventually(
 ) -> Any:
     """`wait_until` for a test on the event loop: `cond` may be a plain or an async function,
     and the loop runs the system under test between two polls."""
-    deadline = time.monotonic() + timeout
+    poll = _Poll(what, timeout)
     while True:
         error: Exception | None = None
         value: Any = None
@@ -93,8 +103,6 @@ async def eventually(
             value = await result if inspect.isawaitable(result) else result
         except ignore as exc:
             error = exc
-        if error is None and value:
+        if poll.done(value, error):
             return value
-        if time.monotonic() > deadline:
-            raise _timed_out(what, timeout, value, error) from error
         await asyncio.sleep(interval)

@@ -192,3 +192,12 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     if code is not None:
         assert error["code"] == code, error
     return error
+
+
+def readyz_checks(response: httpx.Response) -> dict[str, str]:
+    """The checks of a `/readyz` answer, ready (200) or not (503)."""
+    body = response.json()
+    checks: dict[str, str] = (
+        body["checks"] if response.status_code == 200 else body["error"]["checks"]
+    )
+    return checks

@@ -24,7 +24,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from tests._wait import wait_until
 from tests.api._live import produce
-from tests.api.conftest import heartbeat, region
+from tests.api.conftest import heartbeat, readyz_checks, region
 from tests.metasrv.kv._pgschema import fresh_schema
 from toolbox.simulator import MetasrvProcess, free_port
 
@@ -121,13 +121,6 @@ def _heartbeat_answered(addr: str, body: dict[str, Any], timeout: float) -> http
         interval=0.1,
         ignore=(httpx.TransportError,),
     )
-
-
-def _readyz_checks(addr: str) -> dict[str, str]:
-    resp = httpx.get(f"http://{addr}/readyz", timeout=5)
-    body = resp.json()
-    checks: dict[str, str] = body["checks"] if resp.status_code == 200 else body["error"]["checks"]
-    return checks
 
 
 @pytest.mark.faults
@@ -233,7 +226,10 @@ def test_regions_registered_just_before_the_leader_dies_are_in_the_survivors_map
     leader = leader_of(addrs, timeout=60)
     survivor = next(a for a in addrs if a != leader)
     wait_until(
-        lambda: _readyz_checks(survivor).get("follower_map") == "ok",
+        lambda: (
+            readyz_checks(httpx.get(f"http://{survivor}/readyz", timeout=5)).get("follower_map")
+            == "ok"
+        ),
         "the survivor's map loaded and followed",
     )
     topics = {}

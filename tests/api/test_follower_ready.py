@@ -21,7 +21,7 @@ from metasrv import keys
 from metasrv.kv import EtcdKv, KvBackend, SqlKv
 from metasrv.settings import Settings
 from tests._wait import wait_until
-from tests.api.conftest import NUM_TOPICS, SettingsFactory, start_server
+from tests.api.conftest import NUM_TOPICS, SettingsFactory, readyz_checks, start_server
 from tests.metasrv.kv._pgschema import fresh_schema
 from toolbox.simulator import free_port
 
@@ -63,12 +63,6 @@ def follower_settings(leader: Settings) -> Settings:
     )
 
 
-def checks_of(resp: httpx.Response) -> dict[str, str]:
-    body = resp.json()
-    checks: dict[str, str] = body["checks"] if resp.status_code == 200 else body["error"]["checks"]
-    return checks
-
-
 def test_a_follower_is_ready_once_its_map_is_loaded_and_followed(
     make_settings: SettingsFactory, store: tuple[dict[str, Any], KvBackend]
 ) -> None:
@@ -106,7 +100,7 @@ def test_a_follower_is_ready_once_its_map_is_loaded_and_followed(
             assert follower.runtime.follower is not None and follower.runtime.follower.warm
             assert len(follower.runtime.follower.region_map) == ROUTES
             # Its full load was seen, answered 503 naming how far it was, and counted up.
-            loading = [checks_of(r)["follower_map"] for r in not_ready]
+            loading = [readyz_checks(r)["follower_map"] for r in not_ready]
             assert loading, "no /readyz answer came while the follower loaded"
             assert all(r.status_code == 503 for r in not_ready)
             assert all(r.headers["Retry-After"] == "1" for r in not_ready)

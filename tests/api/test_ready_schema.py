@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from tests._wait import wait_until
+from tests.api.conftest import readyz_checks
 from tests.metasrv.kv._pgschema import fresh_schema
 from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv
 
@@ -31,9 +32,7 @@ def readyz(port: int, timeout: float = 60) -> httpx.Response:
 
     def kafka_checked() -> httpx.Response | None:
         resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
-        body = resp.json()
-        checks = body["checks"] if resp.status_code == 200 else body["error"]["checks"]
-        return resp if checks["kafka"] == "ok" else None
+        return resp if readyz_checks(resp)["kafka"] == "ok" else None
 
     return wait_until(
         kafka_checked,
