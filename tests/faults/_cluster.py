@@ -26,6 +26,7 @@ from metasrv.errors import MetasrvError, NotLeader, Unavailable, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from procedures import ProcedureRecord, state_key
+from tests._wait import wait_until
 from tests.faults._client import ClusterClient
 from tests.faults._daemons import Daemon
 from tests.faults._monitor import InvariantMonitor
@@ -245,8 +246,8 @@ class FaultCluster:
         self, timeout: float = 60.0, *, exclude: Daemon | None = None, after_term: int = 0
     ) -> tuple[Daemon, int]:
         """A serving leader (not `exclude`, with a term other than `after_term`) and its term."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def leader() -> tuple[Daemon, int] | None:
             for daemon in self.daemons:
                 if daemon is exclude:
                     continue
@@ -258,9 +259,12 @@ class FaultCluster:
                     and int(view.get("term") or 0) != after_term
                 ):
                     return daemon, int(view["term"])
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no serving leader within {timeout:.0f}s: {self.views()}")
-            time.sleep(0.2)
+            return None
+
+        try:
+            return wait_until(leader, "a serving leader", timeout=timeout, interval=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.views()}") from None
 
     def heal(self, timeout: float = 90.0) -> Daemon:
         """Continue paused daemons, restart dead ones, wait for a serving leader."""

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from procedures import ProcedureState
+from tests._wait import wait_until
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster
 from tests.faults._daemons import Daemon
@@ -165,18 +166,24 @@ def _wait_refers_away(daemon: Daemon, timeout: float) -> None:
     """The process answers heartbeats with 421 naming another process (it knows it was
     deposed; the name may be any later leader: the machine may fail over by itself)."""
     body: dict[str, object] = {"node_id": 0, "addr": None, "regions": [], "topics": []}
-    deadline = time.monotonic() + timeout
-    seen: object = None
-    while time.monotonic() < deadline:
-        try:
-            response = httpx.post(f"{daemon.url}/v1/heartbeat", json=body, timeout=2)
-        except httpx.HTTPError as exc:
-            seen = exc
-        else:
-            seen = (response.status_code, response.text)
-            if response.status_code == 421:
-                named = response.json()["error"].get("leader")
-                if named is not None and named != daemon.addr:
-                    return
-        time.sleep(0.1)
-    raise AssertionError(f"deposed {daemon.name} still not referring to another leader: {seen}")
+
+    seen: list[tuple[int, str]] = []
+
+    def refers_away() -> bool:
+        response = httpx.post(f"{daemon.url}/v1/heartbeat", json=body, timeout=2)
+        seen.append((response.status_code, response.text))
+        if response.status_code != 421:
+            return False
+        named = response.json()["error"].get("leader")
+        return named is not None and named != daemon.addr
+
+    try:
+        wait_until(
+            refers_away,
+            f"deposed {daemon.name} to refer to another leader",
+            timeout=timeout,
+            interval=0.1,
+            ignore=(httpx.HTTPError,),
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last answer: {seen[-1:]}") from None
