@@ -7,7 +7,6 @@ invariant 4). Keys deleted behind the follower are never left in its map.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ from sqlalchemy import delete
 
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
-from metasrv.kv import KvBackend, KvWatch, SqlKv, WatchLost
+from metasrv.kv import KvBackend, KvChange, KvWatch, SqlKv, WatchLost
 from metasrv.leader import (
     Checkpointer,
     LeaderView,
@@ -245,10 +244,21 @@ async def test_take_over_does_not_wait_out_the_watch(
     world: World,
 ) -> None:
     # The follower's watch waits up to `poll_secs` for changes; a take-over wakes it.
+    watch = world.follower._watch
+    assert watch is not None
+    waits: list[float] = []
+    next_changes = watch.next
+
+    def recorded(timeout: float) -> list[KvChange]:
+        waits.append(timeout)
+        return next_changes(timeout)
+
+    watch.next = recorded  # type: ignore[method-assign]
     world.follower.poll_secs = 30.0
     _register(world.kv, "wal_0", range(1, 3))
     await eventually(lambda: world.region_map.region_count() == 2, "two regions followed")
-    await asyncio.sleep(0.5)  # the wait under way is now a 30 s one, with nothing to come
+    # The wait under way is now a 30 s one, with nothing to come.
+    await eventually(lambda: 30.0 in waits, "a 30 s wait of the watch")
     started = time.monotonic()
     assert await world.follower.take_over(lambda: True)
     assert time.monotonic() - started < 5.0
