@@ -419,13 +419,13 @@ class Model:
                     routes=_put(s.routes, i, None),  # type: ignore[arg-type]
                     lmap=_put(s.lmap, i, None),  # type: ignore[arg-type]
                 )
-                value = (
+                recorded = (
                     None
                     if Variant.UNIDENTIFIED_REGISTRATION in self.variant
                     else registered(s.marker, s.kafka.inc)
                 )
-                if value is not None:  # the marker's revision moves: CASes in flight fail
-                    state = state._replace(marker=value, pending=_stale(state.pending))
+                if recorded is not None:  # the marker's revision moves: CASes in flight fail
+                    state = state._replace(marker=recorded, pending=_stale(state.pending))
                 yield (f"region {region_id(i)} registered", state, None)
 
     # -- the regions ---------------------------------------------------------------------
