@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from metasrv.errors import MetasrvError, NotFound
+from metasrv.errors import KafkaUnavailable, MetasrvError, NotFound
 from metasrv.keys import Marker
 from metasrv.kv import KeyValue
 from metasrv.model import PartitionOffsets, RegionRoute, TopicPlan
@@ -103,14 +103,15 @@ async def _plan(
 async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
     """One snapshot of `topic`'s inputs and its plan: the marker read once (`DamagedMarker`
     when it does not decode), the stats copied, then Kafka's offsets read once (raises
-    when Kafka cannot give them), the map as it is. The purge calls this once per step,
+    `KafkaUnavailable` when Kafka cannot give them, or gives no topic id while the marker
+    records one), the map as it is. The purge calls this once per step,
     only while holding the topic's write lock (invariant 4)."""
     marker, marker_kv = await read_marker(services, topic)
     stats = services.registry.topic_snapshot(topic)
     asked_at = time.monotonic()
     offsets = await services.batcher.offsets(topic)
     mapped = services.region_map.routes_by_topic().get(topic, {})
-    return await _plan(
+    inputs = await _plan(
         services,
         topic,
         mapped,
@@ -120,6 +121,12 @@ async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
         stats=stats,
         marker_kv=marker_kv,
     )
+    if inputs.plan.kafka_unavailable is not None:
+        # Kafka gave the offsets but not the topic id the marker records (its controller
+        # slow after a restart): no step decides without it, since a recreated topic
+        # passes every other check. Retried as an outage is, never skipped.
+        raise KafkaUnavailable(f"topic {topic}: {inputs.plan.kafka_unavailable}")
+    return inputs
 
 
 async def gather_plans(
