@@ -234,9 +234,11 @@ def _reset_error(topic: str, reset: ResetLatch) -> TopicReset:
 
 
 async def region_view(rt: Runtime, region_id: int) -> RegionView:
-    """Route + latest stat + replay start of one region; `NotFound` if unregistered."""
+    """Route + latest stat + replay start of one region; `NotFound` if unregistered,
+    `DamagedMarker` when its topic's marker does not decode (`keys.read_marker`: the replay
+    start shown here is decided by that one marker, as replay-start's is)."""
     route = _route(rt, region_id)
-    pruned = await rt.region_map.pruned_entry_id(route.topic)
+    pruned = (await _marker(rt, route.topic)).pruned_entry_id
     route = _route(rt, region_id)
     stat = _live_stat(rt, route)
     in_flight = await _in_flight_target(rt, route.topic)

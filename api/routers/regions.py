@@ -82,6 +82,7 @@ async def list_regions(
     responses={
         200: gives(wire.Region, "What the leader knows about the region now."),
         404: {"description": "Region not registered."},
+        500: {"description": "`damaged_marker`: the topic's stored marker does not decode."},
     },
 )
 async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> Response:

@@ -1,7 +1,7 @@
 """Topic resets outside the purge (DESIGN §2 invariant 8), over real HTTP on real etcd and
 Kafka: a new term never recreates a purged pool topic Kafka lacks (it reports and latches
-the reset), replay-start answers no offset of a reset topic or from a damaged marker, and
-the operator's resolve action."""
+the reset), replay-start and the region view answer no offset of a reset topic or from a
+damaged marker, and the operator's resolve action."""
 
 from __future__ import annotations
 
@@ -128,6 +128,23 @@ def test_replay_start_answers_no_offset_from_a_damaged_marker(
 
     etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": 50}')
     assert client.get("/v1/regions/8/replay-start").json()["start_entry_id"] == 51
+
+
+def test_region_view_shows_a_damaged_marker_as_replay_start_does(
+    client: httpx.Client, etcd: EtcdKv, kafka_bootstrap: str
+) -> None:
+    topic = client.post("/v1/regions", json={"region_id": 8, "node_id": 1}).json()["topic"]
+    produce(kafka_bootstrap, topic, 60)
+    client.post("/v1/heartbeat", json=heartbeat(1, [region(8, topic, 30)]))
+    # The region view read a damaged marker as "never purged" and showed a replay start of
+    # 31 that replay-start itself refuses to answer.
+    etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": "fifty"}')
+    error = assert_error(client.get("/v1/regions/8"), 500, "damaged_marker")
+    assert error["topic"] == topic
+
+    etcd.put(keys.topic_name(topic), b'{"pruned_entry_id": 50}')
+    shown = client.get("/v1/regions/8").json()
+    assert shown["pruned_entry_id"] == 50 and shown["replay_start_entry_id"] == 51
 
 
 def test_resolve_reset_checks_its_topic_and_id(
