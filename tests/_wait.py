@@ -1,13 +1,16 @@
 """Waiting for something to happen: poll a condition until it holds or a deadline passes.
 
 The one way a test waits for an outcome. A test never sleeps for a fixed time to let something
-happen; it names the state it expects and waits for it here. An absence ("X did not happen") is
-checked after an event that proves the system had the chance, not after a pause.
+happen; it names the state it expects and waits for it here (`wait_until`, `eventually` on the
+event loop; `wait_until_or_none` for an opportunity the test may also do without). An absence
+("X did not happen") is checked after an event that proves the system had the chance, not
+after a pause.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable
@@ -63,6 +66,32 @@ def wait_until(
             error = exc
         if poll.done(value, error) and value is not None:
             return value
+        time.sleep(interval)
+
+
+def wait_until_or_none(
+    cond: Callable[[], T | None],
+    *,
+    timeout: float,
+    interval: float = INTERVAL,
+    ignore: tuple[type[Exception], ...] = (),
+) -> T | None:
+    """`wait_until` for an opportunity rather than an outcome: the first true value `cond`
+    returns within `timeout` seconds, or None once they have passed.
+
+    For a test that would rather act while something is under way (inject a fault in the
+    middle of a purge) and acts anyway when nothing came; what a test must see happen it
+    waits for with `wait_until`. Exceptions of the types in `ignore` count as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value: T | None = None
+        with contextlib.suppress(*ignore):
+            value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            return None
         time.sleep(interval)
 
 

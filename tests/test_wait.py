@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tests._wait import eventually, wait_until
+from tests._wait import eventually, wait_until, wait_until_or_none
 
 
 def test_returns_the_first_true_value() -> None:
@@ -39,6 +39,19 @@ def test_ignored_errors_are_not_yet_and_are_reported() -> None:
 def test_other_errors_propagate() -> None:
     with pytest.raises(ZeroDivisionError):
         wait_until(lambda: 1 // 0, "a division")
+
+
+def test_an_opportunity_is_returned_or_none_once_the_time_is_up() -> None:
+    counter = itertools.count()
+    assert wait_until_or_none(lambda: max(0, next(counter) - 2), timeout=5) == 1
+    assert wait_until_or_none(lambda: [], timeout=0.05) is None
+
+    def refused() -> bool:
+        raise ConnectionError("refused")
+
+    assert wait_until_or_none(refused, timeout=0.05, ignore=(ConnectionError,)) is None
+    with pytest.raises(ZeroDivisionError):
+        wait_until_or_none(lambda: 1 // 0, timeout=5)
 
 
 async def test_eventually_takes_plain_and_async_conditions() -> None:

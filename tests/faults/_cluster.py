@@ -26,7 +26,7 @@ from metasrv.errors import MetasrvError, NotLeader, Unavailable, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
 from procedures import ProcedureRecord, state_key
-from tests._wait import wait_until
+from tests._wait import wait_until, wait_until_or_none
 from tests.faults._client import ClusterClient
 from tests.faults._daemons import Daemon
 from tests.faults._monitor import InvariantMonitor
@@ -295,17 +295,22 @@ class FaultCluster:
     def wait_in_flight(
         self, timeout: float = 30.0, steps: tuple[str, ...] = ("flush", "purge")
     ) -> list[ProcedureRecord]:
-        """Unfinished purges, preferably in one of `steps`; any unfinished one after half
-        the timeout; [] if none appeared."""
-        deadline = time.monotonic() + timeout
-        half = time.monotonic() + timeout / 2
-        while time.monotonic() < deadline:
-            records = list(self.unfinished().values())
-            preferred = [r for r in records if r.step in steps and r.started_at is not None]
-            if preferred or (records and time.monotonic() > half):
-                return preferred or records
-            time.sleep(0.05)
-        return []
+        """Unfinished purges: for the first half of `timeout` only those started in one of
+        `steps`, then any; [] if none appeared. An opportunity to fault in the middle of a
+        purge, not an outcome: the caller asserts on the answer when it needs one."""
+
+        def in_steps() -> list[ProcedureRecord]:
+            records = self.unfinished().values()
+            return [r for r in records if r.step in steps and r.started_at is not None]
+
+        def any_unfinished() -> list[ProcedureRecord]:
+            return list(self.unfinished().values())
+
+        return (
+            wait_until_or_none(in_steps, timeout=timeout / 2, interval=0.05)
+            or wait_until_or_none(any_unfinished, timeout=timeout / 2, interval=0.05)
+            or []
+        )
 
     def finish_resumed(
         self, ids: Iterable[str], timeout: float = 90.0, *, count: bool = True
@@ -313,20 +318,29 @@ class FaultCluster:
         """Wait until each procedure reached a terminal state; count them as resumed (by a
         later leader term) unless `count` is False."""
         wanted = set(ids)
-        deadline = time.monotonic() + timeout
-        while True:
+        pending: dict[str, object] = {}
+
+        def finished() -> list[ProcedureRecord] | None:
             records = self.procedure_records()
             missing = wanted - set(records)
             assert not missing, f"procedure records vanished: {missing}"
-            done = [records[i] for i in wanted if records[i].state.terminal]
-            if len(done) == len(wanted):
-                if count:
-                    self.summary.resumed_procedures(len(done))
-                return done
-            if time.monotonic() > deadline:
-                pending = {i: (records[i].state, records[i].step, records[i].error) for i in wanted}
-                raise AssertionError(f"resumed procedures not finished in {timeout}s: {pending}")
-            time.sleep(0.3)
+            pending.clear()
+            pending.update(
+                (i, (records[i].state, records[i].step, records[i].error))
+                for i in wanted
+                if not records[i].state.terminal
+            )
+            return None if pending else [records[i] for i in wanted]
+
+        done: list[ProcedureRecord] = []
+        if wanted:
+            try:
+                done = wait_until(finished, "resumed procedures to finish", timeout=timeout)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; unfinished: {pending}") from None
+        if count:
+            self.summary.resumed_procedures(len(done))
+        return done
 
     # --- faults -------------------------------------------------------------------------
 
@@ -343,19 +357,22 @@ class FaultCluster:
 
     def wait_purge_progress(self, before: dict[str, int], timeout: float = 60.0) -> None:
         """Some topic's `pruned_entry_id` moves past `before` (purges work again)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def progressed() -> bool:
+            self.workload.check()
             with contextlib.suppress(MetasrvError):  # a service may still be coming back
                 self.monitor.sample()
-            if any(m > before.get(t, -1) for t, m in self.monitor.markers.items()):
-                return
-            self.run_for(0.5)
-        raise AssertionError(
-            f"no purge completed within {timeout}s after the fault: {self.monitor.markers}"
-        )
+            return any(m > before.get(t, -1) for t, m in self.monitor.markers.items())
+
+        try:
+            wait_until(progressed, "a purge after the fault", timeout=timeout, interval=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; markers: {self.monitor.markers}") from None
 
     def run_for(self, seconds: float) -> None:
-        """Let the load run, surfacing a crashed writer or datanode loop."""
+        """Let the load run for `seconds`, surfacing a crashed writer or datanode loop: a
+        deliberate duration (a fault held, load between two steps), never a wait for
+        something to happen."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self.workload.check()
@@ -405,19 +422,23 @@ class FaultCluster:
         logger.info("datanode %s recovered and verified", datanode.node_id)
 
     def _restart(self, datanode: SimDatanode, timeout: float, result: RecoveryResult) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while True:
+        def restarted() -> tuple[list[Any]]:
             try:
-                return datanode.restart()
+                return (datanode.restart(),)
             except WalDataLoss as exc:
                 result.data_loss.append(f"datanode {datanode.node_id}: {exc}")
-                return datanode.restart(self._replay_what_is_left(datanode))
-            except (Unavailable, NotLeader):
-                # No serving leader yet (an election under way, followers still naming the
-                # old leader, or a new one loading the map): try again.
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+                return (datanode.restart(self._replay_what_is_left(datanode)),)
+
+        # Unavailable, NotLeader: no serving leader yet (an election under way, followers
+        # still naming the old leader, or a new one loading the map): try again.
+        (reports,) = wait_until(
+            restarted,
+            f"datanode {datanode.node_id} to restart from a serving leader's replay start",
+            timeout=timeout,
+            interval=0.5,
+            ignore=(Unavailable, NotLeader),
+        )
+        return reports
 
     def _replay_what_is_left(self, datanode: SimDatanode) -> Callable[[int], int]:
         client = datanode.client

@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import migrations
+from tests._wait import wait_until
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster
 from tests.faults._services import FaultServices, fault_stack_config
@@ -83,15 +83,18 @@ def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     lock_path = Path(tempfile.gettempdir()) / f"metasrv-faults-{cfg.cluster_kafka_ports[0]}.lock"
     with lock_path.open("a") as lock:
-        deadline = time.monotonic() + max(30.0, budget.test_timeout - 60)
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another fault-suite session holds {lock_path}")
-                time.sleep(1.0)
+
+        def locked() -> bool:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+
+        wait_until(
+            locked,
+            f"the fault-suite lock {lock_path} (another session holds it)",
+            timeout=max(30.0, budget.test_timeout - 60),
+            interval=1.0,
+            ignore=(BlockingIOError,),
+        )
         services = FaultServices(cfg)
         try:
             services.up()

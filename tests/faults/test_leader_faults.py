@@ -28,6 +28,7 @@ FINISHED_OK = (ProcedureState.SUCCEEDED, ProcedureState.SKIPPED)
 COMMITS = {"procedure submitted", "procedure finished"}
 DELETED = "deleted WAL records"
 NEW_TERM = "elected leader"
+LOST_TERM = "lost leadership"
 
 
 def test_leader_sigkilled_mid_purge_new_leader_resumes(
@@ -78,13 +79,15 @@ def test_paused_leader_commits_nothing_after_it_continues(
         continued_at = time.time()
         old.resume()
         _wait_refers_away(old, timeout=lease + 15)
-        cluster.run_for(max(3.0, budget.settle))
+        # The moment the absence of commits is checked: the deposed process has run its
+        # leader stop hooks (its procedures and ticker stopped), so it commits nothing more
+        # in its old term.
+        deposed = _until_new_term(_wait_stepped_down(old, since=continued_at, timeout=lease + 15))
 
         # Records the new term finished were not overwritten by the old one.
         after = cluster.procedure_records()
         for pid, record in finished.items():
             assert after[pid] == record, (record, after[pid])
-        deposed = _until_new_term(old.log_records(since=continued_at))
         # A procedure already terminal in the kv store when the process was paused was
         # committed before; its "finished" line may still come out after SIGCONT.
         committed = [
@@ -112,6 +115,7 @@ def test_paused_leader_commits_nothing_after_it_continues(
             f"SIGSTOP {old.name} ({len(interrupted)} unfinished): {new.name} took over; "
             f"after SIGCONT {old.name} logged {len(refused)} warnings, 0 commits: {refused[:5]}"
         )
+        cluster.run_for(budget.settle)
     cluster.assert_recovers()
 
 
@@ -160,6 +164,19 @@ def _until_new_term(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             break
         out.append(record)
     return out
+
+
+def _wait_stepped_down(daemon: Daemon, *, since: float, timeout: float) -> list[dict[str, Any]]:
+    """The process's log records since `since` (epoch s), once they hold its "lost
+    leadership": logged after every leader stop hook of the lost term has run."""
+
+    def stepped_down() -> list[dict[str, Any]] | None:
+        records = daemon.log_records(since=since)
+        return records if any(r.get("msg") == LOST_TERM for r in records) else None
+
+    return wait_until(
+        stepped_down, f"deposed {daemon.name} to log {LOST_TERM!r}", timeout=timeout, interval=0.1
+    )
 
 
 def _wait_refers_away(daemon: Daemon, timeout: float) -> None:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests._wait import wait_until
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster
 from tests.faults._services import FaultServices
@@ -57,12 +58,21 @@ def test_etcd_frozen_longer_than_lease(
         cluster.wait_in_flight(timeout=10)
         markers = dict(cluster.monitor.markers)
         fault_services.pause("etcd")
+        paused_at = time.monotonic()
         summary.fault()
-        time.sleep(lease + 1.0)
-        # Cut off from etcd, no process may still believe it leads once its lease is over.
-        leading = {n: v for n, v in cluster.views().items() if v.get("is_leader")}
-        assert leading == {}, leading
-        time.sleep(max(0.0, budget.etcd_pause - lease - 1.0))
+        # Cut off from etcd, no process may still believe it leads once its lease is over
+        # (every renewal it made was sent before the pause); none can win a new one.
+        try:
+            wait_until(
+                lambda: not _leading(cluster),
+                "every lease to lapse",
+                timeout=lease + 1.0,
+                interval=0.2,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; leading: {_leading(cluster)}") from None
+        # The fault itself is a duration: etcd stays frozen for `etcd_pause` seconds.
+        cluster.run_for(max(0.0, paused_at + budget.etcd_pause - time.monotonic()))
         fault_services.resume("etcd")
         interrupted = sorted(cluster.unfinished())
         leader, _ = cluster.wait_leader(timeout=LEADER_TIMEOUT, after_term=term)
@@ -90,6 +100,11 @@ def test_kafka_broker_down(
         cluster.wait_purge_progress(markers, timeout=PROGRESS_TIMEOUT)
         cluster.run_for(budget.settle)
     cluster.assert_recovers()
+
+
+def _leading(cluster: FaultCluster) -> dict[str, object]:
+    """`GET /v1/leader` of each daemon that believes it leads, by name."""
+    return {n: v for n, v in cluster.views().items() if v.get("is_leader")}
 
 
 def _busiest_broker(fault_services: FaultServices, topics: list[str]) -> str:
