@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from toolbox.stack import ServiceStatus, StackConfig
 
 stack_app = typer.Typer(
-    help="Local Kafka, etcd, PostgreSQL (and Spark) for development and tests.",
+    help="Local Kafka, etcd, PostgreSQL (and Spark, S3) for development and tests.",
     no_args_is_help=True,
 )
 
@@ -37,6 +37,14 @@ Spark = Annotated[
         "--spark",
         help="Also a standalone Spark master and workers (ports from env "
         "METASRV_STACK_SPARK_PORT, default 17077 and up).",
+    ),
+]
+S3 = Annotated[
+    bool,
+    typer.Option(
+        "--s3",
+        help="Also an S3-compatible object store (S3Proxy, filesystem backend) with its "
+        "bucket (port from env METASRV_STACK_S3_PORT, default 19000).",
     ),
 ]
 
@@ -98,45 +106,50 @@ def _print_origins(statuses: list[ServiceStatus]) -> None:
 
 @stack_app.command("up")
 @stack_options
-def up_cmd(spark: Spark = False, cluster: ClusterFlag = False, *, cfg: StackConfig) -> None:
+def up_cmd(
+    spark: Spark = False, s3: S3 = False, cluster: ClusterFlag = False, *, cfg: StackConfig
+) -> None:
     """Install (first time) and start every service; print the endpoints. Idempotent."""
     from toolbox.stack import cluster_endpoints_of, cluster_up, ensure_up, start_service, status
 
     _setup_logging()
     if cluster:
         try:
-            postgres = start_service(cfg, "postgres")
+            # PostgreSQL and the object store are the single-node stack's, shared.
+            shared = [start_service(cfg, name) for name in ("postgres", *(["s3"] if s3 else []))]
             running = cluster_up(cfg)
         except MetasrvError as exc:
             typer.echo(f"stack up --cluster failed: {exc.message}", err=True)
             raise typer.Exit(1) from exc
-        _print_origins([postgres, *running.status()])
-        for line in cluster_endpoints_of(cfg).env_lines():
+        _print_origins([*shared, *running.status()])
+        for line in cluster_endpoints_of(cfg, s3=s3).env_lines():
             typer.echo(line)
         return
     try:
-        endpoints = ensure_up(cfg, spark=spark)
+        endpoints = ensure_up(cfg, spark=spark, s3=s3)
     except MetasrvError as exc:
         typer.echo(f"stack up failed: {exc.message}", err=True)
         raise typer.Exit(1) from exc
-    _print_origins(status(cfg, spark=spark))
+    _print_origins(status(cfg, spark=spark, s3=s3))
     for line in endpoints.env_lines():
         typer.echo(line)
 
 
 @stack_app.command("status")
 @stack_options
-def status_cmd(spark: Spark = False, cluster: ClusterFlag = False, *, cfg: StackConfig) -> None:
+def status_cmd(
+    spark: Spark = False, s3: S3 = False, cluster: ClusterFlag = False, *, cfg: StackConfig
+) -> None:
     """Per service: running (pid of ours), healthy (a real request), endpoint."""
     from toolbox.stack import Cluster, cluster_endpoints_of, endpoints_of, status
 
     if cluster:
-        postgres = [st for st in status(cfg) if st.name == "postgres"]
-        results = [*postgres, *Cluster(cfg).status()]
-        lines = cluster_endpoints_of(cfg).env_lines()
+        shared = [st for st in status(cfg, s3=s3) if st.name in ("postgres", "s3")]
+        results = [*shared, *Cluster(cfg).status()]
+        lines = cluster_endpoints_of(cfg, s3=s3).env_lines()
     else:
-        results = status(cfg, spark=spark)
-        lines = endpoints_of(cfg, spark=spark).env_lines()
+        results = status(cfg, spark=spark, s3=s3)
+        lines = endpoints_of(cfg, spark=spark, s3=s3).env_lines()
     for st in results:
         running = (
             f"running (pid {st.pid})"

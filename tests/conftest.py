@@ -1,4 +1,4 @@
-"""Session fixtures for real services (Kafka, etcd, PostgreSQL, Spark) and test markers.
+"""Session fixtures for real services (Kafka, etcd, PostgreSQL, Spark, S3) and test markers.
 
 `cluster_stack` is the production-shaped cluster (`toolbox.stack.cluster_up`), started only
 for the tests that ask for it.
@@ -11,6 +11,9 @@ runs the rest (`-m "not services"`).
 Each service fixture reuses the endpoint named by `METASRV_TEST_KAFKA` / `METASRV_TEST_ETCD` /
 `METASRV_TEST_POSTGRES` when set; otherwise it brings the project's own local stack up
 (`toolbox.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
+`s3_endpoint` likewise starts (or reuses) the stack's S3-compatible server alone, unless
+`METASRV_TEST_S3` names an endpoint (with `METASRV_TEST_S3_BUCKET`, `..._ACCESS_KEY_ID`,
+`..._SECRET_ACCESS_KEY`); each test keeps its objects under its own `s3_prefix`.
 The stack is left running at the end of the session: CI or the developer takes it down.
 """
 
@@ -26,7 +29,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from metasrv.kafka import KafkaAdmin
-from toolbox.stack import Cluster, Endpoints, StackConfig, cluster_up, ensure_up
+from toolbox.stack import (
+    Cluster,
+    Endpoints,
+    S3Endpoint,
+    StackConfig,
+    cluster_up,
+    ensure_up,
+    s3_endpoint_of,
+    start_service,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,6 +60,7 @@ SERVICE_FIXTURES = frozenset(
         "postgres_url",
         "spark",
         "spark_master",
+        "s3_endpoint",
     }
 )
 """Fixtures that start or reach a real service."""
@@ -125,6 +138,31 @@ def etcd_endpoint(request: pytest.FixtureRequest) -> str:
 def postgres_url(request: pytest.FixtureRequest) -> str:
     """SQLAlchemy URL of a PostgreSQL database the tests may create schemas in."""
     return _endpoint(request, "METASRV_TEST_POSTGRES", "postgres_url")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> S3Endpoint:
+    """A real S3-compatible server and a bucket the tests may write under their `s3_prefix`."""
+    given = os.environ.get("METASRV_TEST_S3")
+    if given:
+        defaults = S3Endpoint(endpoint=given)
+        return S3Endpoint(
+            endpoint=given,
+            bucket=os.environ.get("METASRV_TEST_S3_BUCKET", defaults.bucket),
+            access_key_id=os.environ.get("METASRV_TEST_S3_ACCESS_KEY_ID", defaults.access_key_id),
+            secret_access_key=os.environ.get(
+                "METASRV_TEST_S3_SECRET_ACCESS_KEY", defaults.secret_access_key
+            ),
+        )
+    cfg = StackConfig.from_env()
+    start_service(cfg, "s3")
+    return s3_endpoint_of(cfg)
+
+
+@pytest.fixture
+def s3_prefix(unique_prefix: str) -> str:
+    """Unique per test: the key prefix (`t<8 hex>/`) its objects live under in the bucket."""
+    return f"{unique_prefix}/"
 
 
 @pytest.fixture

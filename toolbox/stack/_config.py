@@ -14,6 +14,12 @@ _ENV_PREFIX = "METASRV_STACK_"
 SASL_USERS: dict[str, str] = {"metasrv": "metasrv-secret"}
 """Users the SASL_SSL listener knows (for every mechanism), name -> password."""
 
+S3_BUCKET = "metasrv-wal"
+"""The bucket `stack up --s3` creates (DESIGN §6's default `[wal.archive] bucket`)."""
+S3_ACCESS_KEY_ID = "metasrv"
+"""The one identity the stack's S3 server accepts (AWS v2 and v4 signatures)."""
+S3_SECRET_ACCESS_KEY = "metasrv-secret"
+
 
 def _repo_root() -> Path:
     # Editable install: toolbox/stack/_config.py -> repo root holds pyproject.toml.
@@ -66,6 +72,8 @@ class StackConfig:
     """Kafka SASL_SSL listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 for `SASL_USERS`); 0: none."""
     etcd_tls: bool = False
     """etcd serves its client port over TLS and requires a client certificate."""
+    s3_port: int = 19000
+    """S3-compatible server (`stack up --s3`), plain HTTP."""
     spark_port: int = 17077
     """Spark standalone master RPC port (`stack up --spark`); the master's web UI is +1 and
     worker i uses +2+2i (RPC) and +3+2i (web UI)."""
@@ -107,6 +115,7 @@ class StackConfig:
             etcd_port=_env_int("ETCD_PORT", cls.etcd_port),
             etcd_peer_port=_env_int("ETCD_PEER_PORT", cls.etcd_peer_port),
             postgres_port=_env_int("POSTGRES_PORT", cls.postgres_port),
+            s3_port=_env_int("S3_PORT", cls.s3_port),
             spark_port=_env_int("SPARK_PORT", cls.spark_port),
             spark_workers=_env_int("SPARK_WORKERS", cls.spark_workers),
             cluster_kafka_ports=_env_ports("CLUSTER_KAFKA_PORTS", cls.cluster_kafka_ports),
@@ -134,6 +143,8 @@ class Endpoints:
     """SQLAlchemy URL of the `metasrv` database."""
     spark_master: str | None = None
     """`spark://host:port` of the standalone Spark master, when the stack runs one."""
+    s3: S3Endpoint | None = None
+    """The S3-compatible server, when the stack runs one."""
 
     def env_lines(self) -> list[str]:
         """`NAME=value` lines a shell can eval."""
@@ -144,7 +155,29 @@ class Endpoints:
         ]
         if self.spark_master:
             lines.append(f"SPARK_MASTER={self.spark_master}")
+        if self.s3:
+            lines.extend(self.s3.env_lines())
         return lines
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """How clients reach the stack's S3-compatible server and its bucket."""
+
+    endpoint: str
+    """`http://host:port`."""
+    bucket: str = S3_BUCKET
+    access_key_id: str = S3_ACCESS_KEY_ID
+    secret_access_key: str = S3_SECRET_ACCESS_KEY
+
+    def env_lines(self) -> list[str]:
+        """`NAME=value` lines a shell can eval."""
+        return [
+            f"S3_ENDPOINT={self.endpoint}",
+            f"S3_BUCKET={self.bucket}",
+            f"S3_ACCESS_KEY_ID={self.access_key_id}",
+            f"S3_SECRET_ACCESS_KEY={self.secret_access_key}",
+        ]
 
 
 @dataclass(frozen=True)
@@ -157,24 +190,35 @@ class ClusterEndpoints:
     """Every etcd member's client endpoint, `host:port`."""
     postgres_url: str
     """SQLAlchemy URL of the single-node stack's `metasrv` database."""
+    s3: S3Endpoint | None = None
+    """The single-node stack's S3-compatible server, when asked for (`--cluster --s3`)."""
 
     def env_lines(self) -> list[str]:
         """`NAME=value` lines a shell can eval (`ETCD_ENDPOINT` is the first member)."""
-        return [
+        lines = [
             f"KAFKA_BOOTSTRAP={self.kafka_bootstrap}",
             f"ETCD_ENDPOINTS={','.join(self.etcd_endpoints)}",
             f"ETCD_ENDPOINT={self.etcd_endpoints[0]}",
             f"POSTGRES_URL={self.postgres_url}",
         ]
+        if self.s3:
+            lines.extend(self.s3.env_lines())
+        return lines
 
 
-def cluster_endpoints_of(cfg: StackConfig) -> ClusterEndpoints:
+def cluster_endpoints_of(cfg: StackConfig, *, s3: bool = False) -> ClusterEndpoints:
     """The cluster endpoints `cfg` describes (whether or not the services are up)."""
     return ClusterEndpoints(
         kafka_bootstrap=",".join(f"{cfg.host}:{p}" for p in cfg.cluster_kafka_ports),
         etcd_endpoints=[f"{cfg.host}:{p}" for p in cfg.cluster_etcd_ports],
         postgres_url=endpoints_of(cfg).postgres_url,
+        s3=s3_endpoint_of(cfg) if s3 else None,
     )
+
+
+def s3_endpoint_of(cfg: StackConfig) -> S3Endpoint:
+    """The stack's S3-compatible server and bucket (whether or not it is up)."""
+    return S3Endpoint(endpoint=f"http://{cfg.host}:{cfg.s3_port}")
 
 
 def spark_master_url(cfg: StackConfig) -> str:
@@ -182,7 +226,7 @@ def spark_master_url(cfg: StackConfig) -> str:
     return f"spark://{cfg.host}:{cfg.spark_port}"
 
 
-def endpoints_of(cfg: StackConfig, *, spark: bool = False) -> Endpoints:
+def endpoints_of(cfg: StackConfig, *, spark: bool = False, s3: bool = False) -> Endpoints:
     """The endpoints `cfg` describes (whether or not the services are up)."""
     return Endpoints(
         kafka_bootstrap=f"{cfg.host}:{cfg.kafka_port}",
@@ -191,4 +235,5 @@ def endpoints_of(cfg: StackConfig, *, spark: bool = False) -> Endpoints:
             f"postgresql+psycopg://metasrv:metasrv@{cfg.host}:{cfg.postgres_port}/metasrv"
         ),
         spark_master=spark_master_url(cfg) if spark else None,
+        s3=s3_endpoint_of(cfg) if s3 else None,
     )

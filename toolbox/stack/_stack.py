@@ -14,6 +14,7 @@ from toolbox.stack._etcd import Etcd
 from toolbox.stack._kafka import Kafka
 from toolbox.stack._postgres import Postgres
 from toolbox.stack._process import dir_lock, wait_until
+from toolbox.stack._s3 import S3Proxy
 from toolbox.stack._service import Service
 from toolbox.stack._spark import spark_services
 
@@ -21,18 +22,23 @@ logger = logging.getLogger(__name__)
 
 ServiceName = Literal["kafka", "etcd", "postgres"]
 SERVICE_NAMES: tuple[ServiceName, ...] = ("kafka", "etcd", "postgres")
-_CLASSES: dict[str, type[Service]] = {"kafka": Kafka, "etcd": Etcd, "postgres": Postgres}
+_CLASSES: dict[str, type[Service]] = {
+    "kafka": Kafka,
+    "etcd": Etcd,
+    "postgres": Postgres,
+    "s3": S3Proxy,
+}
 
 
 def service(cfg: StackConfig, name: str) -> Service:
-    """The service object called `name` ("kafka", "etcd", "postgres", "spark-master" or
-    "spark-worker-N")."""
+    """The service object called `name` ("kafka", "etcd", "postgres", "s3", "spark-master"
+    or "spark-worker-N")."""
     if name in _CLASSES:
         return _CLASSES[name](cfg)
     for svc in spark_services(cfg):
         if svc.name == name:
             return svc
-    known = [*SERVICE_NAMES, *(svc.name for svc in spark_services(cfg))]
+    known = [*_CLASSES, *(svc.name for svc in spark_services(cfg))]
     raise InvalidArgument(f"unknown service {name!r}; expected one of {', '.join(known)}")
 
 
@@ -99,6 +105,14 @@ def _start(svc: Service) -> ServiceStatus:
     return ServiceStatus(svc.name, svc.endpoint, svc.pid(), True)
 
 
+def _ready(svc: Service) -> ServiceStatus:
+    """`_start`, then what a started service still needs to be usable (the S3 bucket)."""
+    started = _start(svc)
+    if isinstance(svc, S3Proxy):
+        svc.ensure_bucket()
+    return started
+
+
 def start_service(cfg: StackConfig, name: str) -> ServiceStatus:
     """Install if needed and start one service; reuse a healthy one already on its port.
 
@@ -106,7 +120,7 @@ def start_service(cfg: StackConfig, name: str) -> ServiceStatus:
     """
     svc = service(cfg, name)
     with _state_lock(cfg):
-        return _start(svc)
+        return _ready(svc)
 
 
 def stop_service(cfg: StackConfig, name: str) -> bool:
@@ -121,19 +135,24 @@ def service_pid(cfg: StackConfig, name: str) -> int | None:
     return service(cfg, name).pid()
 
 
-def _services(cfg: StackConfig, spark: bool) -> list[Service]:
+def _services(cfg: StackConfig, spark: bool, s3: bool = False) -> list[Service]:
     base = [service(cfg, name) for name in SERVICE_NAMES]
+    if s3:
+        base.append(S3Proxy(cfg))
     return base + spark_services(cfg) if spark else base
 
 
-def ensure_up(cfg: StackConfig | None = None, *, spark: bool = False) -> Endpoints:
+def ensure_up(
+    cfg: StackConfig | None = None, *, spark: bool = False, s3: bool = False
+) -> Endpoints:
     """Make Kafka, etcd and PostgreSQL (with `spark`, also a standalone Spark master and
-    its workers) healthy, starting what is missing; return the endpoints."""
+    its workers; with `s3`, an S3-compatible server and its bucket) healthy, starting what
+    is missing; return the endpoints."""
     cfg = cfg or StackConfig.from_env()
     with _state_lock(cfg):
-        for svc in _services(cfg, spark):
-            _start(svc)
-    return endpoints_of(cfg, spark=spark)
+        for svc in _services(cfg, spark, s3):
+            _ready(svc)
+    return endpoints_of(cfg, spark=spark, s3=s3)
 
 
 def spark_up(cfg: StackConfig) -> str:
@@ -145,25 +164,28 @@ def spark_up(cfg: StackConfig) -> str:
     return spark_master_url(cfg)
 
 
-def status(cfg: StackConfig | None = None, *, spark: bool = False) -> list[ServiceStatus]:
+def status(
+    cfg: StackConfig | None = None, *, spark: bool = False, s3: bool = False
+) -> list[ServiceStatus]:
     """Each service's pid (if ours) and health (a real request)."""
     cfg = cfg or StackConfig.from_env()
     out = []
-    for svc in _services(cfg, spark):
+    for svc in _services(cfg, spark, s3):
         healthy = svc.listening() and svc.healthy()
         out.append(ServiceStatus(svc.name, svc.endpoint, svc.pid(), healthy))
     return out
 
 
 def down(cfg: StackConfig | None = None) -> list[str]:
-    """Stop every service this state dir started (Spark's too); returns the names stopped."""
+    """Stop every service this state dir started (Spark's and S3's too); returns the names
+    stopped."""
     cfg = cfg or StackConfig.from_env()
     # Reverse start order (workers before their master); an error on one still lets the
     # others stop.
     stopped: list[str] = []
     errors: list[ServiceError] = []
     with _state_lock(cfg):
-        for svc in reversed(_services(cfg, spark=True)):
+        for svc in reversed(_services(cfg, spark=True, s3=True)):
             try:
                 if svc.stop():
                     stopped.append(svc.name)
