@@ -6,6 +6,7 @@ from metasrv.settings._addr import WILDCARD_HOSTS, split_host_port
 from metasrv.settings._greptimedb import IGNORED_KEYS
 from metasrv.settings._locations import check_stats_url, is_url
 from metasrv.settings._sections import (
+    ArchiveSettings,
     AuthSettings,
     HttpSettings,
     KvSettings,
@@ -19,6 +20,7 @@ from metasrv.settings._units import parse_duration
 __all__ = [
     "IGNORED_KEYS",
     "WILDCARD_HOSTS",
+    "ArchiveSettings",
     "AuthSettings",
     "HttpSettings",
     "KvSettings",

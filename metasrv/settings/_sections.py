@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -68,6 +69,56 @@ class KafkaSaslSettings(_Section):
     password: SecretStr
 
 
+def _check_endpoint(value: str) -> str:
+    """ "" (AWS's own endpoints) or an http(s) URL with a host."""
+    if not value:
+        return value
+    url = urllib.parse.urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"endpoint must be an http:// or https:// URL with a host, got {value!r}")
+    return value
+
+
+def _check_prefix(value: str) -> str:
+    if value.startswith("/"):
+        # S3 keys do not start with "/": the object would not be where the key says.
+        raise ValueError(f"prefix must not start with '/', got {value!r}")
+    return value
+
+
+class ArchiveSettings(_Section):
+    """`[wal.archive]` (DESIGN §6, §8): where archivers copy the WAL before a purge deletes it."""
+
+    enabled: bool = False
+    # S3-compatible endpoint URL; "" means AWS's own for `region`.
+    endpoint: Annotated[str, AfterValidator(_check_endpoint)] = ""
+    # S3 bucket naming: 3-63 lowercase letters, digits, dots and hyphens.
+    bucket: str = Field(default="metasrv-wal", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    # Key prefix inside the bucket, e.g. "prod/": {prefix}{topic}/{first}-{last}.parquet.
+    prefix: Annotated[str, AfterValidator(_check_prefix)] = ""
+    region: str = Field(default="us-east-1", min_length=1)
+    # Both empty: the standard AWS credential chain (environment, profile, instance role).
+    access_key_id: str = ""
+    # Out of repr altogether (SecretStr masks the value; the name alone reads like a leak).
+    secret_access_key: SecretStr = Field(default=SecretStr(""), repr=False)
+    # The Kafka consumer group the archivers form; pinned while the archive is enabled.
+    consumer_group: str = Field(default="metasrv-archive", min_length=1)
+    object_max_bytes: Size = Field(default=parse_size("64MB"), gt=0)
+    object_max_delay: Duration = Field(default=parse_duration("60s"), gt=0)
+    # Objects wholly below every region's replay start are deleted once older than this;
+    # "0s" keeps every object.
+    retention: Duration = parse_duration("7d")
+
+    @model_validator(mode="after")
+    def _credentials_go_together(self) -> ArchiveSettings:
+        if bool(self.access_key_id) != bool(self.secret_access_key.get_secret_value()):
+            raise ValueError(
+                "access_key_id and secret_access_key go together (both empty: the standard "
+                "AWS credential chain)"
+            )
+        return self
+
+
 class WalSettings(_Section):
     provider: Literal["kafka"] = "kafka"
     broker_endpoints: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"], min_length=1)
@@ -111,6 +162,28 @@ class WalSettings(_Section):
     # at once; a purge then reads it, so a paused or lagging follower costs a purge this
     # long, not the admin request timeout.
     delete_records_wait: Duration = Field(default=parse_duration("2s"), gt=0)
+    # Kafka consumer groups whose committed offset on a WAL topic bounds every purge of it
+    # (DESIGN §8); see `pinned_groups` for the full set.
+    pin_consumer_groups: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+
+    @property
+    def pinned_groups(self) -> tuple[str, ...]:
+        """Every consumer group that bounds a purge: `pin_consumer_groups`, and the archive's
+        `consumer_group` while the archive is enabled (in that order, each once)."""
+        groups = list(self.pin_consumer_groups)
+        if self.archive.enabled:
+            groups.append(self.archive.consumer_group)
+        return tuple(dict.fromkeys(groups))
+
+    @model_validator(mode="after")
+    def _pins_named_once(self) -> WalSettings:
+        repeated = sorted(
+            {g for g in self.pin_consumer_groups if self.pin_consumer_groups.count(g) > 1}
+        )
+        if repeated:
+            raise ValueError(f"pin_consumer_groups names {', '.join(map(repr, repeated))} twice")
+        return self
 
     @model_validator(mode="after")
     def _topic_config_keeps_deletion(self) -> WalSettings:
