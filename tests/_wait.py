@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
@@ -93,6 +95,23 @@ def wait_until_or_none(
         if time.monotonic() > deadline:
             return None
         time.sleep(interval)
+
+
+def blocked_in(thread: threading.Thread, function: str) -> bool:
+    """True while `thread` is parked in a blocking wait (`threading`'s lock, event, condition
+    or queue waits) that `function` called, directly or not.
+
+    The condition a test polls before it interrupts a blocking call the product makes on a
+    thread of its own ("the watch is now inside `next`, waiting"), when nothing else tells.
+    """
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None or frame.f_code.co_name != "wait":
+        return False
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @overload

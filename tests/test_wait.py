@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 
-from tests._wait import eventually, wait_until, wait_until_or_none
+from tests._wait import blocked_in, eventually, wait_until, wait_until_or_none
 
 
 def test_returns_the_first_true_value() -> None:
@@ -52,6 +53,32 @@ def test_an_opportunity_is_returned_or_none_once_the_time_is_up() -> None:
     assert wait_until_or_none(refused, timeout=0.05, ignore=(ConnectionError,)) is None
     with pytest.raises(ZeroDivisionError):
         wait_until_or_none(lambda: 1 // 0, timeout=5)
+
+
+def test_blocked_in_sees_a_thread_parked_in_a_wait_of_the_named_function() -> None:
+    gate = threading.Event()
+    spinning = threading.Event()
+
+    def parked() -> None:
+        gate.wait(30)
+
+    def busy() -> None:
+        while not gate.is_set():
+            spinning.set()
+
+    waiter = threading.Thread(target=parked)
+    spinner = threading.Thread(target=busy)
+    waiter.start()
+    spinner.start()
+    try:
+        assert wait_until(lambda: blocked_in(waiter, "parked"), "the waiter to park")
+        assert not blocked_in(waiter, "busy")
+        assert spinning.wait(5) and not blocked_in(spinner, "busy")
+    finally:
+        gate.set()
+        waiter.join(5)
+        spinner.join(5)
+    assert not blocked_in(waiter, "parked")
 
 
 async def test_eventually_takes_plain_and_async_conditions() -> None:

@@ -7,9 +7,9 @@ invariant 4). Keys deleted behind the follower are never left in its map.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from metasrv.leader import (
 from metasrv.metrics import Metrics
 from metasrv.settings import load_settings
 from metasrv.sql import kv_table
-from tests._wait import eventually
+from tests._wait import blocked_in, eventually, wait_until
 from tests.metasrv.kv.conftest import KvFactory
 
 
@@ -276,14 +276,16 @@ def test_a_woken_watch_returns_from_its_wait_at_once_and_loses_no_change(
         if isinstance(kv, SqlKv)
         else kv.watch("p/", start, holds_after=lambda changes: 1)
     )
+    returned: list[list[KvChange]] = []
+    waiter = threading.Thread(target=lambda: returned.append(watch.next(30.0)))
     try:
-        with ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(watch.next, 30.0)
-            time.sleep(0.3)  # nothing says the watch is blocked: time to enter `next`
-            assert not waiting.done()
-            woken = time.monotonic()
-            watch.wake()
-            assert waiting.result(timeout=10.0) == []
+        waiter.start()
+        # Woken from inside its wait, not before it (a wake before `next` is kept for it).
+        wait_until(lambda: blocked_in(waiter, "next"), "the watch to wait inside `next`")
+        woken = time.monotonic()
+        watch.wake()
+        waiter.join(10.0)
+        assert returned == [[]]
         assert time.monotonic() - woken < 5.0
         kv.put("p/b", b"2")
         changes, revision = watch.sync(5.0)
