@@ -111,6 +111,32 @@ class KafkaUnavailable(Unavailable):
     code = "kafka_unavailable"
 
 
+class ObjectStoreUnavailable(Unavailable):
+    """The WAL archive's object store did not answer, timed out, throttled, failed (5xx) or
+    received a damaged body (BadDigest): asking again may help."""
+
+    code = "object_store_unavailable"
+
+
+class ObjectStoreRejected(MetasrvError):
+    """The object store refused the request for a reason retrying cannot fix (credentials,
+    permissions, a missing bucket, a request it does not implement)."""
+
+    code = "object_store_rejected"
+
+
+class ObjectNotFound(NotFound):
+    """No archived object has the key asked for."""
+
+    code = "object_not_found"
+
+
+class ObjectCorrupt(MetasrvError):
+    """An archived object's bytes do not match the SHA-256 stored with it."""
+
+    code = "object_corrupt"
+
+
 class KafkaRejected(MetasrvError):
     """Kafka refused the request for a reason retrying cannot fix (policy, authorization)."""
 

@@ -106,7 +106,7 @@ def test_the_scan_catches_an_upward_import(tmp_path: Path) -> None:
 
 METASRV_LAYERS: list[frozenset[str]] = [
     frozenset({"errors", "keys", "model", "metrics", "settings", "sql"}),  # plain modules
-    frozenset({"process", "wire", "kafka", "kv"}),  # adapters
+    frozenset({"process", "wire", "kafka", "kv", "archive"}),  # adapters
     frozenset({"election", "datanode"}),  # datanode: the client a database embeds
     frozenset({"leader"}),
     frozenset({"stat_history"}),
