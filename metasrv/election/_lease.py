@@ -2,7 +2,12 @@
 
 `LeaseElection` runs campaigning and renewals on a thread of its own, over a store
 connection of its own, doing nothing but blocking store calls, so a busy event loop, a
-full default thread pool or a slow Kafka call cannot delay a renewal. A watchdog stops
+full default thread pool or a slow Kafka call cannot delay a renewal. That is why the
+keepalive is not a `PeriodicLoop` like the process's other loops: a round on the event
+loop runs only when the loop gets to it, and a renewal that waits for a stalled loop
+lets the lease lapse under a leader that is still working. The supervisor still owns
+it: `start`/`stop` are its member's, and `task` (on the loop) ends with whatever ended
+the thread or the listeners, so a dead election is reported like a dead loop. A watchdog stops
 renewing (and resigns) once the event loop has not run for `watchdog_secs` (3x the
 lease by default); a process that is gone or frozen (SIGKILL, SIGSTOP) renews nothing
 and loses the lease. A renewal that fails in transit is retried while the lease may
@@ -137,6 +142,9 @@ class LeaseElection:
         self._listeners = Listeners()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._thread_ended: asyncio.Future[None] | None = None
+        """Set on the event loop when the election thread has ended (with its error)."""
+        self._watcher: asyncio.Task[None] | None = None
         self._stopping = threading.Event()
         # Written by the election thread, read anywhere: each is one atomic attribute store.
         self._leader = False
@@ -183,9 +191,9 @@ class LeaseElection:
 
     @property
     def task(self) -> asyncio.Task[None] | None:
-        """The listeners' task (`Listeners`), for a supervisor to watch; the lease itself
-        is kept on a thread."""
-        return self._listeners.task
+        """The task a supervisor watches, while started: it ends with the error that ended
+        the election thread or the listeners' task (neither ends otherwise until `stop`)."""
+        return self._watcher
 
     @property
     def lease_deadline(self) -> float:
@@ -210,28 +218,60 @@ class LeaseElection:
     async def start(self) -> None:
         if self._thread is not None:
             return
-        self._loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._listeners.start()
         self._stopping.clear()
         self._open()
-        self._thread = threading.Thread(target=self._run, name="metasrv-election", daemon=True)
+        ended = self._thread_ended = loop.create_future()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(loop, ended), name="metasrv-election", daemon=True
+        )
         self._thread.start()
+        self._watcher = asyncio.create_task(self._watch(ended), name="election")
 
     async def stop(self) -> None:
         """Resign (the thread releases the lease on its way out) and stop campaigning."""
         self._stopping.set()
         thread, self._thread = self._thread, None
-        while thread is not None and thread.is_alive():
-            # Its longest wait is one store call's deadline; polled, so no pool thread is needed.
-            await asyncio.sleep(0.02)
+        ended, self._thread_ended = self._thread_ended, None
+        if thread is not None and ended is not None:
+            # Its longest wait is one store call's deadline; the thread reports its end on
+            # the loop, so no pool thread waits for it.
+            await asyncio.wait({ended})
+        watcher, self._watcher = self._watcher, None
         await self._listeners.drain_and_stop()
+        if watcher is not None:
+            await asyncio.wait({watcher})
         with contextlib.suppress(Exception):
             self._close()
+
+    async def _watch(self, thread_ended: asyncio.Future[None]) -> None:
+        """Wait for the thread or the listeners to end; raise what ended them."""
+        listeners = self._listeners.task
+        watched: set[asyncio.Future[None]] = {thread_ended}
+        if listeners is not None:
+            watched.add(listeners)
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        for ended in watched:
+            if ended.done() and not ended.cancelled() and (exc := ended.exception()) is not None:
+                raise exc
 
     # --- the election thread ------------------------------------------------------
 
     def _value_for(self, term: int) -> bytes:
         return encode_election(ElectionValue(self.node_name, self.addr, term))
+
+    def _thread_main(self, loop: asyncio.AbstractEventLoop, ended: asyncio.Future[None]) -> None:
+        """The thread's body: `_run`, then its end reported on `loop`. An error that ends
+        the thread (a bug: `_run` retries every `Exception` of a round) goes there too, to
+        end `task` with it: the supervisor logs and reports it once."""
+        error: BaseException | None = None
+        try:
+            self._run()
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_settle, ended, error)
 
     def _run(self) -> None:
         try:
@@ -339,3 +379,12 @@ class LeaseElection:
         except ValueError:
             logger.warning("election key holds an unreadable value: %r", value[:200])
             self._leader_addr, self._leader_term = None, 0
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

@@ -26,8 +26,9 @@ class Election(Protocol):
 
     @property
     def task(self) -> asyncio.Task[None] | None:
-        """The task that delivers leadership changes to the listeners, while started (a
-        supervisor watches it: if it died, no leadership change would reach the process)."""
+        """The task a supervisor watches while started: it ends with the error that stopped
+        the election's work (campaigning and renewing, or delivering leadership changes
+        to the listeners), either of which would leave the process deaf to elections."""
         ...
 
     async def start(self) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Unpack
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import update
 
 import migrations
@@ -31,6 +32,7 @@ from metasrv.election import (
 from metasrv.errors import ConfigError
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import EtcdKv, KvBackend, Put, SqlKv
+from metasrv.process import Supervisor
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
 from tests._wait import eventually
@@ -247,6 +249,36 @@ async def test_a_stalled_event_loop_never_takes_over(store: Store) -> None:
         assert store.kv.get(ELECTION_KEY) is None
     finally:
         await wedged.stop()
+
+
+async def test_an_election_thread_that_dies_is_reported_by_its_supervisor(store: Store) -> None:
+    # A bug outside a round's retry (here: stepping down fails after a renewal failed)
+    # ends the thread; the process would never campaign again, so it must not go unseen.
+    e = store.election("n", "127.0.0.1:1")
+
+    def renewal_bug() -> str | None:
+        raise RuntimeError("renewal bug")
+
+    def release_bug() -> None:
+        raise RuntimeError("release bug")
+
+    e._renew_lease = renewal_bug  # type: ignore[method-assign]
+    e._release = release_bug  # type: ignore[method-assign]
+    registry = CollectorRegistry()
+    errors = Counter("metasrv_background_task_errors", "", ["task"], registry=registry)
+    background = Supervisor(errors)
+    background.add("election", e)
+    async with background:
+        await eventually(lambda: e.is_leader, "the election won", timeout=10)
+        await eventually(lambda: background.dead() == ["election"], "a dead election")
+        task = e.task
+        assert task is not None and task.done()
+        assert str(task.exception()) == "release bug"
+        assert (
+            registry.get_sample_value("metasrv_background_task_errors_total", {"task": "election"})
+            == 1
+        )
+    assert e.task is None  # stopped: the lease ends by itself
 
 
 def _election_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
