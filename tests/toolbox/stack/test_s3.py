@@ -55,6 +55,21 @@ def test_status_s3_lists_the_server(s3_endpoint: S3Endpoint) -> None:
     assert f"S3_ENDPOINT=http://127.0.0.1:{cfg.s3_port}" in result.output.splitlines()
 
 
+def test_status_cluster_s3_reads_the_port_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("METASRV_STACK_S3_PORT", str(port))
+    result = CliRunner().invoke(
+        app, ["stack", "status", "--cluster", "--s3", "--state-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 1  # nothing runs on the spare port
+    row = next(line for line in result.output.splitlines() if line.startswith("s3 "))
+    assert f"http://127.0.0.1:{port}" in row and "not running" in row and "UNHEALTHY" in row
+    assert f"S3_ENDPOINT=http://127.0.0.1:{port}" in result.output.splitlines()
+    assert f"S3_BUCKET={S3_BUCKET}" in result.output.splitlines()
+
+
 def test_s3_on_a_spare_port_starts_with_its_bucket_stops_and_starts_again(
     s3_endpoint: S3Endpoint, tmp_path: Path
 ) -> None:
@@ -110,6 +125,7 @@ def test_if_none_match_is_ignored_and_overwrites(s3_endpoint: S3Endpoint, s3_pre
     client.put_object(Bucket=s3_endpoint.bucket, Key=key, Body=b"first", IfNoneMatch="*")
     client.put_object(Bucket=s3_endpoint.bucket, Key=key, Body=b"second", IfNoneMatch="*")
     body = client.get_object(Bucket=s3_endpoint.bucket, Key=key)["Body"].read()
+    client.delete_object(Bucket=s3_endpoint.bucket, Key=key)
     assert body == b"second"
 
 
