@@ -233,7 +233,11 @@ class Runtime:
             loop_lag=loop_lag,
             background=background,
             leadership=leadership,
-            follower=None if isinstance(election, SingleLeader) else MapFollower(region_map, kv),
+            follower=(
+                None
+                if isinstance(election, SingleLeader)
+                else MapFollower(region_map, kv, on_error=background.sink("map_follower"))
+            ),
         )
 
     async def start(self) -> None:

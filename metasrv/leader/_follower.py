@@ -6,6 +6,10 @@ load's revision (`KvBackend.watch`: an etcd watch, or polling the SQL kv). When 
 cannot go on (etcd compacted the revision, the member went away, keys deleted behind the
 SQL poll) the follower loads in full again and watches from there.
 
+The following runs on the process's one ticker (`PeriodicLoop`): a round loads the map and
+follows it until a take-over; after a round that failed, the next one starts after
+`RETRY`'s backoff (at once when a take-over waits for it).
+
 On election, `take_over` wakes the watch from its wait for changes (`KvWatch.wake`), stops
 following and brings the map to a revision read after the election (`KvWatch.sync`): a
 region registered by the old leader was committed before the new leader's election
@@ -26,7 +30,7 @@ from metasrv import keys
 from metasrv.errors import MetasrvError
 from metasrv.kv import KvBackend, KvWatch
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.process import Backoff, Jitter
+from metasrv.process import Backoff, ErrorSink, Jitter, PeriodicLoop
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +41,28 @@ SYNC_SECS = 5.0
 follower loads in full, still for the same take-over)."""
 RETRY = Backoff(base=0.5, cap=30.0, jitter=Jitter.NONE)
 """Pauses between two attempts at loading after a failure: 0.5 s doubling to 30 s."""
+LEADING_CHECK_SECS = 0.05
+"""While a take-over waits for the follower, how often it asks whether this process still
+leads (a plain predicate: nothing signals its change)."""
 
 
 class MapFollower:
     """Keeps `region_map` current while this process does not lead."""
 
-    def __init__(self, region_map: TopicRegionMap, kv: KvBackend) -> None:
+    def __init__(
+        self, region_map: TopicRegionMap, kv: KvBackend, on_error: ErrorSink | None = None
+    ) -> None:
+        """`on_error` gets what a round raised other than a store's trouble (which is
+        logged and retried here): a bug, for the supervisor to report."""
         self.region_map = region_map
         self._kv = kv
-        self._task: asyncio.Task[None] | None = None
+        self._loop = _FollowLoop(self, on_error)
         self._handover: asyncio.Future[bool] | None = None
+        self._warmed = asyncio.Event()
+        self._failures = 0
+        """Rounds failed in a row (the backoff's attempt)."""
         self._watch: KvWatch | None = None
         """The watch being followed, woken for a take-over."""
-        self.warm = False
-        """True while the map is loaded and followed."""
         self.reloads = 0
         """Full loads since start (the first one included)."""
         self.routes_read = 0
@@ -62,36 +74,36 @@ class MapFollower:
         """Called after each full load, before the map is followed (`LeaderView` prepares
         the next term's stat table)."""
 
+    @property
+    def warm(self) -> bool:
+        """True while the map is loaded and followed."""
+        return self._warmed.is_set()
+
     def start(self) -> None:
         """Load the map and follow it in the background (a no-op while following)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="map-follower")
+        self._loop.launch()
 
     @property
     def task(self) -> asyncio.Task[None] | None:
         """The following loop, while it runs."""
-        return self._task
+        return self._loop.task
 
     async def stop(self) -> None:
         """Stop following (the map stays as it is)."""
-        task, self._task = self._task, None
-        self.warm = False
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._warmed.clear()
+        await self._loop.stop()
 
     async def take_over(self, still_leading: Callable[[], bool]) -> bool:
         """Stop following and bring the map up to the store's current revision (a catch-up,
         or a full load when the watch was lost). True when the map is current; False when
         following had stopped, or leadership went first (the caller loads in full). A
         first load still running is waited for, not started again."""
-        while not self.warm and self._task is not None and not self._task.done():
+        while not self.warm and self._following():
             if not still_leading():
                 return False
-            await asyncio.sleep(0.05)
-        task = self._task
-        if task is None or task.done() or not self.warm:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._warmed.wait(), LEADING_CHECK_SECS)
+        if not self._following() or not self.warm:
             await self.stop()
             return False
         handover = asyncio.get_running_loop().create_future()
@@ -99,51 +111,62 @@ class MapFollower:
         if self._watch is not None:
             self._watch.wake()  # the catch-up starts now, not when the wait ends
         while not handover.done() and still_leading():
-            await asyncio.wait({handover}, timeout=0.1)
+            await asyncio.wait({handover}, timeout=LEADING_CHECK_SECS)
         current = handover.done() and handover.result()
         await self.stop()
         self._handover = None
         return current
 
+    def _following(self) -> bool:
+        task = self._loop.task
+        return task is not None and not task.done()
+
     def _note_read(self, routes: int) -> None:
         self.routes_read = routes
 
-    async def _run(self) -> None:
-        failures = 0
-        while True:
-            watch: KvWatch | None = None
-            try:
-                self.routes_read = 0
-                await self.region_map.load(self._note_read)
-                self.reloads += 1
-                for listener in self.loaded_listeners:
-                    listener()
-                region_map = self.region_map
-                watch = await asyncio.to_thread(
-                    self._kv.watch,
-                    keys.TOPIC_REGION_PREFIX,
-                    region_map.revision,
-                    holds_after=region_map.holds_after,
-                )
-                self.warm = True
-                failures = 0
-                self._watch = watch
-                await self._follow(watch)
-                return  # handed over
-            except MetasrvError as exc:
-                self.warm = False
-                logger.warning(
-                    "following the topic-region map stopped; loading it again",
-                    extra={"error": str(exc)},
-                )
-                if self._handover is not None:
-                    continue  # a take-over waits: load again at once
-                await asyncio.sleep(RETRY.delay(failures))
-                failures += 1
-            finally:
-                self._watch = None
-                if watch is not None:
-                    watch.close()
+    def _next_round_in(self) -> float | None:
+        if self._handover is not None and not self._handover.done():
+            return 0.0  # a take-over waits: load again at once
+        if self._failures == 0:
+            return None  # handed over: nothing until `stop`
+        return RETRY.delay(self._failures - 1)
+
+    async def _round(self) -> None:
+        """Load the map in full, then follow it until a take-over; a store's trouble ends
+        the round (the next one loads again)."""
+        watch: KvWatch | None = None
+        try:
+            self.routes_read = 0
+            await self.region_map.load(self._note_read)
+            self.reloads += 1
+            for listener in self.loaded_listeners:
+                listener()
+            region_map = self.region_map
+            watch = await asyncio.to_thread(
+                self._kv.watch,
+                keys.TOPIC_REGION_PREFIX,
+                region_map.revision,
+                holds_after=region_map.holds_after,
+            )
+            self._warmed.set()
+            self._failures = 0
+            self._watch = watch
+            await self._follow(watch)
+        except MetasrvError as exc:
+            self._warmed.clear()
+            self._failures += 1
+            logger.warning(
+                "following the topic-region map stopped; loading it again",
+                extra={"error": str(exc)},
+            )
+        except Exception:
+            self._warmed.clear()
+            self._failures += 1
+            raise
+        finally:
+            self._watch = None
+            if watch is not None:
+                watch.close()
 
     async def _follow(self, watch: KvWatch) -> None:
         region_map = self.region_map
@@ -162,10 +185,27 @@ class MapFollower:
                         "seconds": round(time.monotonic() - started, 3),
                     },
                 )
-                self._handover = None
                 if not handover.done():
                     handover.set_result(True)
                 return
             changes = await asyncio.to_thread(watch.next, self.poll_secs)
             if changes:
                 region_map.apply(changes)
+
+
+class _FollowLoop(PeriodicLoop):
+    """The follower's rounds on the one ticker: the first at once, the next after a failed
+    one's backoff, none after a take-over (`MapFollower._next_round_in`)."""
+
+    task_name = "map-follower"
+    round_first = True
+
+    def __init__(self, follower: MapFollower, on_error: ErrorSink | None) -> None:
+        super().__init__(on_error)
+        self._follower = follower
+
+    def next_round_in(self) -> float | None:
+        return self._follower._next_round_in()
+
+    async def round(self) -> None:
+        await self._follower._round()

@@ -7,9 +7,10 @@ the purge ticker looks more often while a new term's first round is due; None wa
 logged and counted) and the loop goes on; a bug outside the round ends the task, which
 the supervisor reports as dead.
 
-Lifecycle: `start` (a no-op when disabled or running), `stop` (repeat-safe: sets the
-shutdown event, lets a round in progress finish for `stop_grace` seconds, then cancels
-it, then runs `drained`), `async with`, and `task` for the supervisor to watch.
+Lifecycle: `start` (a no-op when disabled or running; `launch` is the same for plain
+code), `stop` (repeat-safe: sets the shutdown event, lets a round in progress finish for
+`stop_grace` seconds, then cancels it, then runs `drained`), `async with`, and `task`
+for the supervisor to watch.
 """
 
 from __future__ import annotations
@@ -101,13 +102,17 @@ class PeriodicLoop:
             self.on_error(exc)
             await self.sleep(self.error_pause)
 
-    async def start(self) -> None:
-        """Start the loop (no-op when disabled or already running)."""
+    def launch(self) -> None:
+        """`start` for a caller that is not a coroutine (starting needs no await)."""
         if self._task is not None or not self.enabled:
             return
         self._shutdown.clear()
         self._wake.clear()
         self._task = asyncio.create_task(self._run(), name=self.task_name)
+
+    async def start(self) -> None:
+        """Start the loop (no-op when disabled or already running)."""
+        self.launch()
 
     async def stop(self) -> None:
         """Stop the loop, wait for it, then `drained`; safe to call more than once."""
