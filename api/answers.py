@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from api.queries import RegionView, TopicView
+from api.queries import RegionView, ReplayStart, TopicView
 from metasrv import wire
 from metasrv.model import TopicPlan
 from procedures import ProcedureView
@@ -15,6 +15,26 @@ from procedures.wal_purge import TrendSampler
 
 def _at(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
+
+
+def replay_start(start: ReplayStart) -> wire.ReplayStart:
+    return wire.ReplayStart(
+        region_id=start.region_id,
+        topic=start.topic,
+        start_entry_id=start.start_entry_id,
+        log_start_offset=start.log_start_offset,
+        archive=None
+        if start.archive is None
+        else [
+            wire.ArchivedObject(
+                bucket=o.bucket,
+                key=o.key,
+                first_entry_id=o.entries.first_entry_id,
+                last_entry_id=o.entries.last_entry_id,
+            )
+            for o in start.archive
+        ],
+    )
 
 
 def region(view: RegionView) -> wire.Region:
@@ -51,8 +71,16 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
         log_start_offset=p.log_start_offset,
         high_watermark=p.high_watermark,
         blocked_by=[
-            wire.BlockingRegion(region_id=b.region_id, reason=wire.BlockReason(b.reason))
-            for b in p.blocked_by
+            *(
+                wire.BlockingRegion(region_id=b.region_id, reason=wire.BlockReason(b.reason))
+                for b in p.blocked_by
+            ),
+            *(
+                wire.BlockingRegion(
+                    consumer_group=group, reason=wire.BlockReason.NO_COMMITTED_OFFSET
+                )
+                for group in p.blocking_groups
+            ),
         ],
         reclaimable_entries=p.reclaimable_entries,
         data_loss=list(p.data_loss),
@@ -60,6 +88,15 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
         kafka_unavailable=p.kafka_unavailable,
         topic_reset=p.topic_reset,
         topic_id=p.topic_id,
+        pinned_groups=[
+            wire.PinnedGroup(
+                consumer_group=g.group,
+                committed_offset=g.committed_offset,
+                lag=g.lag,
+                holds_prune_point=g.holds,
+            )
+            for g in p.pinned_groups
+        ],
     )
 
 

@@ -39,7 +39,12 @@ def why_not_purged(plan: wire.TopicPlan) -> str:
     if plan.kafka_unavailable:
         return f"Kafka unavailable: {plan.kafka_unavailable}"
     if plan.blocked_by:
-        reasons = ", ".join(f"region {b.region_id} ({b.reason})" for b in plan.blocked_by)
+        reasons = ", ".join(
+            f"consumer group {b.consumer_group} ({b.reason})"
+            if b.consumer_group is not None
+            else f"region {b.region_id} ({b.reason})"
+            for b in plan.blocked_by
+        )
         return f"blocked by {reasons}"
     if plan.prune_point is None:
         return "no regions mapped" if plan.region_count == 0 else "no prune point"

@@ -59,6 +59,20 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.pinned_group_lag = Gauge(
+            "metasrv_wal_pinned_group_lag",
+            "Entries a pinned consumer group has still to read on the topic (high watermark - "
+            "its committed offset); its committed offset bounds every purge of the topic",
+            ["topic", "group"],
+            registry=r,
+        )
+        self.pinned_group_blocking = Gauge(
+            "metasrv_wal_pinned_group_blocking",
+            "1 while a pinned consumer group has no committed offset on the topic (nothing is "
+            "purged from it), else 0",
+            ["topic", "group"],
+            registry=r,
+        )
         self.purges = Counter("metasrv_wal_purges", "Completed purges", ["topic"], registry=r)
         self.purge_errors = Counter(
             "metasrv_wal_purge_errors", "Purge step failures", ["topic", "kind"], registry=r

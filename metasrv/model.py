@@ -171,6 +171,22 @@ class BlockingRegion(msgspec.Struct, frozen=True, gc=False):
 
 
 @dataclass(frozen=True, slots=True)
+class PinnedGroup:
+    """A pinned consumer group (`[wal] pin_consumer_groups`, DESIGN §8) as one topic's plan
+    saw it: its committed offset on partition 0 bounds every purge of the topic."""
+
+    group: str
+    committed_offset: int | None
+    """The group's committed offset (the next entry it reads); None: it has none on the
+    topic, which blocks the topic's purge (`no_committed_offset`)."""
+    lag: int | None = None
+    """High watermark - committed offset (entries the group has still to read), at least 0;
+    None when either is unknown."""
+    holds: bool = False
+    """Its committed offset is what holds the prune point below the regions' need."""
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionOffsets:
     """Kafka offsets of a topic's partition 0."""
 
@@ -230,3 +246,19 @@ class TopicPlan:
     no prune point until an operator resolves it."""
     topic_id: str | None = None
     """Kafka's topic id when the plan read the offsets (None when unknown)."""
+    pinned_groups: tuple[PinnedGroup, ...] = ()
+    """Every pinned consumer group with its committed offset on the topic, by name."""
+
+    @property
+    def blocking_groups(self) -> tuple[str, ...]:
+        """Pinned groups with no committed offset on the topic: each blocks its purge."""
+        return tuple(g.group for g in self.pinned_groups if g.committed_offset is None)
+
+    @property
+    def pinned_bound(self) -> int | None:
+        """The lowest committed offset of the pinned groups: nothing at or above it is ever
+        deleted (DESIGN §8); None when no group is pinned or one has no offset (blocked)."""
+        offsets = [g.committed_offset for g in self.pinned_groups]
+        if not offsets or None in offsets:
+            return None
+        return min(o for o in offsets if o is not None)

@@ -119,6 +119,34 @@ class ReplayStart(Answer):
             "a datanode reads from max(this, its own flushed_entry_id + 1)"
         ),
     ]
+    log_start_offset: Annotated[
+        int | None,
+        _doc(
+            "Kafka's log start offset of the topic's partition 0 (its first readable entry); "
+            "null when Kafka did not answer in time (then `archive` is null too, and a "
+            "consumer started below the log start fails: `auto.offset.reset=error`)."
+        ),
+    ] = None
+    archive: Annotated[
+        list[ArchivedObject] | None,
+        _doc(
+            "When start_entry_id < log_start_offset and the WAL archive holds every entry of "
+            "[start_entry_id, log_start_offset) (DESIGN §8): the objects to replay first, in "
+            "entry order (they may overlap: skip entries already replayed), then Kafka from "
+            "log_start_offset. Otherwise null: the archive is disabled, not needed, or has a "
+            "gap there."
+        ),
+    ] = None
+
+
+class ArchivedObject(Answer):
+    """One object of the WAL archive: Parquet rows `entry_id`, `timestamp_ms`, `key`,
+    `value`, `headers` of the entries first_entry_id..last_entry_id (DESIGN §8)."""
+
+    bucket: str
+    key: str
+    first_entry_id: int
+    last_entry_id: Annotated[int, _doc("Included.")]
 
 
 # --- topics and plans ----------------------------------------------------------------------
@@ -154,9 +182,32 @@ class ResetResolved(Answer):
     reset_reason: Annotated[str, _doc("Why the reset was latched.")]
 
 
-class BlockingRegion(Answer):
-    region_id: int
+class BlockingRegion(Answer, kw_only=True, omit_defaults=True):
+    """What keeps a topic from being purged: a region (`region_id`) or, instead, a pinned
+    consumer group (`consumer_group`, DESIGN §5 and §8); the other field is absent."""
+
+    region_id: int | None = None
+    consumer_group: Annotated[
+        str | None, _doc("A pinned consumer group with no committed offset on the topic.")
+    ] = None
     reason: BlockReason
+
+
+class PinnedGroup(Answer):
+    """A pinned consumer group (`[wal] pin_consumer_groups`) as the topic's plan saw it."""
+
+    consumer_group: str
+    committed_offset: Annotated[
+        int | None,
+        _doc("Its committed offset on partition 0 (the next entry it reads); null: none."),
+    ]
+    lag: Annotated[
+        int | None, _doc("High watermark - committed offset; null when either is unknown.")
+    ]
+    holds_prune_point: Annotated[
+        bool,
+        _doc("Its committed offset is what holds the prune point below the regions' need."),
+    ]
 
 
 class TopicPlan(Answer, kw_only=True):
@@ -190,6 +241,13 @@ class TopicPlan(Answer, kw_only=True):
         ),
     ] = None
     topic_id: Annotated[str | None, _doc("Kafka's topic id, when its offsets were read.")] = None
+    pinned_groups: Annotated[
+        list[PinnedGroup],
+        _doc(
+            "Every pinned consumer group: its committed offset bounds the prune point "
+            "(DESIGN §8); one with none blocks the topic (in `blocked_by`)."
+        ),
+    ] = []
 
 
 class PlanList(Answer):

@@ -130,7 +130,7 @@ class RejectReason(enum.StrEnum):
 
 
 class BlockReason(enum.StrEnum):
-    """Why a region keeps its topic from being purged."""
+    """Why a region (or a pinned consumer group) keeps its topic from being purged."""
 
     NO_STAT = "no_stat"
     """The region has never reported to this leader (or reported on another topic)."""
@@ -141,6 +141,9 @@ class BlockReason(enum.StrEnum):
     TOPIC_RESET = "topic_reset"
     """The topic's offsets went backwards under metasrv (deleted and recreated, or its
     log truncated): the region's reported entries are not in it (WAL data loss)."""
+    NO_COMMITTED_OFFSET = "no_committed_offset"
+    """A pinned consumer group (`[wal] pin_consumer_groups`) has no committed offset on
+    the topic: nothing may be deleted that it may still read (DESIGN §8)."""
 
 
 class FindingKind(enum.StrEnum):

@@ -17,7 +17,8 @@ def export_gauges(
 
     The purge lag is P minus the marker, a missing marker read as -1 (nothing purged yet);
     a blocked topic has no P and shows a lag of 0. Offsets and retention are set only
-    when the plan had Kafka's offsets.
+    when the plan had Kafka's offsets. Each pinned consumer group gets its lag (when its
+    committed offset and the high watermark are known) and whether it blocks the topic.
     """
     metrics.plan_gauges_at = time.monotonic()
     for topic, plan in plans.items():
@@ -30,6 +31,11 @@ def export_gauges(
             metrics.pruned_entry_id.labels(topic).set(marker)
         lag = 0 if p is None else max(0, p - (-1 if marker is None else marker))
         metrics.purge_lag_entries.labels(topic).set(lag)
+        for group in plan.pinned_groups:
+            blocking = group.committed_offset is None
+            metrics.pinned_group_blocking.labels(topic, group.group).set(1 if blocking else 0)
+            if group.lag is not None:
+                metrics.pinned_group_lag.labels(topic, group.group).set(group.lag)
         if plan.log_start_offset is not None and plan.high_watermark is not None:
             retained = retained_entries(plan.log_start_offset, plan.high_watermark)
             metrics.log_start_offset.labels(topic).set(plan.log_start_offset)

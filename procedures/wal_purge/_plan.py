@@ -25,6 +25,15 @@ is one of DESIGN §2's invariants:
   and never below -1: a region that has flushed nothing gives P = -1, "nothing to
   delete". (Kafka reads a DeleteRecords offset of -1 as "everything"; the Kafka adapter
   refuses negative offsets outright.)
+- A **pinned consumer group** (`[wal] pin_consumer_groups`, DESIGN §8) bounds P like a
+  region's need: P' = min(P, committed offset) over every pinned group (its committed
+  offset is the next entry it reads, so DeleteRecords(P') never deletes at or above it).
+  A pinned group with no committed offset on the topic blocks it (`no_committed_offset`,
+  in `TopicPlan.blocking_groups`; the API lists it in `blocked_by` as a
+  `consumer_group`). A group whose offset holds P' below the regions' need does not
+  block (the purge still cuts, to P'): it is marked `holds` among the plan's
+  `pinned_groups`, with every group's lag. P' may be below the marker: the marker never
+  moves back, and the purge deletes only up to P' (`nothing_to_cut`, `decide_purge`).
 
 - A **topic reset** (invariant 8) is a topic whose offsets went backwards under metasrv
   (deleted and recreated, truncated): its marker has a reset latched (`Marker.reset`), or
@@ -86,6 +95,7 @@ from metasrv.leader import StatRow
 from metasrv.model import (
     BlockingRegion,
     PartitionOffsets,
+    PinnedGroup,
     RegionRoute,
     TopicPlan,
     TopicStat,
@@ -97,6 +107,7 @@ NO_STAT = BlockReason.NO_STAT.value
 STALE_STAT = BlockReason.STALE_STAT.value
 RETENTION_OVERRUN = BlockReason.RETENTION_OVERRUN.value
 TOPIC_RESET = BlockReason.TOPIC_RESET.value
+NO_COMMITTED_OFFSET = BlockReason.NO_COMMITTED_OFFSET.value
 
 # Why a topic is a reset: the first word of `TopicPlan.topic_reset` (then ": " and details).
 RESET_LATCHED = "latched"
@@ -154,6 +165,7 @@ def plan_topic(
     marker: Marker | None = None,
     offsets_asked_at: float | None = None,
     compare_reports: bool = True,
+    pinned: Mapping[str, int | None] | None = None,
 ) -> TopicPlan:
     """Plan one topic from the regions mapped to it and their latest stats.
 
@@ -169,6 +181,10 @@ def plan_topic(
     with the high watermark (None: every stat is). `compare_reports=False` skips that
     comparison (a column scan of the topic's stats): the ticker's and the API's views of
     every topic do, the purge under the topic's lock never does.
+
+    `pinned` is each pinned consumer group's committed offset on partition 0 of the topic
+    (None: the group has none), for every group `[wal] pin_consumer_groups` names; the
+    caller must read them whenever groups are pinned (None or empty: no group is pinned).
     """
     log_start = offsets.log_start_offset if offsets is not None else None
     high_watermark = offsets.high_watermark if offsets is not None else None
@@ -202,6 +218,7 @@ def plan_topic(
                 lowest, blocked, lost = _scan(ids, stats, fresh_after, loss_below)
 
     topic_id = offsets.topic_id if offsets is not None else None
+    groups = _pinned_groups(pinned, high_watermark)
     reset = _topic_reset(
         ids,
         stats,
@@ -226,6 +243,7 @@ def plan_topic(
             region_count=count,
             topic_reset=reason,
             topic_id=topic_id,
+            pinned_groups=groups,
         )
 
     prune_point: int | None = None
@@ -235,6 +253,8 @@ def plan_topic(
         if high_watermark is not None and prune_point > high_watermark - 1:
             prune_point = high_watermark - 1
         prune_point = max(prune_point, -1)
+    if groups:
+        prune_point, groups = _bound_by_groups(prune_point, groups)
 
     unverified: str | None = None
     if offsets is not None and topic_id is None and marker is not None and marker.topic_id:
@@ -258,7 +278,42 @@ def plan_topic(
         region_count=count,
         topic_id=topic_id,
         kafka_unavailable=unverified,
+        pinned_groups=groups,
     )
+
+
+def _pinned_groups(
+    pinned: Mapping[str, int | None] | None, high_watermark: int | None
+) -> tuple[PinnedGroup, ...]:
+    """Each pinned group with its committed offset and lag, by name."""
+    if not pinned:
+        return ()
+    out = []
+    for group, committed in sorted(pinned.items()):
+        lag = None
+        if committed is not None and high_watermark is not None:
+            lag = max(0, high_watermark - committed)
+        out.append(PinnedGroup(group, committed, lag))
+    return tuple(out)
+
+
+def _bound_by_groups(
+    prune_point: int | None, groups: tuple[PinnedGroup, ...]
+) -> tuple[int | None, tuple[PinnedGroup, ...]]:
+    """P' = min(P, every pinned group's committed offset), None when a group has none (it
+    blocks); the groups, those whose offset is P' < P marked `holds`."""
+    if prune_point is None:
+        return None, groups
+    if any(g.committed_offset is None for g in groups):
+        return None, groups
+    bound = min(g.committed_offset for g in groups if g.committed_offset is not None)
+    if bound >= prune_point:
+        return prune_point, groups
+    held = tuple(
+        PinnedGroup(g.group, g.committed_offset, g.lag, holds=g.committed_offset == bound)
+        for g in groups
+    )
+    return bound, held
 
 
 _NOT_COMPARED = float("-inf")
@@ -393,11 +448,20 @@ def describe_blocked(plan: TopicPlan) -> str:
     """Why a plan has no prune point, in one line (the first ten blocking regions)."""
     if plan.region_count == 0:
         return "no regions mapped to the topic"
-    if plan.kafka_unavailable is not None and not plan.blocked_by:
+    groups = [f"consumer group {g} ({NO_COMMITTED_OFFSET})" for g in plan.blocking_groups]
+    if plan.kafka_unavailable is not None and not plan.blocked_by and not groups:
         return f"Kafka: {plan.kafka_unavailable}"
-    shown = ", ".join(f"{b.region_id} ({b.reason})" for b in plan.blocked_by[:10])
+    named = [f"{b.region_id} ({b.reason})" for b in plan.blocked_by[:10]]
+    shown = ", ".join([*groups, *named])
     more = len(plan.blocked_by) - 10
     return f"blocked by {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def held_by(plan: TopicPlan) -> str:
+    """The words naming the pinned groups that hold the plan's P below the regions' need
+    (" (held by consumer group G)"), else "" (the reason a purge skipped names them)."""
+    holding = [g.group for g in plan.pinned_groups if g.holds]
+    return f" (held by consumer group {', '.join(holding)})" if holding else ""
 
 
 def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | None:
@@ -421,7 +485,9 @@ def nothing_to_cut(plan: TopicPlan, *, logical_delete: bool = False) -> str | No
         log_start = plan.log_start_offset
         if not logical_delete and log_start is not None and log_start < p:
             return None
-        return f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}"
+        return (
+            f"up to date: prune point {p} <= pruned_entry_id {plan.pruned_entry_id}{held_by(plan)}"
+        )
     return None
 
 
@@ -480,6 +546,8 @@ class Wait:
 
     reason: str
     regions: tuple[int, ...] = ()
+    groups: tuple[str, ...] = ()
+    """Pinned consumer groups with no committed offset on the topic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,12 +665,17 @@ def decide_purge(
       one's entries at those offsets are not flushed. While Kafka gives no topic id and
       prepare had one, the step waits (`Wait`): that check cannot be made.
     - A marker at or past the target: `CatchUp`, delete below the target only; nobody
-      replays below the marker, so this needs no stats (a new leader finishes it).
+      replays below the marker, so this needs no stats (a new leader finishes it). The
+      pinned consumer groups still bound it: their committed offsets as read now lower
+      the deletion (a target persisted before a group was pinned, or before its offset
+      was read, never deletes past it), and a pinned group with no committed offset
+      makes it `Wait`.
     - Otherwise the target is re-validated against the fresh plan (resume rule, module
       docstring of `_procedure.py`): data loss is `Lost`; a blocked plan (after a leader
       change every region must report again) is `Wait`; a P at or above the target keeps
       it; a lower P lowers it (`Advance(lowered=True)`), or ends the purge (`Skip`) when
-      it is at or below the marker.
+      it is at or below the marker. The fresh P is bounded by the pinned groups' committed
+      offsets as read now (`plan_topic`), so a lowered target never passes one.
     """
     if plan.topic_reset is not None:
         return _reset(plan)
@@ -630,7 +703,13 @@ def decide_purge(
         )
     marker = plan.pruned_entry_id
     if marker is not None and marker >= target:
-        return CatchUp(target)
+        if plan.blocking_groups:
+            return Wait(
+                f"cannot catch up to {target}: {describe_blocked(plan)}",
+                groups=plan.blocking_groups,
+            )
+        bound = plan.pinned_bound
+        return CatchUp(target if bound is None else min(target, bound))
     if plan.data_loss:
         return Lost(plan.data_loss, plan.log_start_offset)
     fresh = plan.prune_point
@@ -639,6 +718,7 @@ def decide_purge(
             f"cannot re-validate target {target}: {describe_blocked(plan)}; "
             "waiting for regions to report",
             tuple(b.region_id for b in plan.blocked_by),
+            plan.blocking_groups,
         )
     if fresh >= target:
         return Advance(target)

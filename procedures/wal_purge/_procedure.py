@@ -55,6 +55,12 @@ marker is at the target only Kafka's deletion, the history and the metrics remai
 all are safe without stats. Once the intent is persisted, cancellation no longer stops
 the procedure.
 
+Pinned consumer groups (DESIGN §8) are re-read by every step with Kafka's offsets
+(`gather_one`), the purge step's included, so a persisted target never outruns a group:
+the fresh plan's P is bounded by every group's committed offset as read now, and a catch-up
+(marker already at the target) deletes only below the lowest of them. A target persisted
+before a group was pinned or before its offset was read (a resume) is clamped the same way.
+
 Each run, retried error and end is recorded as a WAL event (`_events.py`), queued and
 written in the background: no step waits for the history database because of them.
 """
@@ -98,6 +104,7 @@ from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one
 from procedures.wal_purge._marker import advance_marker, latch_reset
 from procedures.wal_purge._plan import (
     Advance,
+    CatchUp,
     Cut,
     Flush,
     Lost,
@@ -388,15 +395,20 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         )
         # Act.
         if isinstance(decision, Wait):
-            raise Unavailable(
-                f"topic {topic}: {decision.reason}",
-                details={"blocked_by": list(decision.regions)},
-            )
+            details: dict[str, Any] = {"blocked_by": list(decision.regions)}
+            if decision.groups:
+                details["blocked_by_groups"] = list(decision.groups)
+            raise Unavailable(f"topic {topic}: {decision.reason}", details=details)
         if isinstance(decision, Skip):
             self.data = replace(self.data, target=None, prune_point=inputs.plan.prune_point)
             return Finish(ProcedureState.SKIPPED, decision.reason)
         if isinstance(decision, Reset | Lost):
             return await self._decided(ctx, inputs, decision)
+        # The marker after this step (the gauge): the target once moved, else as it is.
+        marker = inputs.plan.pruned_entry_id
+        if isinstance(decision, CatchUp):
+            # At most the persisted target, lowered by a pinned group's committed offset.
+            target = decision.target
         if isinstance(decision, Advance):
             if decision.lowered:
                 logger.warning(
@@ -410,15 +422,18 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             await advance_marker(
                 services, topic, target, current=inputs.marker_kv, topic_id=offsets.topic_id
             )
+            marker = target
         if not wal.logical_delete:
             extra = self._log_extra(ctx, "purge")
             low = await delete_below(
                 services.batcher, topic, target, offsets.log_start_offset, extra=extra
             )
             self.data = replace(self.data, low_watermark=low)
-        return await self._finish(ctx, target)
+        return await self._finish(ctx, target, target if marker is None else marker)
 
-    async def _finish(self, ctx: StepContext[PurgeServices], target: int) -> StepResult:
+    async def _finish(
+        self, ctx: StepContext[PurgeServices], target: int, marker: int
+    ) -> StepResult:
         services = ctx.services
         topic = self.data.topic
         wal = services.settings.wal
@@ -444,7 +459,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         )
         services.metrics.purges.labels(topic=topic).inc()
         services.metrics.entries_deleted.labels(topic=topic).inc(entries)
-        services.metrics.pruned_entry_id.labels(topic=topic).set(target)
+        services.metrics.pruned_entry_id.labels(topic=topic).set(marker)
         verb = "released" if wal.logical_delete else "deleted"
         return Finish(
             ProcedureState.SUCCEEDED,

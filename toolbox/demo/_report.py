@@ -83,7 +83,7 @@ class Watcher:
                 self.findings.data_loss_reported.add(plan.topic)
             if self.outage and plan.blocked_by:
                 self.findings.blocked_during_outage.setdefault(plan.topic, set()).update(
-                    b.region_id for b in plan.blocked_by
+                    b.region_id for b in plan.blocked_by if b.region_id is not None
                 )
 
     def table(self) -> Table:

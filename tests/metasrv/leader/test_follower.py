@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlalchemy import delete
 
@@ -137,6 +138,37 @@ async def test_take_over_refuses_a_map_that_is_not_followed(world: World) -> Non
     assert not await world.follower.take_over(lambda: True)
 
 
+async def test_a_failed_round_is_reported_and_the_next_one_loads_again(
+    kv_store: KvFactory, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What is not a store's trouble (a bug) goes to the supervisor's sink; the follower
+    # still loads again after its backoff, as after a store's trouble.
+    settings = load_settings(None, wal={"broker_endpoints": [kafka_bootstrap]})
+    writer, reader = kv_store("m/"), kv_store("m/")
+    region_map = TopicRegionMap(reader, KafkaAdmin(kafka_bootstrap), TopicLocks(), settings)
+    load = region_map.load
+    calls = 0
+
+    async def first_load_fails(*args: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in the first load")
+        await load(*args)
+
+    monkeypatch.setattr(region_map, "load", first_load_fails)
+    reported: list[BaseException] = []
+    follower = MapFollower(region_map, reader, on_error=reported.append)
+    _register(writer, "wal_0", range(1, 6))
+    follower.start()
+    try:
+        await eventually(lambda: follower.warm, "the follower warm after its retry")
+        assert [str(e) for e in reported] == ["a bug in the first load"]
+        assert calls == 2 and follower.reloads == 1 and region_map.region_count() == 5
+    finally:
+        await follower.stop()
+
+
 @dataclass
 class ViewWorld:
     writer: KvBackend
@@ -182,17 +214,20 @@ async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removal
     # report of a mapped region), and one registered meanwhile gets one at take-over.
     w = view_world
     await _follow(w, "wal_0", range(1, 6))
-    assert len(w.registry) == 0
-    assert w.registry.awaiting([1, 2, 3, 4, 5]) == dict.fromkeys(range(1, 6), "wal_0")
+    prepared = w.registry.table
+    assert len(w.registry) == 0 and (prepared.lookup([1, 2, 3, 4, 5]) >= 0).all()
 
     w.writer.delete(keys.topic_region("wal_0", 2))
     w.writer.delete(keys.topic_region("wal_0", 3))  # moved
     w.writer.put(keys.topic_region("wal_1", 3), keys.encode_route(1, None))
     _register(w.writer, "wal_0", range(6, 8))
     assert await w.view.load()
-    # 2 deregistered: no slot; 3 moved: prepared for its new topic.
-    expected = {1: "wal_0", 3: "wal_1", 6: "wal_0", 7: "wal_0"}
-    assert w.registry.awaiting([1, 2, 3, 6, 7]) == expected
+    table = w.registry.table
+    slots = table.lookup([1, 2, 3, 6, 7])
+    assert slots[1] == -1  # deregistered: no slot
+    on_wal_0 = table.prepared_for(slots, ["wal_0"], np.zeros(5, np.int64))
+    assert on_wal_0.tolist() == [True, False, False, True, True]
+    assert table.prepared_for(slots[2:3], ["wal_1"], np.zeros(1, np.int64)).tolist() == [True]
     assert len(w.registry) == 0 and w.registry.untouched
 
 
@@ -201,19 +236,11 @@ async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
 ) -> None:
     w = view_world
     await _follow(w, "wal_0", range(1, 101))
-    prepare = w.registry.prepare
-    asked: list[Any] = []
-
-    def recording(topic_regions: Any) -> int:
-        asked.append(topic_regions)
-        return prepare(topic_regions)
-
-    w.registry.prepare = recording  # type: ignore[method-assign]
-    regions = list(range(1, 101))
-    assert len(w.registry.awaiting(regions)) == 100  # while following
+    prepared = w.registry.table
+    assert (prepared.lookup(list(range(1, 101))) >= 0).all()  # while following
     assert await w.view.load()
-    assert len(w.registry.awaiting(regions)) == 100 and w.registry.untouched
-    assert [list(topic_regions) for topic_regions in asked] == [[]]  # not rebuilt
+    assert w.registry.table is prepared  # not rebuilt on the takeover path
+    assert (prepared.lookup(list(range(1, 101))) >= 0).all()
 
 
 async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
@@ -239,8 +266,8 @@ async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
     w.writer.delete(keys.topic_region("wal_0", 300))
     assert await w.view.load()
     assert asked == [("wal_1", [200, 201])]
-    assert len(w.registry.awaiting([*range(1, 101), 200, 201])) == 102
-    assert w.registry.awaiting([300]) == {}
+    assert (w.registry.table.lookup([*range(1, 101), 200, 201]) >= 0).all()
+    assert w.registry.table.lookup([300]).tolist() == [-1]
 
 
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)
