@@ -14,6 +14,7 @@ import pytest
 from tests.procedures.wal_purge.protocol_model import (
     IDLE_REPLAY,
     LARGE,
+    PIN_LATER,
     SMALL,
     Bounds,
     Counterexample,
@@ -105,6 +106,20 @@ def test_a_region_idle_under_a_purge_replays_from_a_readable_offset() -> None:
     )
 
 
+def test_a_pinned_consumer_group_is_never_cut_past() -> None:
+    """A consumer group committing forward and pinned from the start: no DeleteRecords
+    passes its committed offset, and none lands while it has committed nothing (DESIGN
+    §8), whatever the leader changes, late writes and registrations."""
+    _holds(search(SMALL["pinned"], stop_at_first=False))
+
+
+def test_a_group_pinned_by_a_later_leader_bounds_the_purge_it_resumes() -> None:
+    """The group pinned only by a later leader's settings: a purge whose target was
+    persisted (its marker moved, even) without the pin deletes, once resumed under it, only
+    below the group's committed offset as read then (`decide_purge`'s catch-up clamp)."""
+    _holds(search(PIN_LATER, stop_at_first=False))
+
+
 VARIANTS: list[tuple[Variant, Bounds, Wanted]] = [
     # Without the marker first, an idle region restarting after a leader change (no stat,
     # the old marker) is answered below what the deletion removed.
@@ -121,6 +136,15 @@ VARIANTS: list[tuple[Variant, Bounds, Wanted]] = [
     # Without the topic id a registration records, a topic recreated before its first
     # purge is planned by the old topic's reports (issue #34).
     (Variant.UNIDENTIFIED_REGISTRATION, SMALL["kafka"], _unmarked_recreation),
+    # A purge that plans without the pinned group deletes what the group has not read.
+    (Variant.IGNORE_PIN, SMALL["pinned"], _kind("pinned entry deleted")),
+    # A purge step that keeps a target persisted before the pin (a resume) without
+    # reading the group again catches up past it.
+    (
+        Variant.STALE_PIN_AT_PURGE,
+        PIN_LATER,
+        _kind("pinned entry deleted", through="pin the consumer group"),
+    ),
 ]
 
 
@@ -128,6 +152,8 @@ CONTROLLED_BY_THE_WORLD_TEST = {
     Variant.UNFENCED_CHECKPOINT,
     Variant.STALE_MAP_AT_TAKEOVER,
     Variant.ORPHAN_ON_UNKNOWN_CREATE,
+    Variant.IGNORE_PIN,  # test_a_pinned_consumer_group_is_never_cut_past
+    Variant.STALE_PIN_AT_PURGE,  # test_a_group_pinned_by_a_later_leader_bounds_the_purge_it_resumes
 }
 """Variants searched in a world the product holds in whole (the control is that test)."""
 

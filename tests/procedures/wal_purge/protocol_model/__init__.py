@@ -3,9 +3,10 @@ interleaving of a small world, whose transitions call the product's real decisio
 
 Modules, in the order a search uses them:
 
-- `_world.py`: the state (Kafka's topic with its incarnations, the regions, the kv marker,
-  routes and procedure record, the leader's term, stats, map and running step, the writes
-  in flight), the bounds, the known-bad `Variant`s and the marker a registration writes
+- `_world.py`: the state (Kafka's topic with its incarnations and a consumer group's
+  committed offset, the regions, the kv marker, routes and procedure record, the leader's
+  term, settings (the group pinned or not), stats, map and running step, the writes in
+  flight), the bounds, the known-bad `Variant`s and the marker a registration writes
   (`keys.registered_marker`).
 - `_product.py`: the product's decision functions as the model calls them (`plan_topic`,
   `flush_candidates`, `decide_prepare`, `decide_after_flush`, `decide_purge`,
@@ -28,7 +29,9 @@ dropped, the map loaded from the kv, the record resumed); writes in flight landi
 later time or never: a marker CAS (fenced: a deposed term's never lands), a DeleteRecords
 (not fenced: Kafka has no fence), and with `UNFENCED_CHECKPOINT` a checkpoint; Kafka's log
 start moved by retention, a record appended by another producer, the topic deleted and
-recreated (a new topic id, offsets from 0), with or without regions.
+recreated (a new topic id, offsets from 0), with or without regions; a consumer group
+committing offsets, only forward, pinned (`[wal] pin_consumer_groups`) from the start or
+by a later leader's settings.
 
 Invariants, on every transition:
 - needed entry deleted: metasrv's DeleteRecords removes an entry a registered region has
@@ -40,6 +43,9 @@ Invariants, on every transition:
   where metasrv deleted, although the region needs nothing below it (retention deleting
   under a region is WAL data loss, reported by the plan, not a protocol failure);
 - deposed write landed: a kv write of a deposed term takes effect;
+- pinned entry deleted: a DeleteRecords sent by a leader that pins the consumer group
+  moves the log start past the group's committed offset (or deletes anything while the
+  group has committed none): DESIGN §8's P' = min(P, committed offset);
 - liveness (every explored state): once writes stop, every write in flight lands, and every
   region flushes and reports the truth, the purge in progress ends, no record that no task
   runs holds the topic's lock, no route of a region that no longer exists blocks the
@@ -53,7 +59,11 @@ Bounds. `SMALL` (`make test`), each world 1 topic, explored whole:
   173,578 states;
 - `kafka`: 1 region, high watermark <= 2, 2 terms, restarts, one outside move of the
   offsets and one recreation of the topic: 44,763 states;
-- `IDLE_REPLAY`: idle claims with restarts (2 regions, high watermark <= 2, 2 terms).
+- `pinned`: 2 regions, high watermark <= 3, 2 terms, registration, the consumer group
+  pinned from the start: 78,008 states;
+- `IDLE_REPLAY`: idle claims with restarts (2 regions, high watermark <= 2, 2 terms);
+- `PIN_LATER`: 1 region, high watermark <= 3, 3 terms, the group pinned by a later
+  leader, so a purge planned without the pin is resumed under it: 76,013 states.
 `LARGE` (the slow test, `benchmarks/protocol_model.py --bound large`): `purge` at high
 watermark <= 4 (784,336 states, 82 s), `idle` and `replay` at high watermark <= 3 and 2
 terms (1,200,315 states, 109 s; 2,300,210 states, 198 s; with 3 terms neither ends in 300 s),
@@ -74,6 +84,7 @@ from tests.procedures.wal_purge.protocol_model._search import Counterexample, Re
 from tests.procedures.wal_purge.protocol_model._world import (
     IDLE_REPLAY,
     LARGE,
+    PIN_LATER,
     SMALL,
     Bounds,
     State,
@@ -83,6 +94,7 @@ from tests.procedures.wal_purge.protocol_model._world import (
 __all__ = [
     "IDLE_REPLAY",
     "LARGE",
+    "PIN_LATER",
     "SMALL",
     "Bounds",
     "Counterexample",

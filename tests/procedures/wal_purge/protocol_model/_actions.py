@@ -128,7 +128,7 @@ class Model:
         """`delete_below` with the log start the step read (of incarnation `inc`)."""
         if log_start >= target:
             return (f"log start {log_start} >= {target}: succeeded", _finish(s), None)
-        op = ("del", s.term, target, inc)
+        op = ("del", s.term, target, inc, s.pinned)
         state = s._replace(task=Task("deleting", target), pending=s.pending | {op})
         return (f"DeleteRecords({target}) sent", state, None)
 
@@ -141,7 +141,7 @@ class Model:
         if value is None:
             return self._delete_below(s, target, log_start, s.kafka.inc)
         if Variant.DELETE_BEFORE_MARKER in self.variant:
-            op: tuple[object, ...] = ("del", s.term, target, s.kafka.inc)
+            op: tuple[object, ...] = ("del", s.term, target, s.kafka.inc, s.pinned)
             task = Task("deleting_first", target)
             return (
                 f"DeleteRecords({target}) sent first",
@@ -158,7 +158,7 @@ class Model:
 
     def _prepare(self, s: State) -> Transition:
         assert s.record is not None
-        plan, decision = self.product.prepare(s.lmap, s.stats, s.marker, s.kafka)
+        plan, decision = self.product.prepare(s.lmap, s.stats, s.marker, s.kafka, s.pinned)
         if isinstance(decision, Flush | Cut):
             step = "flush" if isinstance(decision, Flush) else "purge"
             record = s.record._replace(
@@ -174,7 +174,7 @@ class Model:
     def _after_flush(self, s: State) -> Transition:
         assert s.record is not None
         plan, decision = self.product.after_flush(
-            s.record.topic_id, s.lmap, s.stats, s.marker, s.kafka
+            s.record.topic_id, s.lmap, s.stats, s.marker, s.kafka, s.pinned
         )
         if isinstance(decision, Cut):
             record = s.record._replace(step="purge", prune_point=decision.prune_point)
@@ -195,7 +195,7 @@ class Model:
             record = record._replace(target=target)
             s = s._replace(record=record)
         _plan, decision = self.product.purge(
-            target, record.topic_id, s.lmap, s.stats, s.marker, s.kafka
+            target, record.topic_id, s.lmap, s.stats, s.marker, s.kafka, s.pinned
         )
         if isinstance(decision, Wait):
             # Unavailable: retried later; when the retries run out the procedure fails.
@@ -303,17 +303,21 @@ class Model:
                     bad,
                 )
             elif kind == "del":
-                _, _, offset, inc = op
+                _, _, offset, inc, pinned = op
                 assert isinstance(offset, int)
                 if inc == s.kafka.inc or self.bounds.late_delete_across_reset:
-                    yield from self._delete_lands(s._replace(pending=rest), term, offset)
+                    yield from self._delete_lands(
+                        s._replace(pending=rest), term, offset, pinned=pinned is True
+                    )
                 yield (
                     f"DeleteRecords({offset}) of term {term} lost",
                     s._replace(pending=rest),
                     None,
                 )
 
-    def _delete_lands(self, s: State, term: int, offset: int) -> Iterator[Transition]:
+    def _delete_lands(
+        self, s: State, term: int, offset: int, *, pinned: bool
+    ) -> Iterator[Transition]:
         kafka = s.kafka
         label = f"DeleteRecords({offset}) of term {term} applied"
         if offset > kafka.hwm:
@@ -321,13 +325,20 @@ class Model:
             return
         new_start = max(kafka.log_start, offset)
         bad = None
+        committed = kafka.committed
+        if pinned and new_start > kafka.log_start and (committed is None or new_start > committed):
+            # The group reads `committed` next (from the log start when it has none).
+            bad = (
+                f"pinned entry deleted: {label}: the log start moved to {new_start} past the "
+                f"pinned consumer group's committed offset {committed}"
+            )
         for i in range(len(s.regions)):
             gone = [
                 off
                 for inc, off in needs(s, i)
                 if inc == kafka.inc and kafka.log_start <= off < new_start
             ]
-            if gone:
+            if gone and bad is None:
                 bad = (
                     f"needed entry deleted: {label}: deleted entries {gone} region "
                     f"{region_id(i)} still needs"
@@ -353,6 +364,12 @@ class Model:
             base._replace(lmap=s.routes),
             None,
         )
+        if self.bounds.pin_later and not s.pinned:
+            yield (
+                f"leader change to term {s.term + 1}, its settings pin the consumer group",
+                base._replace(lmap=s.routes, pinned=True),
+                None,
+            )
         if Variant.STALE_MAP_AT_TAKEOVER in self.variant:
             for i, route in enumerate(s.routes):
                 if route != ABSENT:
@@ -571,9 +588,22 @@ class Model:
             state = s._replace(kafka=Kafka(kafka.inc + 1, 0, (), 0), resets=s.resets + 1)
             yield ("the topic is deleted and recreated (offsets from 0)", state, None)
 
+    def _consumer_moves(self, s: State) -> Iterator[Transition]:
+        """The consumer group reads and commits, only forward: from the log start when it
+        has committed nothing, up to the high watermark."""
+        if not self.bounds.consumer:
+            return
+        kafka = s.kafka
+        committed = kafka.committed
+        low = kafka.log_start if committed is None else committed + 1
+        for offset in range(low, kafka.hwm + 1):
+            state = s._replace(kafka=kafka._replace(committed=offset))
+            yield (f"the consumer group commits {offset}", state, None)
+
     def successors(self, s: State) -> Iterator[Transition]:
         yield from self._task_moves(s)
         yield from self._landings(s)
         yield from self._leader_moves(s)
         yield from self._region_moves(s)
         yield from self._outside_moves(s)
+        yield from self._consumer_moves(s)

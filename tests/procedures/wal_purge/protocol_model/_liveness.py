@@ -84,7 +84,7 @@ def settle(model: Model, s: State) -> tuple[str, Tail] | None:
     s = ended
     if s.record is not None:
         return "a non-terminal procedure record that no task runs holds the topic's lock", tail
-    plan = model.product.plan(s.lmap, s.stats, s.marker, s.kafka)
+    plan = model.product.plan(s.lmap, s.stats, s.marker, s.kafka, s.pinned)
     ghosts = [b.region_id for b in plan.blocked_by if s.regions[b.region_id - 1].phase != LIVE]
     if ghosts:
         return f"the topic is blocked by regions {ghosts} that no longer exist", tail

@@ -1,8 +1,9 @@
 """The product's decision functions as the model calls them: the real ones, memoised on
 their inputs (they are pure), with the model's state turned into their argument types.
 
-- the plan: `plan_topic` (the marker, Kafka's offsets and topic id as `gather_one`
-  passes them) and the flush targets (`flush_candidates`, as `flush_targets` builds them);
+- the plan: `plan_topic` (the marker, Kafka's offsets and topic id and, while the group is
+  pinned, its committed offset, as `gather_one` passes them) and the flush targets
+  (`flush_candidates`, as `flush_targets` builds them);
 - each step's decision: `decide_prepare`, `decide_after_flush`, `decide_purge`;
 - the marker values a purge writes: `advanced_marker`, `reset_marker`, through the
   marker codec (`decode_marker` / `encode_marker`);
@@ -12,7 +13,8 @@ their inputs (they are pure), with the model's state turned into their argument 
 - the heartbeat judge's regression rule (`regresses`).
 
 `Variant.NO_TOPIC_RESET_CHECK` swaps the planner for ef11397's (read from git), the
-version the topic-reset bug was filed against.
+version the topic-reset bug was filed against. `Variant.IGNORE_PIN` plans without the pinned
+group's offset; `Variant.STALE_PIN_AT_PURGE` does so in the purge step only.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ NOW = 1000.0
 """The monotonic instant the model plans at; every stat is received at it (fresh) and
 before Kafka's offsets are asked (as `gather_one` orders them)."""
 STAT_TTL = 30.0
+GROUP = "pinned"
+"""The pinned consumer group's name."""
 BASE_COMMIT = "ef11397"
 """The code issue #34 was filed against."""
 
@@ -131,6 +135,7 @@ def _ef11397_plan() -> PlanFn:
     def plan(*args: object, marker: object = None, **kwargs: object) -> TopicPlan:
         kwargs.pop("offsets_asked_at", None)
         kwargs.pop("compare_reports", None)
+        kwargs.pop("pinned", None)
         return old(*args, **kwargs)
 
     return plan
@@ -164,10 +169,15 @@ class Product:
                 rows[rid] = _row(stat)
         return routes, ModelTopicStats(rows)
 
-    def _plan(self, lmap: Lmap, stats: Stats, marker: bytes | None, kafka: Kafka) -> TopicPlan:
-        """The plan `gather_one` makes: the marker read, the stats copied, then Kafka."""
+    def _plan(
+        self, lmap: Lmap, stats: Stats, marker: bytes | None, kafka: Kafka, pinned: bool = False
+    ) -> TopicPlan:
+        """The plan `gather_one` makes: the marker read, the stats copied, then Kafka (the
+        offsets, and the group's committed offset while it is `pinned`)."""
         routes, rows = self._inputs(lmap, stats)
         stored = decoded(marker)
+        ignored = Variant.IGNORE_PIN in self.variant
+        pins = {GROUP: kafka.committed} if pinned and not ignored else None
         return self._plan_fn(
             TOPIC,
             routes,
@@ -178,6 +188,7 @@ class Product:
             offsets=offsets(kafka),
             marker=stored,
             offsets_asked_at=NOW,
+            pinned=pins,
         )
 
     def _flush_targets(self, lmap: Lmap, stats: Stats, kafka: Kafka) -> tuple[FlushTarget, ...]:
@@ -197,9 +208,9 @@ class Product:
         )
 
     def _prepare(
-        self, lmap: Lmap, stats: Stats, marker: bytes | None, kafka: Kafka
+        self, lmap: Lmap, stats: Stats, marker: bytes | None, kafka: Kafka, pinned: bool
     ) -> tuple[TopicPlan, PrepareDecision]:
-        plan = self.plan(lmap, stats, marker, kafka)
+        plan = self.plan(lmap, stats, marker, kafka, pinned)
         targets = self.flush_targets(lmap, stats, kafka)
         return plan, decide_prepare(plan, targets, logical_delete=False)
 
@@ -210,10 +221,11 @@ class Product:
         stats: Stats,
         marker: bytes | None,
         kafka: Kafka,
+        pinned: bool,
     ) -> tuple[TopicPlan, AfterFlushDecision]:
         """`decide_after_flush` as `step_flush` calls it: a fresh plan and the persisted
         topic id prepare planned on."""
-        plan = self.plan(lmap, stats, marker, kafka)
+        plan = self.plan(lmap, stats, marker, kafka, pinned)
         return plan, decide_after_flush(
             plan, planned_topic_id=planned_topic_id, logical_delete=False
         )
@@ -226,10 +238,12 @@ class Product:
         stats: Stats,
         marker: bytes | None,
         kafka: Kafka,
+        pinned: bool,
     ) -> tuple[TopicPlan, PurgeDecision]:
         """`decide_purge` as `step_purge` calls it: the persisted target and the persisted
         topic id prepare planned on, and a fresh plan."""
-        plan = self.plan(lmap, stats, marker, kafka)
+        fresh = pinned and Variant.STALE_PIN_AT_PURGE not in self.variant
+        plan = self.plan(lmap, stats, marker, kafka, fresh)
         return plan, decide_purge(
             target, plan, planned_topic_id=planned_topic_id, logical_delete=False
         )

@@ -57,6 +57,9 @@ class Kafka(NamedTuple):
     purged: int = 0
     """The offset metasrv's own DeleteRecords moved the log start to (the rest of the
     log start's moves are someone else's)."""
+    committed: int | None = None
+    """The pinned consumer group's committed offset (the next entry it reads; None: it has
+    committed none). Only moves forward."""
 
     @property
     def hwm(self) -> int:
@@ -114,7 +117,10 @@ class State(NamedTuple):
     pending: frozenset[tuple[object, ...]]
     """Writes in flight, landing at any later time: ("cas", term, valid, value, target)
     (`valid`: the marker has not changed since the CAS read it: its revision compare holds),
-    ("route", term, region index, checkpoint), ("del", term, offset, incarnation sent for)."""
+    ("route", term, region index, checkpoint), ("del", term, offset, incarnation sent for,
+    whether the leader that sent it had the consumer group pinned)."""
+    pinned: bool = False
+    """The leader's settings pin the consumer group (`[wal] pin_consumer_groups`)."""
 
 
 class Variant(enum.Flag):
@@ -134,6 +140,11 @@ class Variant(enum.Flag):
     UNIDENTIFIED_REGISTRATION = enum.auto()
     """A registration records no Kafka topic id in the marker (ef11397: only a purge's
     advance did), so a topic recreated before its first purge is not a reset."""
+    IGNORE_PIN = enum.auto()
+    """The purge plans without the pinned consumer group's committed offset."""
+    STALE_PIN_AT_PURGE = enum.auto()
+    """The purge step does not read the pinned group again: it keeps the target persisted
+    before (by a leader without the pin, on a resume)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +180,12 @@ class Bounds:
     partial_reports: bool = True
     """A heartbeat may carry any flushed id between the stored one and the truth (a
     delayed or reordered one); otherwise only the truth."""
+    consumer: bool = False
+    """A consumer group reads the topic and commits offsets, only forward; pinned from
+    the start (`pin_later` False) or from a leader change on."""
+    pin_later: bool = False
+    """The group is pinned only by the settings of a later leader (a configuration
+    change rolled out with a restart): a purge planned without it is resumed with it."""
 
     def describe(self) -> str:
         return (
@@ -191,9 +208,18 @@ SMALL: dict[str, Bounds] = {
     # Kafka moved by something else: retention, another producer, a recreation.
     "kafka": Bounds(regions=1, max_hwm=2, max_terms=2, outside_moves=1, resets=1,
                     checkpoints=False, claims=False, registration=False),
+    # A pinned consumer group committing forward (DESIGN §8), pinned from the start.
+    "pinned": Bounds(regions=2, max_hwm=3, max_terms=2, outside_moves=0, resets=0,
+                     replay=False, checkpoints=False, claims=False, consumer=True),
 }  # fmt: skip
 """The bounds `make test` searches, one world each (their union in one world is too big
 for two minutes on two cores)."""
+
+PIN_LATER = Bounds(regions=1, max_hwm=3, max_terms=3, outside_moves=0, resets=0,
+                   replay=False, checkpoints=False, claims=False, registration=False,
+                   consumer=True, pin_later=True)  # fmt: skip
+"""The consumer group pinned by a later leader's settings: purges planned before resume
+under the pin."""
 
 LARGE: dict[str, Bounds] = {
     "purge": Bounds(max_hwm=4, max_terms=3, outside_moves=0, resets=0, replay=False,
@@ -233,6 +259,7 @@ def initial(bounds: Bounds, variant: Variant = Variant.NONE) -> State:
         lmap=routes,
         task=None,
         pending=frozenset(),
+        pinned=bounds.consumer and not bounds.pin_later,
     )
 
 
