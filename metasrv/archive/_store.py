@@ -149,6 +149,14 @@ class ObjectStore:
             ),
         )
 
+    def check(self) -> None:
+        """Whether the bucket answers (HEAD bucket, which needs `s3:ListBucket`): returns, or
+        raises as any other call would (a missing bucket is `ObjectStoreRejected`)."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as exc:
+            raise _translate(exc, f"head bucket {self.bucket}") from exc
+
     def put(self, key: str, body: bytes) -> None:
         """Store `body` at `key` (replacing any object there), with `Content-MD5` the store
         verifies and the SHA-256 that `get` checks."""
