@@ -1,22 +1,32 @@
 """Read-side answers the API serves: region and topic views, replay start, prune plans.
 
 None of them changes state. Plans come from `procedures.wal_purge.gather_plans`, the
-same gathering the ticker uses, so the API shows the P a purge would use.
+same gathering the ticker uses, so the API shows the P a purge would use. Replay start
+also names the WAL archive's objects a region replays before Kafka (DESIGN §8, "Restore").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from api.runtime import Runtime
 from metasrv import keys
-from metasrv.errors import MetasrvError, NotFound, TopicReset
+from metasrv.archive import ArchivedRange, ObjectStore, covering, parse_object_key, topic_prefix
+from metasrv.errors import (
+    InvalidArgument,
+    MetasrvError,
+    NotFound,
+    ObjectStoreUnavailable,
+    TopicReset,
+)
 from metasrv.keys import ELECTION_KEY, Marker, ResetLatch
 from metasrv.model import (
+    PartitionOffsets,
     RegionRoute,
     RegionStat,
     TopicDurability,
@@ -24,6 +34,7 @@ from metasrv.model import (
     TopicStat,
     replay_start_entry_id,
 )
+from metasrv.settings import ArchiveSettings
 from metasrv.sql import require_schema
 from procedures.wal_purge import PurgeData, WalPurge, export_gauges, gather_plans, plan_topic
 
@@ -32,11 +43,25 @@ logger = logging.getLogger(__name__)
 _READY_TIMEOUT = 5.0
 _DURABILITY_TIMEOUT = 5.0
 _REPLAY_KAFKA_WAIT = 1.0
-"""Seconds replay-start waits for Kafka's offsets to check for a reset not latched yet
-(datanodes ask with a 3 s timeout)."""
+"""Seconds replay-start waits for Kafka's offsets (its log start, and a reset not latched
+yet; datanodes ask with a 3 s timeout)."""
+_REPLAY_STORE_WAIT = 1.5
+"""Seconds replay-start waits for the archive's listing of a topic, asked only when the
+start is below Kafka's log start; past it the store counts as unreachable (503)."""
+_STORE_BUILD = threading.Lock()
+"""boto3 builds clients from one default session, which is not thread-safe."""
 _KAFKA_PING_TIMEOUT = 4.0
 """The Kafka check's own budget, inside `_READY_TIMEOUT`: a dead partition leader makes it
 answer "unreachable" rather than time out."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveObject:
+    """One object of the WAL archive a region replays, in `bucket` at `key`."""
+
+    bucket: str
+    key: str
+    entries: ArchivedRange
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +73,12 @@ class ReplayStart:
     start_entry_id: int
     """`max(prunable_entry_id, pruned_entry_id, in-flight purge target) + 1` (DESIGN §1
     with the prunable id for the flushed one; `metasrv.model.replay_start_entry_id`)."""
+    log_start_offset: int | None = None
+    """Kafka's log start of the topic's partition 0; None when Kafka did not answer in
+    `_REPLAY_KAFKA_WAIT`."""
+    archive: tuple[ArchiveObject, ...] | None = None
+    """The archive's objects holding [start_entry_id, log_start_offset), in entry order,
+    when the start is below the log start and the archive covers that range; else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +137,19 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     marker write and DeleteRecords may land after this answer (issue #34). Read in this
     order: the stat, then the purge in flight, then the marker again; a purge that
     finished in between has moved the marker before the second read, and one whose intent
-    is persisted after the stat was read re-validates against that stat or a later one."""
+    is persisted after the stat was read re-validates against that stat or a later one.
+
+    Kafka's log start comes with the answer (None when Kafka is slow: then no archive is
+    named). Only a start below it reads the archive (one listing of the topic's objects):
+    `archive` names the objects covering [start, log start), or None when the archive is
+    disabled or has a gap; a store that does not answer is `ObjectStoreUnavailable` (503),
+    never a null that would read as "not archived"."""
     route = _route(rt, region_id)
     marker = await _marker(rt, route.topic)
     if marker.reset is not None:
         raise _reset_error(route.topic, marker.reset)
-    unlatched = await _unlatched_reset(rt, route.topic, marker)
+    offsets = await _replay_offsets(rt, route.topic)
+    unlatched = _unlatched_reset(rt, route.topic, marker, offsets)
     if unlatched is not None:
         raise _reset_error(route.topic, ResetLatch(unlatched))
     # Re-read after the await: the stat may have changed meanwhile.
@@ -126,7 +164,73 @@ async def replay_start(rt: Runtime, region_id: int) -> ReplayStart:
     start = replay_start_entry_id(
         stat, route.checkpoint_entry_id, marker.pruned_entry_id, in_flight
     )
-    return ReplayStart(region_id=region_id, topic=route.topic, start_entry_id=start)
+    log_start = None if offsets is None else offsets.log_start_offset
+    archive = None
+    settings = rt.settings.wal.archive
+    if settings.enabled and log_start is not None and start < log_start:
+        archive = await _archive_objects(settings, route.topic, start, log_start)
+    return ReplayStart(
+        region_id=region_id,
+        topic=route.topic,
+        start_entry_id=start,
+        log_start_offset=log_start,
+        archive=archive,
+    )
+
+
+async def _replay_offsets(rt: Runtime, topic: str) -> PartitionOffsets | None:
+    """Kafka's offsets of `topic` now, through the purge's batcher (replay starts asked
+    together share one request); None when Kafka does not answer within
+    `_REPLAY_KAFKA_WAIT` (replay start is then answered from the marker alone)."""
+    try:
+        return await asyncio.wait_for(rt.purge.batcher.offsets(topic), _REPLAY_KAFKA_WAIT)
+    except (TimeoutError, MetasrvError) as exc:
+        logger.warning(
+            "replay start answered without Kafka's offsets",
+            extra={"topic": topic, "error": str(exc)},
+        )
+        return None
+
+
+async def _archive_objects(
+    settings: ArchiveSettings, topic: str, start: int, end: int
+) -> tuple[ArchiveObject, ...] | None:
+    """The archived objects of `topic` that hold [start, end), in entry order, or None
+    when there is a gap (`covering`): one listing of the topic's prefix. Keys under it that
+    are not archived objects are skipped. `ObjectStoreUnavailable` when the store does not
+    answer within `_REPLAY_STORE_WAIT`."""
+
+    def read() -> list[ArchivedRange]:
+        with _STORE_BUILD:
+            store = ObjectStore(settings, timeout=_REPLAY_STORE_WAIT, max_attempts=1)
+        try:
+            listed = store.list(topic_prefix(settings.prefix, topic))
+        finally:
+            store.close()
+        ranges = []
+        for obj in listed:
+            try:
+                ranges.append(parse_object_key(settings.prefix, obj.key))
+            except InvalidArgument:
+                continue  # not an archived object (DESIGN §8 names every one)
+        return ranges
+
+    try:
+        ranges = await asyncio.wait_for(asyncio.to_thread(read), _REPLAY_STORE_WAIT + 0.5)
+    except TimeoutError:
+        raise ObjectStoreUnavailable(
+            f"object store: no listing of {topic}'s archive within {_REPLAY_STORE_WAIT:g}s",
+            details={"topic": topic},
+        ) from None
+    coverage = covering(ranges, start, end)
+    if not coverage.covered:
+        logger.warning(
+            "replay start below Kafka's log start and the archive has a gap there",
+            extra={"topic": topic, "start": start, "log_start": end, "gap": coverage.gap},
+        )
+        return None
+    bucket, prefix = settings.bucket, settings.prefix
+    return tuple(ArchiveObject(bucket, r.key(prefix), r) for r in coverage.objects)
 
 
 async def _in_flight_target(rt: Runtime, topic: str) -> int | None:
@@ -187,21 +291,16 @@ async def _marker(rt: Runtime, topic: str) -> Marker:
     return Marker() if stored is None else keys.read_marker(stored.key, stored.value)
 
 
-async def _unlatched_reset(rt: Runtime, topic: str, marker: Marker) -> str | None:
+def _unlatched_reset(
+    rt: Runtime, topic: str, marker: Marker, offsets: PartitionOffsets | None
+) -> str | None:
     """Why `topic` is a reset no purge has latched yet (the marker's topic id is not
     Kafka's, or Kafka's high watermark is below the marker + 1: the planner's rule,
-    `plan_topic`), or None. Best effort, bounded by `_REPLAY_KAFKA_WAIT`: Kafka's offsets
-    come through the purge's batcher (replay starts asked together share one request),
-    and when Kafka does not answer in time the marker alone answers, as before."""
+    `plan_topic`), or None. Best effort: without Kafka's `offsets` (it did not answer in
+    time) the marker alone answers, as before."""
     if marker.pruned_entry_id is None and marker.topic_id is None:
         return None  # nothing of an older topic to compare Kafka's offsets with
-    try:
-        offsets = await asyncio.wait_for(rt.purge.batcher.offsets(topic), _REPLAY_KAFKA_WAIT)
-    except (TimeoutError, MetasrvError) as exc:
-        logger.warning(
-            "replay start answered without Kafka's offsets",
-            extra={"topic": topic, "error": str(exc)},
-        )
+    if offsets is None:
         return None
     plan = plan_topic(
         topic,

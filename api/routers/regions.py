@@ -101,16 +101,19 @@ async def get_region(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
             "description": "`topic_reset`: the region's topic was deleted and recreated or "
             "truncated under metasrv; no offset is answered until an operator resolves it."
         },
-        500: {"description": "`damaged_marker`: the topic's stored marker does not decode."},
+        500: {
+            "description": "`damaged_marker`: the topic's stored marker does not decode; "
+            "`object_store_rejected`: the WAL archive's store refused metasrv's listing."
+        },
+        503: {
+            "description": "`object_store_unavailable`: the start is below Kafka's log "
+            "start and the WAL archive's store did not answer; retry (Retry-After)."
+        },
     },
 )
 async def replay_start(region_id: RegionIdPath, runtime: LeaderDep) -> Response:
     """`max(prunable_entry_id, pruned_entry_id, target of an unfinished purge) + 1`; the
     prunable id from the live stat, else the last checkpoint, else -1. A datanode reads from
-    `max(this, its own flushed_entry_id + 1)` (docs/protocol.md, "Replay")."""
-    start = await queries.replay_start(runtime, region_id)
-    return answer(
-        wire.ReplayStart(
-            region_id=start.region_id, topic=start.topic, start_entry_id=start.start_entry_id
-        )
-    )
+    `max(this, its own flushed_entry_id + 1)` (docs/protocol.md, "Replay"). Below Kafka's
+    log start, `archive` lists the WAL archive's objects to replay first (DESIGN §8)."""
+    return answer(answers.replay_start(await queries.replay_start(runtime, region_id)))

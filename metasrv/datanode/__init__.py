@@ -7,14 +7,17 @@ In the order a heartbeat flows:
 - `_route.py`: which metasrv gets a request: the current leader, a 421's named leader at
   once, the next address after a failure; a 503 (a new leader loading) is retried there.
 - `_client.py`: `DatanodeClient` (blocking) and `AsyncDatanodeClient`: `heartbeat` and
-  `replay_start` against whichever metasrv leads; `replay_from`, the replay rule (never
-  below the region's own flushed entry id + 1).
+  `replay_start` (or the whole `replay_answer`) against whichever metasrv leads;
+  `replay_from`, the replay rule (never below the region's own flushed entry id + 1).
+- `_replay.py`: `replay_region`, a region's WAL entries from its replay start: the WAL
+  archive's objects metasrv names (DESIGN §8), then Kafka.
 - `_loop.py`: `HeartbeatLoop` (a thread) and `AsyncHeartbeatLoop`: report, send, hand new
   flush instructions to the database's `on_flush`, retry after a backoff.
 
 It imports only `metasrv.wire`, `metasrv.errors`, `metasrv.process` (`Backoff`: capped
 exponential backoff between failed tries, full jitter below the cap), the standard library
-and httpx.
+and httpx; the replay also `metasrv.archive` (the object store), `metasrv.kafka` (its error
+table), confluent-kafka and pyarrow.
 """
 
 from metasrv.datanode._body import (
@@ -38,6 +41,7 @@ from metasrv.datanode._loop import (
     FlushInstructions,
     HeartbeatLoop,
 )
+from metasrv.datanode._replay import KafkaConfig, WalEntry, replay_entries, replay_region
 from metasrv.datanode._route import Attempt, Route
 from metasrv.process import Backoff
 from metasrv.wire import Heartbeat, HeartbeatResponse, Instruction, RegionReport, TopicReport
@@ -59,11 +63,15 @@ __all__ = [
     "HeartbeatLoop",
     "HeartbeatResponse",
     "Instruction",
+    "KafkaConfig",
     "RegionReport",
     "Route",
     "TopicReport",
+    "WalEntry",
     "as_heartbeat",
     "encode_columns",
     "encode_heartbeat",
+    "replay_entries",
     "replay_from",
+    "replay_region",
 ]

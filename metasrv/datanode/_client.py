@@ -165,13 +165,18 @@ class DatanodeClient(_Common):
         jitter) while no metasrv serves, for up to `timeout` seconds. `flushed_entry_id`:
         the region's own, from its manifest; the answer is then never below it + 1
         (`replay_from`). Always give it: metasrv's stat of the region may lag."""
+        answer = self.replay_answer(region_id, timeout=timeout)
+        return replay_from(answer.start_entry_id, flushed_entry_id)
+
+    def replay_answer(self, region_id: int, *, timeout: float = 30.0) -> wire.ReplayStart:
+        """metasrv's whole replay-start answer (with Kafka's log start and the archive's
+        objects to replay first: `replay_region` reads them), retried as `replay_start`."""
         deadline = time.monotonic() + timeout
         path = REPLAY_START_PATH.format(region_id=region_id)
         failures = 0
         while True:
             try:
-                answer = _answer(self._send("GET", path), wire.ReplayStart)
-                return replay_from(answer.start_entry_id, flushed_entry_id)
+                return _answer(self._send("GET", path), wire.ReplayStart)
             except (NotLeader, Unavailable):
                 delay = self.backoff.delay(failures, self.rng)
                 if time.monotonic() + delay > deadline:
@@ -236,13 +241,17 @@ class AsyncDatanodeClient(_Common):
         self, region_id: int, *, flushed_entry_id: int | None = None, timeout: float = 30.0
     ) -> int:
         """As `DatanodeClient.replay_start`."""
+        answer = await self.replay_answer(region_id, timeout=timeout)
+        return replay_from(answer.start_entry_id, flushed_entry_id)
+
+    async def replay_answer(self, region_id: int, *, timeout: float = 30.0) -> wire.ReplayStart:
+        """As `DatanodeClient.replay_answer`."""
         deadline = time.monotonic() + timeout
         path = REPLAY_START_PATH.format(region_id=region_id)
         failures = 0
         while True:
             try:
-                answer = _answer(await self._send("GET", path), wire.ReplayStart)
-                return replay_from(answer.start_entry_id, flushed_entry_id)
+                return _answer(await self._send("GET", path), wire.ReplayStart)
             except (NotLeader, Unavailable):
                 delay = self.backoff.delay(failures, self.rng)
                 if time.monotonic() + delay > deadline:

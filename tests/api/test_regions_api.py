@@ -114,6 +114,8 @@ def test_replay_start_uses_live_stat_then_checkpoint_then_marker(
             "region_id": 8,
             "topic": topic,
             "start_entry_id": 0,
+            "log_start_offset": 0,
+            "archive": None,
         }
         # The entries the markers below name (a marker above Kafka's high watermark - 1
         # is a topic reset).
