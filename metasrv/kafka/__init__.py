@@ -1,8 +1,8 @@
 """Kafka adapter: the only package that talks to the broker's admin API, and the one place
 `[wal.tls]` / `[wal.sasl]` become client settings.
 
-- `_admin.py`: `KafkaAdmin`, topic creation, offsets and DeleteRecords, batched, with the
-  client rebuilt on answers that show stale metadata.
+- `_admin.py`: `KafkaAdmin`, topic creation, offsets, consumer groups' committed offsets and
+  DeleteRecords, batched, with the client rebuilt on answers that show stale metadata.
 - `_errors.py`: the one table that translates librdkafka's errors into metasrv's.
 - `_topics.py`: legal and colliding topic names, and whether a partition has a live leader.
 - `_client_config.py`: `[wal.tls]` / `[wal.sasl]` as librdkafka properties.

@@ -1,4 +1,5 @@
-"""The Kafka admin adapter: topic creation, offsets, DeleteRecords, batched.
+"""The Kafka admin adapter: topic creation, offsets, consumer groups' committed offsets,
+DeleteRecords, batched.
 
 Calls block (they wait on the client's futures); async callers use `asyncio.to_thread`.
 Every call takes explicit timeouts. Library errors are translated once, through the table in
@@ -21,7 +22,13 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._listoffsets import OffsetSpec
@@ -446,6 +453,59 @@ class KafkaAdmin:
         except TimeoutError as exc:
             self._rebuild("timed out")
             raise self._unavailable(what, KafkaUnavailable("timed out")) from exc
+
+    def committed_offsets(
+        self, groups: Iterable[str], topics: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, dict[str, int | None] | MetasrvError]:
+        """Each topic's committed offset of every one of `groups` on partition 0 (None: the
+        group has none there), or the error that stopped them: one OffsetFetch request per
+        group covering every topic (librdkafka takes one group a request), all in flight at
+        once and answered within `timeout` seconds (default as `offsets_each`). A group that
+        cannot be read fails every topic (each needs all its groups); a partition's own
+        error fails that topic. Errors are the table's (`KafkaUnavailable` when retryable).
+        """
+        names = sorted(set(topics))
+        wanted = sorted(set(groups))
+        if not names or not wanted:
+            return {t: {} for t in names}
+        wait = min(_READ_TIMEOUT, self.request_timeout) if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        pending: dict[str, Future[Any] | MetasrvError] = {}
+        for group in wanted:
+            request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, 0) for t in names])
+            try:
+                futures = self._client.list_consumer_group_offsets(
+                    [request], request_timeout=max(0.1, deadline - time.monotonic())
+                )
+            except KafkaException as exc:
+                pending[group] = translate_kafka_error(exc, f"list_consumer_group_offsets {group}")
+                continue
+            pending[group] = futures[group]
+        found: dict[str, dict[str, int | None]] = {t: {} for t in names}
+        failed: dict[str, MetasrvError] = {}
+        for group in wanted:
+            what = f"committed offsets of consumer group {group}"
+            answer = pending[group]
+            try:
+                if isinstance(answer, MetasrvError):
+                    raise answer
+                result = self._result({group: answer}, group, what, deadline)
+            except MetasrvError as exc:
+                for topic in names:
+                    failed.setdefault(topic, exc)
+                continue
+            by_topic = {tp.topic: tp for tp in result.topic_partitions or () if tp.partition == 0}
+            for topic in names:
+                tp = by_topic.get(topic)
+                if tp is None:
+                    failed.setdefault(topic, self._no_answer(what, f"{topic} missing"))
+                elif tp.error is not None:
+                    error = translate_kafka_error(KafkaException(tp.error), f"{what} on {topic}")
+                    failed.setdefault(topic, error)
+                else:
+                    # librdkafka answers -1001 (OFFSET_INVALID) where the group committed none.
+                    found[topic][group] = int(tp.offset) if tp.offset >= 0 else None
+        return {t: failed[t] if t in failed else found[t] for t in names}
 
     def delete_records(self, targets: Mapping[str, int]) -> dict[str, int]:
         """DeleteRecords(topic, partition 0, offset) for each topic, one batched request.

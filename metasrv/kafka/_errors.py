@@ -27,6 +27,8 @@ REJECTED_CODES = {
     KafkaError.POLICY_VIOLATION,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    # A pinned consumer group whose offsets we may not read (Describe on the group).
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
     KafkaError.INVALID_CONFIG,
     KafkaError.INVALID_REPLICATION_FACTOR,
     KafkaError.INVALID_PARTITIONS,

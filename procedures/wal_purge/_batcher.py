@@ -1,8 +1,9 @@
 """Coalescing of Kafka admin calls made by many concurrent procedures.
 
 Each purge procedure works on one topic, but a purge cycle runs hundreds of them at
-once. Issuing one ListOffsets/DeleteRecords round trip per topic would make a cycle over
-1,024 topics take thousands of broker round trips; instead every request waiting at
+once. Issuing one ListOffsets, OffsetFetch (pinned groups) or DeleteRecords round trip per
+topic would make a cycle over 1,024 topics take thousands of broker round trips; instead
+every request waiting at
 the same moment joins one batched admin call (the adapter already batches per call), by
 the micro-batching the kv group commit uses (`procedures.MicroBatcher`). A batch that
 fails as a whole is retried topic by topic, so one bad topic's error reaches only the
@@ -25,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 A = TypeVar("A")
 R = TypeVar("R")
+
+Committed = dict[str, int | None]
+"""A topic's committed offset of each pinned consumer group on partition 0 (None: none)."""
 
 
 class Coalescer(MicroBatcher[tuple[str, A], R]):
@@ -97,6 +101,16 @@ class KafkaBatcher:
         # Two procedures never purge one topic at once; if they did, the higher offset
         # wins and both learn the resulting low watermark.
         self._deletes: Coalescer[int, int] = Coalescer(admin.delete_records, max, window=window)
+        # One request per pinned group for every topic asked at the same moment.
+        self._committed: Coalescer[frozenset[str], Committed] = Coalescer(
+            self._committed_call, frozenset.union, window=window
+        )
+
+    def _committed_call(
+        self, args: dict[str, frozenset[str]]
+    ) -> Mapping[str, Committed | MetasrvError]:
+        groups = frozenset().union(*args.values())
+        return self.admin.committed_offsets(groups, args.keys())
 
     async def offsets(self, topic: str) -> PartitionOffsets:
         """Log start offset and high watermark of the topic's partition 0, and Kafka's
@@ -127,6 +141,36 @@ class KafkaBatcher:
         for topic in topics:
             if topic not in found and topic not in failed:
                 failed[topic] = KafkaUnavailable(f"no answer from Kafka for topic {topic}")
+        return found, failed
+
+    async def committed(self, topic: str, groups: frozenset[str]) -> Committed:
+        """Each of `groups`' committed offset on the topic's partition 0 (None: none), read
+        now (never cached: a group's offset moves forward as it reads); raises the Kafka
+        adapter's error (`KafkaUnavailable` when retryable)."""
+        answer = await self._committed.submit_topic(topic, groups)
+        return {g: answer.get(g) for g in groups}
+
+    async def committed_tolerant(
+        self, topics: list[str], groups: frozenset[str], *, timeout: float
+    ) -> tuple[dict[str, Committed], dict[str, MetasrvError]]:
+        """`committed` of many topics in one request per group, answered within `timeout`
+        seconds: (the topics Kafka answered, the error of each it did not); never raises a
+        Kafka error (as `offsets_tolerant`)."""
+        try:
+            answers = await asyncio.wait_for(
+                asyncio.to_thread(self.admin.committed_offsets, groups, topics, timeout=timeout),
+                timeout + 1.0,
+            )
+        except TimeoutError:
+            late = KafkaUnavailable(f"no committed offsets from Kafka within {timeout:g}s")
+            return {}, dict.fromkeys(topics, late)
+        except MetasrvError as exc:
+            return {}, dict.fromkeys(topics, exc)
+        found = {t: a for t, a in answers.items() if not isinstance(a, MetasrvError)}
+        failed = {t: a for t, a in answers.items() if isinstance(a, MetasrvError)}
+        for topic in topics:
+            if topic not in found and topic not in failed:
+                failed[topic] = KafkaUnavailable(f"no committed offsets from Kafka for {topic}")
         return found, failed
 
     async def delete_records(self, topic: str, offset: int) -> int:

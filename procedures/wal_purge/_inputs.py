@@ -1,4 +1,5 @@
-"""A topic's plan inputs (routes, stats, marker, Kafka offsets), gathered at one instant.
+"""A topic's plan inputs (routes, stats, marker, Kafka offsets, the pinned consumer groups'
+committed offsets), gathered at one instant.
 
 Every reader of a plan gathers here: the purge procedure (one topic, under its write lock:
 one marker read, one offsets read, the map and the stats once per step), the ticker and
@@ -9,6 +10,11 @@ same inputs.
 The stats are copied before Kafka is asked for the offsets, and the plan is told when
 Kafka was asked: a stat received before then describes entries Kafka had acknowledged,
 so a report above the high watermark - 1 is a topic reset, not a race (`plan_topic`).
+
+The pinned consumer groups (`[wal] pin_consumer_groups`, and the archive's group when the
+archive is enabled: DESIGN §8) are read with the offsets, one request per group covering
+every topic planned, and every time (a group's offset moves as it reads). A plan whose
+groups could not be read has no prune point, like one without Kafka's offsets.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ class PlanInputs:
     """Kafka's offsets the plan used (None: not asked or not answered)."""
 
 
+def pinned_groups(services: PurgeServices) -> frozenset[str]:
+    """The consumer groups whose committed offsets bound every purge (DESIGN §8)."""
+    return frozenset(services.settings.wal.pinned_groups)
+
+
 async def _plan(
     services: PurgeServices,
     topic: str,
@@ -69,6 +80,7 @@ async def _plan(
     stats: TopicStats | None = None,
     kafka_error: MetasrvError | None = None,
     marker_kv: KeyValue | None = None,
+    committed: Mapping[str, int | None] | None = None,
 ) -> PlanInputs:
     # Copies: registrations may change the live map while a worker thread plans.
     routes = dict(mapped)
@@ -88,9 +100,13 @@ async def _plan(
             marker=marker,
             offsets_asked_at=asked_at,
             compare_reports=compare_reports,
+            pinned=committed,
         )
 
     planned = await asyncio.to_thread(plan) if len(routes) > PLAN_IN_THREAD else plan()
+    if kafka_error is None and committed is None and routes and pinned_groups(services):
+        # Groups are pinned and their offsets were not read: no cut is safe to name.
+        kafka_error = KafkaUnavailable("pinned consumer groups' committed offsets not read")
     if kafka_error is not None:
         # Without Kafka's offsets no cut is safe to name (invariant 6 needs the high
         # watermark, invariant 7 the log start): no prune point, and the reason is Kafka.
@@ -109,7 +125,7 @@ async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
     marker, marker_kv = await read_marker(services, topic)
     stats = services.registry.topic_snapshot(topic)
     asked_at = time.monotonic()
-    offsets = await services.batcher.offsets(topic)
+    offsets, committed = await _offsets_and_committed(services, topic)
     mapped = services.region_map.routes_by_topic().get(topic, {})
     inputs = await _plan(
         services,
@@ -120,6 +136,7 @@ async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
         asked_at=asked_at,
         stats=stats,
         marker_kv=marker_kv,
+        committed=committed,
     )
     if inputs.plan.kafka_unavailable is not None:
         # Kafka gave the offsets but not the topic id the marker records (its controller
@@ -127,6 +144,26 @@ async def gather_one(services: PurgeServices, topic: str) -> PlanInputs:
         # passes every other check. Retried as an outage is, never skipped.
         raise KafkaUnavailable(f"topic {topic}: {inputs.plan.kafka_unavailable}")
     return inputs
+
+
+async def _offsets_and_committed(
+    services: PurgeServices, topic: str
+) -> tuple[PartitionOffsets, dict[str, int | None] | None]:
+    """Kafka's offsets of `topic` and, when groups are pinned, their committed offsets on
+    it, asked at once; raises the first error (`KafkaUnavailable` when retryable)."""
+    groups = pinned_groups(services)
+    if not groups:
+        return await services.batcher.offsets(topic), None
+    offsets, committed = await asyncio.gather(
+        services.batcher.offsets(topic),
+        services.batcher.committed(topic, groups),
+        return_exceptions=True,
+    )
+    for answer in (offsets, committed):
+        if isinstance(answer, BaseException):
+            raise answer
+    assert isinstance(offsets, PartitionOffsets) and isinstance(committed, dict)
+    return offsets, committed
 
 
 async def gather_plans(
@@ -168,9 +205,17 @@ async def gather_plans(
     by_topic = region_map.routes_by_topic()
     offsets: dict[str, PartitionOffsets] = {}
     failed: dict[str, MetasrvError] = {}
+    committed: dict[str, dict[str, int | None]] = {}
     used = [t for t in names if by_topic.get(t)] if with_offsets else []
+    groups = pinned_groups(services)
     asked_at = time.monotonic()
-    if used:
+    if used and groups:
+        (offsets, failed), (committed, unread) = await asyncio.gather(
+            services.batcher.offsets_tolerant(used, timeout=OFFSETS_WAIT),
+            services.batcher.committed_tolerant(used, groups, timeout=OFFSETS_WAIT),
+        )
+        failed = {**unread, **failed}
+    elif used:
         offsets, failed = await services.batcher.offsets_tolerant(used, timeout=OFFSETS_WAIT)
     if failed:
         first = next(iter(failed.values()))
@@ -190,6 +235,7 @@ async def gather_plans(
             asked_at=asked_at,
             compare_reports=compare,
             kafka_error=failed.get(topic),
+            committed=committed.get(topic),
         )
         await asyncio.sleep(0)
     return planned
