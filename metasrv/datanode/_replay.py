@@ -5,7 +5,7 @@
 
 1. from `start = replay_from(start_entry_id, flushed_entry_id)`;
 2. when that is below Kafka's log start, the archive's objects the answer lists, in order,
-   from the object store (Parquet, DESIGN §8 columns), keeping the entries in
+   from the object store (`metasrv.archive.decode_object`), keeping the entries in
    [start, log start): objects may overlap, so an entry already yielded is skipped;
 3. then partition 0 of the topic from where the archive stopped (or from `start`) up to
    the high watermark found when the Kafka read began.
@@ -28,19 +28,16 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from metasrv import wire
-from metasrv.archive import ObjectStore
+from metasrv.archive import ObjectStore, decode_object
 from metasrv.datanode._client import DatanodeClient, replay_from
 from metasrv.errors import ConfigError, KafkaUnavailable, NotFound, ObjectCorrupt, WalDataLoss
 from metasrv.kafka import translate_kafka_error
 
 logger = logging.getLogger(__name__)
 
-_ARCHIVE_COLUMNS = ("entry_id", "key", "value")
-"""The columns of an archived object (DESIGN §8) a replay reads."""
 _KAFKA_RETRY_PAUSE = 0.5
 """Seconds between two reads of the high watermark while Kafka is away."""
 
@@ -161,15 +158,13 @@ def _archived(
         )
     body = store.get(obj.key)  # its SHA-256 checked
     try:
-        table = pq.read_table(pa.BufferReader(body), columns=list(_ARCHIVE_COLUMNS))
+        records = decode_object(body)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ObjectCorrupt(
             f"object store: {obj.key} is not a WAL archive object: {exc}",
             details={"key": obj.key},
         ) from exc
-    ids: list[int] = table.column("entry_id").to_pylist()
-    keys: list[bytes | None] = table.column("key").to_pylist()
-    values: list[bytes | None] = table.column("value").to_pylist()
+    ids = [r.entry_id for r in records]
     ascending = all(a < b for a, b in itertools.pairwise(ids))
     if not ids or not ascending or (ids[0], ids[-1]) != (obj.first_entry_id, obj.last_entry_id):
         span = f"{ids[0]}..{ids[-1]}" if ids else "no rows"
@@ -179,7 +174,7 @@ def _archived(
             f"{obj.first_entry_id}..{obj.last_entry_id}",
             details={**_details(answer, answer.start_entry_id), "key": obj.key},
         )
-    return [WalEntry(i, k, v) for i, k, v in zip(ids, keys, values, strict=True)]
+    return [WalEntry(r.entry_id, r.key, r.value) for r in records]
 
 
 def _consumer_config(kafka: KafkaConfig) -> dict[str, Any]:

@@ -16,11 +16,10 @@ from contextlib import AbstractContextManager
 import httpx
 import pytest
 
-from metasrv.archive import ObjectStore
+from metasrv.archive import ObjectStore, WalRecord
 from metasrv.datanode import DatanodeClient, WalEntry, replay_region
 from metasrv.errors import WalDataLoss
 from tests._archive import (
-    Record,
     archive_config,
     archive_settings,
     produce_records,
@@ -58,7 +57,7 @@ def _region_topic(client: httpx.Client) -> str:
     return topic
 
 
-def _trimmed_topic(client: httpx.Client, kafka_bootstrap: str) -> tuple[str, list[Record]]:
+def _trimmed_topic(client: httpx.Client, kafka_bootstrap: str) -> tuple[str, list[WalRecord]]:
     """The region's topic with `RECORDS` records, of which Kafka keeps those from
     `LOG_START` on; the region has never reported, so it replays from entry 0."""
     topic = _region_topic(client)
@@ -68,7 +67,7 @@ def _trimmed_topic(client: httpx.Client, kafka_bootstrap: str) -> tuple[str, lis
     return topic, records
 
 
-def _entries(records: list[Record]) -> list[WalEntry]:
+def _entries(records: list[WalRecord]) -> list[WalEntry]:
     return [WalEntry(r.entry_id, r.key, r.value) for r in records]
 
 

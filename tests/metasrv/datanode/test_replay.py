@@ -1,0 +1,115 @@
+"""`replay_entries` against real Kafka and the stack's S3-compatible server, from replay-start
+answers built by hand: the archive's objects, then Kafka, and every way it refuses to skip."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from metasrv import wire
+from metasrv.archive import ArchivedRange, ObjectStore, WalRecord, encode_object
+from metasrv.datanode import WalEntry, replay_entries
+from metasrv.errors import ConfigError, WalDataLoss
+from tests._archive import archive_settings, produce_records, put_archived, trim
+from toolbox.stack import S3Endpoint
+
+LOG_START = 20
+
+
+@pytest.fixture
+def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
+    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
+    yield client
+    for obj in client.list(s3_prefix):
+        client.delete(obj.key)
+    client.close()
+
+
+@pytest.fixture
+def records(kafka_bootstrap: str, kafka_topic: str) -> list[WalRecord]:
+    """30 records on the topic, Kafka keeping those from `LOG_START` on."""
+    produced = produce_records(kafka_bootstrap, kafka_topic, 30)
+    assert trim(kafka_bootstrap, kafka_topic, LOG_START) == LOG_START
+    return produced
+
+
+def _answer(topic: str, start: int, store: ObjectStore, keys: list[str] | None) -> wire.ReplayStart:
+    objects = None
+    if keys is not None:
+        objects = []
+        for key in keys:
+            entries = ArchivedRange(topic, *_ids_of(key))
+            objects.append(
+                wire.ArchivedObject(
+                    bucket=store.bucket,
+                    key=key,
+                    first_entry_id=entries.first_entry_id,
+                    last_entry_id=entries.last_entry_id,
+                )
+            )
+    return wire.ReplayStart(
+        region_id=1,
+        topic=topic,
+        start_entry_id=start,
+        log_start_offset=LOG_START,
+        archive=objects,
+    )
+
+
+def _ids_of(key: str) -> tuple[int, int]:
+    first, last = key.rsplit("/", 1)[1].removesuffix(".parquet").split("-")
+    return int(first), int(last)
+
+
+def _entries(records: list[WalRecord]) -> list[WalEntry]:
+    return [WalEntry(r.entry_id, r.key, r.value) for r in records]
+
+
+def test_overlapping_objects_then_kafka_give_each_entry_once_from_the_region_start(
+    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+) -> None:
+    keys = [
+        put_archived(store, kafka_topic, records[0:12]),
+        put_archived(store, kafka_topic, records[8:20]),
+    ]
+    answer = _answer(kafka_topic, 3, store, keys)
+    replayed = list(replay_entries(answer, kafka=kafka_bootstrap, store=store))
+    assert replayed == _entries(records[3:])
+    # The region's own flushed id, past the archive: Kafka alone, the objects unread.
+    later = replay_entries(answer, kafka=kafka_bootstrap, store=None, flushed_entry_id=24)
+    assert list(later) == _entries(records[25:])
+
+
+def test_an_object_whose_rows_are_not_its_keys_range_is_data_loss(
+    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+) -> None:
+    # Named 0..19, holding 0..9 and 11..19: entry 10 is missing.
+    key = ArchivedRange(kafka_topic, 0, 19).key(store.prefix)
+    store.put(key, encode_object(records[0:10] + records[11:20]))
+    answer = _answer(kafka_topic, 0, store, [key])
+    with pytest.raises(WalDataLoss, match="no entry 10"):
+        list(replay_entries(answer, kafka=kafka_bootstrap, store=store))
+    # Named 0..19, ending at 18.
+    store.put(key, encode_object(records[0:19]))
+    with pytest.raises(WalDataLoss, match=r"holds 0\.\.18"):
+        list(replay_entries(answer, kafka=kafka_bootstrap, store=store))
+
+
+def test_an_archive_without_a_store_is_a_config_error(
+    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+) -> None:
+    answer = _answer(kafka_topic, 0, store, [put_archived(store, kafka_topic, records[0:20])])
+    with pytest.raises(ConfigError, match="no object store"):
+        list(replay_entries(answer, kafka=kafka_bootstrap, store=None))
+
+
+def test_kafka_trimmed_again_after_the_answer_fails_loudly(
+    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+) -> None:
+    answer = _answer(kafka_topic, 0, store, [put_archived(store, kafka_topic, records[0:20])])
+    assert trim(kafka_bootstrap, kafka_topic, 25) == 25
+    replay = replay_entries(answer, kafka=kafka_bootstrap, store=store)
+    assert [next(replay) for _ in range(LOG_START)] == _entries(records[:LOG_START])
+    with pytest.raises(WalDataLoss, match="replay of"):
+        next(replay)
