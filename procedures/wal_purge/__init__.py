@@ -5,14 +5,15 @@ How one purge decision flows, module by module:
 - `_plan.py`: the pure planner and every decision of the purge. P(topic) = min over
   every mapped region of max(prunable_entry_id, marker), at most Kafka's high
   watermark - 1, or None when a region blocks it (no stat, stale stat, WAL data loss)
-  or the topic is a reset (invariant 8). P is exactly where a purge cuts and what the
+  or the topic is a reset (invariant 8), bounded by every pinned consumer group's
+  committed offset (DESIGN §8). P is exactly where a purge cuts and what the
   marker becomes: the dry run and the purge agree. Each step's decision is a pure
   function of one snapshot (`decide_prepare`, `decide_after_flush`, `decide_purge`,
   `flush_deadline`, `reset_marker`, `advanced_marker`), returning a frozen value
   (`Skip`, `Lost`, `Reset`, `Flush`, `Cut`, `Wait`, `Advance`, `CatchUp`).
-- `_inputs.py`: gathers the plan's inputs at one instant (map, stats, marker, offsets)
-  for every reader: the procedure, the ticker and the API's plan and metrics; and the
-  regions worth asking to flush (`flush_targets`).
+- `_inputs.py`: gathers the plan's inputs at one instant (map, stats, marker, offsets,
+  the pinned groups' committed offsets) for every reader: the procedure, the ticker and
+  the API's plan and metrics; and the regions worth asking to flush (`flush_targets`).
 - `_procedure.py`: `WalPurge`, prepare -> flush -> purge under the topic's write lock,
   its persisted data in `_data.py`; `_submit.py` starts one per topic (`submit_purges`)
   on a manager that runs them.
@@ -34,6 +35,7 @@ from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one, gather_plans
 from procedures.wal_purge._marker import advance_marker, read_marker
 from procedures.wal_purge._plan import (
+    NO_COMMITTED_OFFSET,
     NO_STAT,
     RETENTION_OVERRUN,
     STALE_STAT,
@@ -71,6 +73,7 @@ from procedures.wal_purge._trend_sampler import TrendSampler, trend_capacity
 
 __all__ = [
     "DATA_LOSS_EVENT",
+    "NO_COMMITTED_OFFSET",
     "NO_STAT",
     "RETENTION_OVERRUN",
     "STALE_STAT",
