@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli import _daemon, _db, _demo, _ops, _reconcile, _stack
+from cli import _archive, _daemon, _db, _demo, _ops, _reconcile, _stack
 from cli._connect import Exit, resolve_target
 from cli._tables import why_not_purged
 
@@ -40,7 +40,7 @@ def _root(
     """Control plane that purges a database's Kafka remote WAL."""
 
 
-for _module in (_daemon, _stack, _demo, _ops, _reconcile, _db):
+for _module in (_daemon, _archive, _stack, _demo, _ops, _reconcile, _db):
     _module.register(app)
 
 

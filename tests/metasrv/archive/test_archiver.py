@@ -28,7 +28,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.settings import WalSettings
 from tests._wait import wait_until
 from tests.metasrv.archive._wal import Pool, archived_entries, committed, produce, ranges
-from toolbox.stack import S3Endpoint
+from toolbox.stack import S3Endpoint, StackConfig, s3_endpoint_of, start_service, stop_service
 
 RECORDS = [
     WalRecord(7, 1_700_000_000_000, None, b"v7"),
@@ -220,3 +220,30 @@ def test_an_object_that_does_not_verify_is_never_committed_and_is_written_again(
         for obj in store.list(pool.s3_prefix):
             store.delete(obj.key)
         store.close()
+
+
+def test_with_the_store_down_nothing_is_committed_and_archiving_resumes_once_it_is_back(
+    pool: Pool, own_server: StackConfig, kafka_admin: KafkaAdmin, running: list[Running]
+) -> None:
+    topic = pool.topics[0]
+    settings = pool.wal_settings(endpoint=s3_endpoint_of(own_server).endpoint)
+    store = ObjectStore(settings.archive, timeout=2.0, max_attempts=1)
+    archiver = Archiver(settings, store)
+    running.append(Running(archiver))
+    produced = produce(pool.bootstrap, topic, 3)
+    wait_until(lambda: committed(kafka_admin, pool.group, [topic]) == {topic: 3}, "a commit")
+    assert archiver.ready
+
+    stop_service(own_server, "s3")
+    produced += produce(pool.bootstrap, topic, 3, start=3)
+    errors = 'metasrv_archiver_store_errors_total{operation="put"} 2.0'
+    wait_until(lambda: errors in archiver.metrics.render().decode(), "two failed puts")
+    assert not archiver.ready
+    assert committed(kafka_admin, pool.group, [topic]) == {topic: 3}
+
+    start_service(own_server, "s3")
+    wait_until(lambda: committed(kafka_admin, pool.group, [topic]) == {topic: 6}, "the resume")
+    assert archiver.ready
+    assert archived_entries(store, topic, 6) == produced
+    running[0].stop()
+    store.close()
