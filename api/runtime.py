@@ -155,7 +155,7 @@ class Runtime:
                     cluster_root(settings),
                     recon.stat_history_interval,
                     # A follower's view is empty or outdated: it records nothing.
-                    lambda: registry.table if election.is_leader else None,
+                    lambda: registry if election.is_leader else None,
                     retention=recon.stat_history_retention,
                     on_error=background.sink("stat_history"),
                     writer=settings.node_name,

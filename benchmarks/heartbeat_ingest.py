@@ -368,39 +368,34 @@ def handler_rate(args: argparse.Namespace, seconds: float = 3.0) -> float:
 def registry_memory(n: int = 1_000_000) -> dict[str, float]:
     """Bytes per region held by the registry (stats, with the per-datanode region lists
     the heartbeat recalls) and the topic-region map (routes)."""
-    import numpy as np
-
-    from metasrv.leader import RegionRegistry, StatRow
-    from metasrv.model import RegionRoute
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+    from metasrv.leader import RegionRegistry
+    from metasrv.model import RegionRoute, RegionStat
+    from tests._stats import report
 
     topics = [f"{TOPIC_PREFIX}_{t}" for t in range(1024)]
+    now = time.monotonic()
+    stats: list[RegionStat] = []
+    for i in range(n):
+        flushed = 1_000_000 + i
+        stats.append(
+            RegionStat(
+                (1024 + i // 1000) << 32 | i % 1000, i // 1000, topics[i % 1024], flushed,
+                None if i % 4 else 2_000_000 + i, 4_194_304 + i, 17, now,
+            )
+        )  # fmt: skip
     gc.collect()
     tracemalloc.start()
     registry = RegionRegistry()
-    now = time.monotonic()
-    rows: dict[str, dict[int, StatRow]] = {}
-    node_ids: list[int] = []
-    for i in range(n):
-        topic = topics[i % 1024]
-        flushed = 1_000_000 + i
-        latest = None if i % 4 else 2_000_000 + i
-        region_id = (1024 + i // 1000) << 32 | i % 1000
-        node_ids.append(region_id)
-        rows.setdefault(topic, {})[region_id] = StatRow(
-            1 + i % 50, topic, flushed, latest, 4_194_304 + i, 17, now,
-            flushed if latest is None else latest,
-        )  # fmt: skip
-        if i % 1000 == 999 or i == n - 1:
-            registry.put_topic_rows(rows)
-            # What a steady heartbeat of this datanode leaves: its ids and slots.
-            ids = np.array(node_ids, np.int64)
-            registry.table.remember(i // 1000, ids, registry.table.lookup(node_ids))
-            rows, node_ids = {}, []
+    # Stored through the heartbeat's judge: every datanode's first heartbeat, then a
+    # steady one, which leaves the datanode's region list remembered for the next.
+    report(registry, stats)
+    report(registry, stats)
     stats_bytes = tracemalloc.get_traced_memory()[0]
     routes: dict[int, RegionRoute] = {}
     by_topic: dict[str, dict[int, RegionRoute]] = {}
-    for topic in registry.table.topics():
-        for rid, row in registry.table.topic_rows(topic).items():
+    for topic in registry.topics():
+        for rid, row in registry.topic_snapshot(topic).items():
             route = RegionRoute(
                 region_id=rid, topic=row.topic, node_id=row.node_id, checkpoint_entry_id=None
             )

@@ -15,12 +15,18 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any, cast
 
 from metasrv import wire
-from metasrv.leader import HeartbeatHandler, RegionRegistry, StatRow
+from metasrv.leader import HeartbeatHandler, RegionRegistry
 from metasrv.metrics import Metrics
+from metasrv.model import RegionStat
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from tests._stats import report
 
 TOPICS = 64
 NODE_BASE = 10_000
@@ -40,13 +46,14 @@ def main() -> None:
         return f"t_{(node * args.regions + index) % TOPICS}"
 
     registry = RegionRegistry()
-    rows: dict[str, dict[int, StatRow]] = {}
-    for node in range(args.nodes):
-        for i in range(args.regions):
-            rows.setdefault(topic(node, i), {})[region_id(node, i)] = StatRow(
-                node, topic(node, i), 100, None, 10, None, 0.0, 100
-            )
-    registry.put_topic_rows(rows)  # as the first heartbeats of every region store them
+    report(  # the first heartbeat of every datanode, judged and stored
+        registry,
+        [
+            RegionStat(region_id(node, i), node, topic(node, i), 100, None, 10, None, 0.0)
+            for node in range(args.nodes)
+            for i in range(args.regions)
+        ],
+    )
     # Only the judge runs here: the map, mailbox and checkpointer are never touched.
     unused = cast(Any, None)
     handler = HeartbeatHandler(

@@ -2,7 +2,8 @@
 
 Times `procedures.wal_purge.plan_topic` for every topic over the topic-region map (routes
 grouped by topic, as `TopicRegionMap.routes_by_topic()` holds them) and copies of the
-leader's stat table, a topic at a time (`StatTable.snapshot`), median of `--runs`. Every
+leader's region stats, a topic at a time (`RegionRegistry.topic_snapshot`), median of
+`--runs`. Every
 region has a fresh stat except a few that are missing or stale, so the planner walks
 every region. The baseline is the naive plan: for each topic, scan ALL regions for the
 ones mapped to it. It is timed on `--baseline-topics` topics and extrapolated to all of
@@ -20,10 +21,14 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from metasrv.leader import StatRow, StatTable, TopicRows
-from metasrv.model import PartitionOffsets, RegionRoute, TopicPlan, prunable_entry_id
+from metasrv.leader import RegionRegistry, TopicRows
+from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
 from procedures.wal_purge import plan_topic
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from tests._stats import report  # the heartbeats' write path
 
 TARGET_SECONDS = 1.0
 STAT_TTL = 30.0
@@ -31,14 +36,13 @@ STAT_TTL = 30.0
 
 def build(
     regions: int, topics: int
-) -> tuple[dict[str, dict[int, RegionRoute]], StatTable, dict[str, PartitionOffsets], float]:
+) -> tuple[dict[str, dict[int, RegionRoute]], RegionRegistry, dict[str, PartitionOffsets], float]:
     names = [f"wal_{t}" for t in range(topics)]
     now = time.monotonic()
     # As the topic-region map keeps them: topic -> {region id: route}.
     by_topic: dict[str, dict[int, RegionRoute]] = {t: {} for t in names}
-    table = StatTable()
-    region_ids: list[int] = []
-    rows: list[StatRow] = []
+    registry = RegionRegistry()
+    stats: list[RegionStat] = []
     for i in range(regions):
         topic = names[i % topics]
         region_id = (1024 + i // 1000) << 32 | (i % 1000)
@@ -48,22 +52,13 @@ def build(
         age = 100.0 if i % 199_999 == 0 else 1.0  # and a few are stale
         latest = 50_000 + i % 7 if i % 3 == 0 else None
         flushed = 10_000 + i % 10_000
-        region_ids.append(region_id)
-        rows.append(
-            StatRow(
-                i % 50,
-                topic,
-                flushed,
-                latest,
-                0 if latest is not None else 1 << 20,
-                3,
-                now - age,
-                prunable_entry_id(flushed, latest, 0 if latest is not None else 1 << 20),
-            )
-        )
-    table.put_many(region_ids, rows)
+        memtable = 0 if latest is not None else 1 << 20
+        stats.append(RegionStat(region_id, i % 50, topic, flushed, latest, memtable, 3, now - age))
+    report(
+        registry, stats, {r: route for routes in by_topic.values() for r, route in routes.items()}
+    )
     offsets = {t: PartitionOffsets(log_start_offset=5_000, high_watermark=60_000) for t in names}
-    return by_topic, table, offsets, now
+    return by_topic, registry, offsets, now
 
 
 def naive_plan(
@@ -90,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
-    by_topic, table, offsets, now = build(args.regions, args.topics)
+    by_topic, registry, offsets, now = build(args.regions, args.topics)
     build_s = time.perf_counter() - t0
 
     plan_times: list[float] = []
@@ -99,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         start = time.perf_counter()
         # Each topic's rows copied, as the leader's purge round takes them.
-        stats = {topic: table.snapshot(topic) for topic in by_topic}
+        stats = {topic: registry.topic_snapshot(topic) for topic in by_topic}
         taken = time.perf_counter()
         plans = {
             topic: plan_topic(
@@ -122,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Baseline on a few topics, extrapolated; the plans must agree.
     all_routes = [r for routes in by_topic.values() for r in routes.values()]
-    stats = {topic: table.snapshot(topic) for topic in by_topic}
+    stats = {topic: registry.topic_snapshot(topic) for topic in by_topic}
     sample = list(by_topic)[: args.baseline_topics]
     start = time.perf_counter()
     for topic in sample:

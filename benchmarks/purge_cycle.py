@@ -44,7 +44,6 @@ from metasrv.leader import (
     RegionRegistry,
     TopicLocks,
     TopicRegionMap,
-    row_of,
 )
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
@@ -52,6 +51,9 @@ from metasrv.settings import Settings, load_settings
 from metasrv.sql import engine_url, is_sqlite
 from procedures import ProcedureState
 from procedures.wal_purge import PurgeServices, purge_manager, submit_purges
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from tests._stats import report  # the heartbeats' write path
 
 DEFAULT_KAFKA = "127.0.0.1:19092"
 DEFAULT_ETCD = "127.0.0.1:12379"
@@ -103,24 +105,21 @@ def batched_deletes(kafka: KafkaAdmin, topics: list[str], offset: int) -> float:
 def report_stats(registry: RegionRegistry, topics: list[str], flushed: int) -> None:
     now = time.monotonic()
     # What the heartbeats of every region store (region n on topics[n]).
-    registry.put_topic_rows(
-        {
-            topic: {
-                n: row_of(
-                    RegionStat(
-                        region_id=n,
-                        node_id=n % 8,
-                        topic=topic,
-                        flushed_entry_id=flushed,
-                        topic_latest_entry_id=None,
-                        memtable_bytes=1,
-                        manifest_version=1,
-                        received_at=now,
-                    )
-                )
-            }
+    report(
+        registry,
+        [
+            RegionStat(
+                region_id=n,
+                node_id=n % 8,
+                topic=topic,
+                flushed_entry_id=flushed,
+                topic_latest_entry_id=None,
+                memtable_bytes=1,
+                manifest_version=1,
+                received_at=now,
+            )
             for n, topic in enumerate(topics)
-        }
+        ],
     )
 
 

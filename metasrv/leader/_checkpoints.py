@@ -1,26 +1,27 @@
 """Batched persistence of region checkpoints (DESIGN §4).
 
 Heartbeats only mark regions dirty: the checkpointer's dirty set (`DirtyRows`, a flag per
-row of the term's stat table), so a region that changes on every heartbeat between two
-flushes is held once. A background task writes each dirty region's
-`__topic_region/{topic}/{region_id}` checkpoint `{"entry_id": prunable}` when
-`wal.checkpoint_batch` regions are dirty or every `wal.checkpoint_interval`, whichever
-comes first, and once more on shutdown; a flush reads, encodes and writes (`batch_put`)
-`FLUSH_SLICE` regions at a time, so the event loop serves heartbeats in between. Flushes
-are at least a tenth of the interval apart (`min_gap`), so a storm of changing stats
-coalesces (each region is written once per flush, however often it changed) instead of
-turning into a write stream as fast as heartbeats arrive. The background writer also
-keeps to `wal.checkpoint_rate` regions per second: when a new leader hears a million
-regions for the first time, their first checkpoints reach the kv over minutes instead of
-as one burst that takes the cores the heartbeats need (etcd spends far more CPU per key
-than the leader does). Only regions whose prunable
-entry id or node changed are marked, and unchanged checkpoints are skipped, so an idle
-fleet writes nothing. A new term's background writer also waits for its first round (`Term`):
-until every mapped region has reported, or one `wal.checkpoint_interval` has passed, it
-writes nothing, so the cores the kv would take go to the first reports, the term's
-costliest heartbeats. The checkpoint
-is what `replay-start` falls back to when the leader holds no live stat; a checkpoint that
-lags is safe (the region replays a little more).
+row of the term's stat table, `RegionRegistry.dirty_rows`), so a region that changes on
+every heartbeat between two flushes is held once; a flush takes the set and reads it a
+batch of `region_id -> checkpoint` at a time (`PendingCheckpoints`). A background task
+writes each dirty region's `__topic_region/{topic}/{region_id}` checkpoint
+`{"entry_id": prunable}` when `wal.checkpoint_batch` regions are dirty or every
+`wal.checkpoint_interval`, whichever comes first, and once more on shutdown; a flush
+reads, encodes and writes (`batch_put`) `FLUSH_SLICE` regions at a time, so the event loop
+serves heartbeats in between. Flushes are at least a tenth of the interval apart
+(`min_gap`), so a storm of changing stats coalesces (each region is written once per
+flush, however often it changed) instead of turning into a write stream as fast as
+heartbeats arrive. The background writer also keeps to `wal.checkpoint_rate` regions per
+second: when a new leader hears a million regions for the first time, their first
+checkpoints reach the kv over minutes instead of as one burst that takes the cores the
+heartbeats need (etcd spends far more CPU per key than the leader does). Only regions
+whose prunable entry id or node changed are marked, and unchanged checkpoints are skipped,
+so an idle fleet writes nothing. A new term's background writer also waits for its first
+round (`Term`): until every mapped region has reported, or one `wal.checkpoint_interval`
+has passed, it writes nothing, so the cores the kv would take go to the first reports, the
+term's costliest heartbeats. The checkpoint is what `replay-start` falls back to when the
+leader holds no live stat; a checkpoint that lags is safe (the region replays a little
+more).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from metasrv.errors import LeadershipLost, MetasrvError
 from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._region_stats import DirtyRows
+from metasrv.leader._region_stats import DirtyRows, Verdict
 from metasrv.leader._registry import RegionRegistry
 from metasrv.leader._term import FIRST_ROUND_CHECK, Term
 from metasrv.metrics import Metrics
@@ -97,8 +98,8 @@ class Checkpointer(PeriodicLoop):
         self.error_pause = min(self._interval or 1.0, 5.0)
         """After a failed flush: a dead kv is not hammered by a full dirty set."""
         self._flush_lock = asyncio.Lock()
-        self._dirty = DirtyRows(registry.table)
-        """Rows whose checkpoint is to be written (`mark`, `mark_rows`)."""
+        self._dirty = registry.dirty_rows()
+        """Rows whose checkpoint is to be written (`mark`, `mark_judged`)."""
         self.flushes = 0
         """Completed flushes that wrote at least one key (tests and status)."""
 
@@ -110,8 +111,7 @@ class Checkpointer(PeriodicLoop):
     def _rows(self) -> DirtyRows:
         """The dirty set of the registry's current table (a new term's table starts
         with none dirty)."""
-        if self._dirty.table is not self._registry.table:
-            self._dirty = DirtyRows(self._registry.table)
+        self._dirty = self._registry.dirty_rows(self._dirty)
         return self._dirty
 
     def mark(self, region_ids: Iterable[int] | np.ndarray) -> None:
@@ -123,9 +123,9 @@ class Checkpointer(PeriodicLoop):
             self._rows().mark(ids)
             self._wake_if_full()
 
-    def mark_rows(self, rows: np.ndarray) -> None:
-        """`mark` for the rows a judged heartbeat names (`Judged.dirty_rows`)."""
-        self._rows().mark_slots(rows)
+    def mark_judged(self, verdict: Verdict) -> None:
+        """`mark` for the rows a stored heartbeat changed (`Verdict.store`)."""
+        self._rows().mark_judged(verdict)
         self._wake_if_full()
 
     def _wake_if_full(self) -> None:
@@ -135,7 +135,7 @@ class Checkpointer(PeriodicLoop):
     def clear(self) -> None:
         """Forget every dirty region (leadership changed; the new stats start empty),
         those of a paced flush under way included."""
-        self._dirty = DirtyRows(self._registry.table)
+        self._dirty = self._registry.dirty_rows()
         self._cleared += 1
         self.term.begin()
 
@@ -155,7 +155,6 @@ class Checkpointer(PeriodicLoop):
             dirty = self._rows()
             if not len(dirty):
                 return 0
-            # Slots of `dirty.table`; each slice's checkpoints are read by slot.
             pending = dirty.take()
             cleared = self._cleared
             pace = paced and self._rate > 0
@@ -165,9 +164,10 @@ class Checkpointer(PeriodicLoop):
             written = 0
             # A slice at a time, the kv write of each awaited: the event loop serves
             # heartbeats between slices instead of stalling for the whole dirty set.
-            for start in range(0, len(pending), step):
-                if pace and start:
-                    ahead = start / self._rate - (loop.time() - started)
+            while len(pending):
+                read = pending.read
+                if pace and read:
+                    ahead = read / self._rate - (loop.time() - started)
                     if ahead > 0:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._shutdown.wait(), ahead)
@@ -178,7 +178,7 @@ class Checkpointer(PeriodicLoop):
                 # slice carries stops a leader that does not know yet it was deposed.
                 if not self._may_write():
                     break
-                updates = dirty.table.checkpoints_at(pending[start : start + step])
+                updates = pending.next_batch(step)
                 try:
                     count = await self._region_map.set_checkpoints(updates)
                 except LeadershipLost:
@@ -187,7 +187,7 @@ class Checkpointer(PeriodicLoop):
                     logger.warning("checkpoint flush stopped: leadership lost")
                     break
                 except BaseException:
-                    dirty.mark_slots(pending[start:])
+                    pending.put_back()
                     raise
                 # Counted as written: a paced flush of a million regions takes minutes.
                 self._metrics.checkpoint_writes.inc(count)

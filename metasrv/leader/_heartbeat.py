@@ -7,9 +7,9 @@ body's regions become columns in one C-level pass per field, as the msgpack colu
 encoding carries them already. `HeartbeatJudge` (`_judge.py`) then decides, before
 anything is stored, what each region comes to: accepted (most a whole column at a time)
 or rejected with a reason; a malformed heartbeat, or one naming a region twice, is a 422
-and changes nothing. Here the judged heartbeat is stored (rows assigned in place, or
-stored a column at a time, `StatTable`), its changed regions marked for a checkpoint,
-its topic reports kept, the mailbox told, the metrics counted, and the answer written.
+and changes nothing. Here the judged heartbeat is stored (`Judged.store`: rows assigned
+in place, or stored a column at a time), its changed rows marked for a checkpoint, its
+topic reports kept, the mailbox told, the metrics counted, and the answer written.
 
 Topic reports for topics the map does not know are dropped and counted
 (`metasrv_topic_reports_ignored_total`); idle claims not trusted are counted in
@@ -95,8 +95,9 @@ class HeartbeatHandler:
     ) -> bytes:
         """Store a judged heartbeat and answer it."""
         registry = self._registry
-        outcome.store(registry.table, node_id, now)
-        self._checkpointer.mark_rows(outcome.dirty_rows())
+        outcome.store(now)
+        if outcome.verdict is not None:
+            self._checkpointer.mark_judged(outcome.verdict)
         if topic_reports:
             # Only topics the map knows: reports about any other name would be kept
             # until the next leadership change, however many a client invents.
@@ -118,7 +119,7 @@ class HeartbeatHandler:
                 self._unknown_topic_reports.inc(ignored)
         mailbox = self._mailbox
         if mailbox.has_pending(node_id):
-            mailbox.observe(node_id, outcome.rows(registry.table))
+            mailbox.observe(node_id, outcome.rows())
 
         self._heartbeats.inc()
         count = outcome.count()

@@ -2,12 +2,14 @@
 why the others are rejected, decided before anything is stored.
 
 One path for both encodings and for any number of regions (a JSON heartbeat's regions
-become columns first, `metasrv.wire.reports_as_columns`): the regions that have a row
-under the topic they name (every region of a datanode, heartbeat after heartbeat) are
-checked against the stored rows a whole column at a time (`StatTable.judge`); the others
-(first reports, unmapped, moved, negative) against the map (`by_route`), a column at a
-time too, with one C-level pass over the routes. A heartbeat naming a region twice is a
-422.
+become columns first, `metasrv.wire.reports_as_columns`): the stored rows' word on every
+region comes from the registry's table a whole column at a time (`StatTable.judge`, a
+`Verdict`: which regions have a row under the topic they name that this datanode may
+update, and which of those the report would move back); the rules below are applied
+here, the others (first reports, unmapped, moved, negative) against the map
+(`by_route`), a column at a time too, with one C-level pass over the routes. A heartbeat
+naming a region twice is a 422. The accepted regions are stored through the verdict
+(`Judged.store`), which alone knows where their rows are.
 
 Per-region rejections (the region is listed, nothing is stored for it, the rest of the
 heartbeat is accepted):
@@ -23,28 +25,32 @@ heartbeat is accepted):
   with its new node (`TopicRegionMap.register`), which drops its stored row.
 
 The reporting node is checked a column at a time: a stored row holds the node that
-reported it (accepted only from the route's node), and a heartbeat whose slots come
-from the memo (`StatTable.recall`: the same regions its datanode was expected to report,
-or sent last time and all accepted) needs no check at all, so the steady state pays
-nothing for it.
+reported it (accepted only from the route's node), and a heartbeat the table recalls
+(`Verdict.recalled`: the same regions its datanode was expected to report, or sent last
+time and all accepted) needs no check at all, so the steady state pays nothing for it.
 An idle claim sent with a non-empty memtable is accepted but not trusted
 (`metasrv.model.prunable_entry_id`) and tallied.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, eq, is_
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
-from metasrv.leader._region_map import TopicRegionMap
-from metasrv.leader._region_stats import RowValues, StatRow, StatTable, nullable
+from metasrv.leader._region_stats import RowValues, StatRow, Verdict, nullable
 from metasrv.leader._registry import RegionRegistry
-from metasrv.model import NULL, RegionStat, idle_claims_ignored, prunable_entry_ids
+from metasrv.model import (
+    NULL,
+    RegionRoute,
+    RegionStat,
+    idle_claims_ignored,
+    prunable_entry_ids,
+)
 from metasrv.wire import Columns, RegionReport, RejectReason, invalid, reports_as_columns
 
 REJECT_REASONS: Final = tuple(reason.value for reason in RejectReason)
@@ -53,24 +59,25 @@ _CODE: Final = {reason: code for code, reason in enumerate(RejectReason, start=1
 _REASON_OF_CODE: Final = ("", *REJECT_REASONS)
 
 
+class Routes(Protocol):
+    """What the judge reads of the topic-region map (`TopicRegionMap`)."""
+
+    @property
+    def routes(self) -> Mapping[int, RegionRoute]: ...
+
+
 @dataclass(slots=True)
 class Judged:
     """What one heartbeat's regions come to, before anything is stored."""
 
+    verdict: Verdict | None = None
+    """The stored rows' word on the regions (None: the heartbeat named none); it stores
+    the accepted ones (`store`)."""
     steady: RowValues | None = None
-    """Regions with a row under the topic they name."""
-    steady_slots: np.ndarray | None = None
-    """Their rows' slots, assigned in place (`StatTable.assign`)."""
+    """Regions with a row under the topic they name, updated in place."""
     fresh: RowValues | None = None
     """Regions accepted against the map (`HeartbeatJudge.by_route`): first reports, and
     rows another datanode or another topic held."""
-    fresh_topics: tuple[list[str], np.ndarray] | None = None
-    """Their topics (names, and an index into them per region), for `StatTable.store`."""
-    fresh_slots: np.ndarray | None = None
-    """Their slots (`StatTable.lookup`: a row, a prepared slot, or -1)."""
-    changed_slots: np.ndarray | None = None
-    """The slots of the steady regions whose prunable id or node changed: their
-    checkpoints are dirty (every `fresh` region's too)."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     misrouted: list[RegionStat] = field(default_factory=list)
     ignored_claims: int = 0
@@ -79,33 +86,15 @@ class Judged:
     def count(self) -> int:
         return sum(len(part.ids) for part in (self.steady, self.fresh) if part is not None)
 
-    def store(self, table: StatTable, node_id: int, now: float) -> None:
-        """Write the accepted regions into `table`, the one they were judged against
-        (unchanged since): the steady rows in place, the others by `StatTable.store`."""
-        if self.steady is not None and self.steady_slots is not None:
-            table.assign(self.steady_slots, node_id, self.steady, now)
-        if self.fresh is not None and self.fresh_topics is not None:
-            names, topics = self.fresh_topics
-            self.fresh_slots = table.store(
-                self.fresh, names, topics, node_id, now, self.fresh_slots
-            )
+    def store(self, now: float) -> None:
+        """Write the accepted regions into the table they were judged against
+        (unchanged since), received at `now`."""
+        if self.verdict is not None:
+            self.verdict.store(now)
 
-    def dirty_rows(self) -> np.ndarray:
-        """After `store`: the rows (slots) whose checkpoints changed, for the
-        checkpointer's dirty set (`DirtyRows`): the steady ones whose prunable id or
-        node changed, and every fresh one (its first checkpoint, or a new node's)."""
-        parts = [rows for rows in (self.changed_slots, self.fresh_slots) if rows is not None]
-        if len(parts) == 1:
-            return parts[0]
-        return np.concatenate(parts) if parts else np.zeros(0, np.intp)
-
-    def rows(self, table: StatTable) -> dict[int, StatRow]:
-        """The accepted regions' rows, as `store` left them in `table`."""
-        rows: dict[int, StatRow] = {}
-        for part, slots in ((self.steady, self.steady_slots), (self.fresh, self.fresh_slots)):
-            if part is not None and slots is not None:
-                rows.update(zip(part.ids.tolist(), table.rows(slots), strict=True))
-        return rows
+    def rows(self) -> dict[int, StatRow]:
+        """After `store`: the accepted regions' rows, as stored."""
+        return {} if self.verdict is None else self.verdict.rows()
 
 
 def _accepted(cols: Columns, where: np.ndarray, out: Judged) -> RowValues:
@@ -156,7 +145,7 @@ class HeartbeatJudge:
     `columns`); stores nothing."""
 
     def __init__(
-        self, registry: RegionRegistry, region_map: TopicRegionMap, *, keep_misrouted: bool
+        self, registry: RegionRegistry, region_map: Routes, *, keep_misrouted: bool
     ) -> None:
         self._registry = registry
         self._region_map = region_map
@@ -183,38 +172,23 @@ class HeartbeatJudge:
         if n == 0:
             return
         ids = cols.region_id
-        table = self._registry.table
-        id_list: list[int] | None = None
-        slots = table.recall(node_id, ids)  # the same regions as last time: no duplicate
-        recalled = slots is not None  # and every one this datanode's (module docstring)
-        if slots is None:
-            id_list = ids.tolist()
-            if len(set(id_list)) != n:
-                _refuse_duplicates(id_list)
-            slots = table.lookup(id_list, ids)
+        out.verdict = verdict = self._registry.judge(node_id, cols)
+        if not verdict.distinct:
+            _refuse_duplicates(ids.tolist())
         flushed = cols.flushed
         latest = cols.latest
         valid = (ids >= 0) & (flushed >= -1)
         if latest is not None:
             valid &= (latest == NULL) | (latest >= -1)
-        steady, regressed = table.judge(slots, cols.topic_names, cols.topic, flushed, cols.manifest)
-        if not recalled:
-            # A row another datanode reported is not this one's to update: the route
-            # decides (`by_route`).
-            theirs = table.node_at(np.where(slots >= 0, slots, 0)) != node_id
-            steady &= ~theirs
-            regressed &= ~theirs
-        steady &= valid
-        regressed &= valid
+        steady = verdict.steady & valid
+        regressed = verdict.regressed & valid
         rest = ~(steady | regressed)
         reasons = np.zeros(n, np.int8)
         reasons[regressed] = _CODE[RejectReason.STAT_REGRESSED]
         remembered = ~rest
         if rest.any():
             reasons[rest & ~valid] = _CODE[RejectReason.NEGATIVE_ID]
-            remembered |= self.by_route(
-                node_id, cols, rest & valid, slots, reasons, out, now, recalled
-            )
+            remembered |= self.by_route(node_id, cols, rest & valid, verdict, reasons, out, now)
         if reasons.any():
             rejected = np.flatnonzero(reasons)
             out.rejected = [
@@ -223,36 +197,28 @@ class HeartbeatJudge:
                     ids[rejected].tolist(), reasons[rejected].tolist(), strict=True
                 )
             ]
-        if id_list is not None and bool(remembered.all()):
-            # Every region has a row, or a prepared slot that its first report fills now
-            # (`StatTable.store` keeps it): worth recalling, from the next heartbeat on.
-            table.remember(node_id, ids, slots)  # before `slots` is narrowed to `steady`
-        if not steady.any():
-            return
-
-        out.steady = accepted = _accepted(cols, steady, out)
-        out.steady_slots = held = slots if bool(steady.all()) else slots[steady]
-        # Checkpoints hold the prunable id and node: a change in either makes the
-        # region dirty. Most heartbeats of an idle region change nothing.
-        dirty = table.checkpoint_changed(held, node_id, accepted.prunable)
-        if dirty.any():
-            out.changed_slots = held[dirty]
+        if bool(remembered.all()):
+            # Every region has a row, or a prepared slot that its first report fills now:
+            # worth recalling, from the next heartbeat on.
+            verdict.remember()
+        if steady.any():
+            out.steady = accepted = _accepted(cols, steady, out)
+            verdict.accept_steady(steady, accepted)
 
     def by_route(
         self,
         node_id: int,
         cols: Columns,
         judged: np.ndarray,
-        slots: np.ndarray,
+        verdict: Verdict,
         reasons: np.ndarray,
         out: Judged,
         now: float,
-        recalled: bool,
     ) -> np.ndarray:
         """Judge the regions of `judged` (valid, and no row under the topic they name
         that this datanode reported) against the map: accept as `fresh` those it has on
         the topic they name, routed to `node_id`; set the others' `reasons`. A slot
-        prepared for the named topic is the map's word, and with `recalled` slots its
+        prepared for the named topic is the map's word, and in a recalled heartbeat its
         node is too (the memo matched this datanode's mapped regions). Return the mask
         of the regions accepted into a slot prepared for them."""
         at = np.flatnonzero(judged)
@@ -263,7 +229,7 @@ class HeartbeatJudge:
         routes_get = self._region_map.routes.get
         # `StatTable.prepare`: the mapped regions when the term began; a removed
         # region's slot is dropped.
-        prepared = self._registry.table.prepared_for(slots[at], names, cols.topic[at])
+        prepared = verdict.prepared(at)
         mapped = prepared.copy()
         look = np.flatnonzero(~prepared)
         if len(look):
@@ -278,7 +244,7 @@ class HeartbeatJudge:
             reasons[at[look[~on_topic & ~unknown]]] = _CODE[RejectReason.TOPIC_MISMATCH]
             if self._keep_misrouted and not on_topic.all():
                 out.misrouted.extend(_stats(cols, at[look[~on_topic]], node_id, now))
-        check = mapped & ~prepared if recalled else mapped
+        check = mapped & ~prepared if verdict.recalled else mapped
         if check.any():
             # The routes' nodes, one C-level pass (a term's first heartbeat of a datanode
             # whose list the memo did not expect, or a region mapped during the term).
@@ -293,9 +259,8 @@ class HeartbeatJudge:
         into_prepared[at[mapped & prepared]] = True
         new = np.zeros(len(judged), bool)
         new[at[mapped]] = True
-        out.fresh = _accepted(cols, new, out)
-        out.fresh_topics = (names, cols.topic[new])
-        out.fresh_slots = slots[new]
+        out.fresh = accepted = _accepted(cols, new, out)
+        verdict.accept_fresh(new, accepted)
         return into_prepared
 
 

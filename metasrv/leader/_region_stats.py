@@ -3,20 +3,23 @@
 `TopicCopy`). What a row holds is declared once (`RowColumns`' fields, `SCHEMA`); the
 table's storage, the `StatRow`s it reads out and its copies are derived from it.
 
-The rows are stored as columns (numpy arrays indexed by slot; a slot is the table's own
-business, never seen outside this module's classes and the heartbeat's judge). A
-heartbeat of a thousand regions is a handful of whole-column operations: look the slots
-up (by bisection, a C-level dict pass, or not at all: `SlotMemo`), judge the reported
-values against the stored ones (`StatTable.judge`) and assign them in place
-(`StatTable.assign`); any other write (first reports, moved regions, rows put by hand)
-is `StatTable.store`. No object is built per region on that path, and nothing here is
-tracked by the garbage collector.
+The rows are stored as columns (numpy arrays indexed by slot). A slot is this module's
+business: callers name regions by id, hand a heartbeat's columns to `StatTable.judge`
+and get a `Verdict` back (what the stored rows say of each region; the slots it found
+stay inside it), which stores what the heartbeat's judge accepted (`Verdict.store`) and
+tells the checkpointer's dirty set (`DirtyRows`) which rows changed. A heartbeat of a
+thousand regions is a handful of whole-column operations: look the slots up (by
+bisection, a C-level dict pass, or not at all: `SlotMemo`), compare the reported values
+with the stored ones and assign them in place; first reports and moved regions are
+stored a column at a time too. No object is built per region on that path, and nothing
+here is tracked by the garbage collector.
 
 A new leader's table is `prepare`d with a slot for every mapped region, before any
 heartbeat: the index is built once, from the map, a C-level pass, so a region's first
 report is a column operation like every later one (no insert into a million-entry
-dict per region while the first round of a million reports arrives). A prepared row is
-not a row until its region reports: it is in no topic's members, not counted, not read.
+dict per region while the first round of a million reports arrives). A prepared slot is
+not a row until its region reports: it is in no topic's members, not counted, not read
+(`StatTable._row_codes` is the one place that tells a row from a prepared or no slot).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import msgspec
 import numpy as np
 
 from metasrv.model import NULL
+from metasrv.wire import Columns
 
 
 class StatRow(msgspec.Struct, frozen=True, gc=False):
@@ -147,6 +151,12 @@ def _new_columns(capacity: int) -> dict[str, np.ndarray]:
     return {c.name: np.full(capacity, c.fill, c.dtype) for c in SCHEMA}
 
 
+def _held(slots: np.ndarray) -> np.ndarray:
+    """`slots` as indices into the columns: -1 (no slot) reads slot 0, which every table
+    and copy has; the caller masks those out."""
+    return np.where(slots >= 0, slots, 0)
+
+
 def _rows(columns: Mapping[str, np.ndarray], names: list[str], at: np.ndarray) -> list[StatRow]:
     """The rows at positions `at` of `columns`, a column at a time; topic codes index
     `names`."""
@@ -175,14 +185,20 @@ def _row(columns: Mapping[str, np.ndarray], names: list[str], at: int) -> StatRo
     return StatRow(*values)
 
 
-def _columns_of_rows(rows: list[StatRow]) -> dict[str, np.ndarray]:
-    """Rows as columns, but for their topics (which the table turns into codes)."""
+def columns_of_rows(region_ids: list[int], rows: list[StatRow]) -> RowColumns:
+    """Rows of distinct regions as columns, in order, without a table (reports kept apart
+    from it: the stat history's rejected ones)."""
+    names = list(dict.fromkeys(map(attrgetter("topic"), rows)))
+    code = {name: i for i, name in enumerate(names)}
     columns: dict[str, np.ndarray] = {}
     for c in SCHEMA:
-        if c.name != "topic":
-            values = list(map(attrgetter(c.row), rows))
-            columns[c.name] = np.array(or_null(values) if c.nullable else values, c.dtype)
-    return columns
+        values: list[Any] = list(map(attrgetter(c.row), rows))
+        if c.name == "topic":
+            values = list(map(code.__getitem__, values))
+        elif c.nullable:
+            values = or_null(values)
+        columns[c.name] = np.array(values, c.dtype)
+    return RowColumns(names, np.array(region_ids, np.int64), **columns)
 
 
 def regressed(
@@ -350,7 +366,7 @@ class TopicIndex:
 
 class SlotMemo:
     """Key (a datanode) -> the slots of the region ids it named, with the table's discard
-    count at the time (`StatTable.recall` and `remember`)."""
+    count at the time (`StatTable.judge`, `Verdict.remember`)."""
 
     def __init__(self) -> None:
         self._recent: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
@@ -414,13 +430,14 @@ class SlotMemo:
 
 
 class RowSource(Protocol):
-    """What `TopicRows` reads: a `StatTable`, or one topic's rows copied (`TopicCopy`)."""
+    """What `TopicRows` reads, by slot: a `StatTable`, or one topic's rows copied
+    (`TopicCopy`)."""
 
-    def members(self, topic: str) -> dict[int, int]: ...
-    def row(self, slot: int) -> StatRow: ...
-    def rows(self, slots: np.ndarray) -> list[StatRow]: ...
-    def received_at(self, slots: np.ndarray) -> np.ndarray: ...
-    def prunable_at(self, slots: np.ndarray) -> np.ndarray: ...
+    def _members(self, topic: str) -> dict[int, int]: ...
+    def _row(self, slot: int) -> StatRow: ...
+    def _rows(self, slots: np.ndarray) -> list[StatRow]: ...
+    def _received_at(self, slots: np.ndarray) -> np.ndarray: ...
+    def _prunable_at(self, slots: np.ndarray) -> np.ndarray: ...
 
 
 class TopicRows(Mapping[int, StatRow]):
@@ -439,10 +456,10 @@ class TopicRows(Mapping[int, StatRow]):
 
     @property
     def _members(self) -> dict[int, int]:
-        return self._table.members(self.topic)
+        return self._table._members(self.topic)
 
     def __getitem__(self, region_id: int) -> StatRow:
-        return self._table.row(self._members[region_id])
+        return self._table._row(self._members[region_id])
 
     @overload
     def get(self, region_id: int, /) -> StatRow | None: ...
@@ -450,7 +467,7 @@ class TopicRows(Mapping[int, StatRow]):
     def get(self, region_id: int, /, default: Any) -> Any: ...
     def get(self, region_id: int, /, default: Any = None) -> Any:
         slot = self._members.get(region_id)
-        return default if slot is None else self._table.row(slot)
+        return default if slot is None else self._table._row(slot)
 
     def __contains__(self, region_id: object) -> bool:
         return region_id in self._members
@@ -467,12 +484,12 @@ class TopicRows(Mapping[int, StatRow]):
     def items(self) -> list[tuple[int, StatRow]]:  # type: ignore[override]
         members = self._members
         ids = list(members)
-        rows = self._table.rows(np.fromiter(members.values(), np.intp, len(ids)))
+        rows = self._table._rows(np.fromiter(members.values(), np.intp, len(ids)))
         return list(zip(ids, rows, strict=True))
 
     def values(self) -> list[StatRow]:  # type: ignore[override]
         members = self._members
-        return self._table.rows(np.fromiter(members.values(), np.intp, len(members)))
+        return self._table._rows(np.fromiter(members.values(), np.intp, len(members)))
 
     def _slots_of(self, region_ids: list[int]) -> np.ndarray:
         """Each region's slot among the topic's rows, -1 where it has none."""
@@ -484,10 +501,10 @@ class TopicRows(Mapping[int, StatRow]):
         slots = self._slots_of(region_ids)
         found = slots >= 0
         if found.all():
-            return list(self._table.rows(slots))
+            return list(self._table._rows(slots))
         out: list[StatRow | None] = [None] * len(region_ids)
         at = np.flatnonzero(found).tolist()
-        for i, row in zip(at, self._table.rows(slots[found]), strict=True):
+        for i, row in zip(at, self._table._rows(slots[found]), strict=True):
             out[i] = row
         return out
 
@@ -496,8 +513,8 @@ class TopicRows(Mapping[int, StatRow]):
         received time and prunable id (meaningless where it has none)."""
         slots = self._slots_of(region_ids)
         found = slots >= 0
-        held = np.where(found, slots, 0)  # a table always has slot 0; masked out
-        return found, self._table.received_at(held), self._table.prunable_at(held)
+        held = _held(slots)
+        return found, self._table._received_at(held), self._table._prunable_at(held)
 
     def lowest_prunable(self, fresh_after: float) -> int | None:
         """The lowest prunable entry id of the topic's rows, or None when there are no
@@ -506,9 +523,9 @@ class TopicRows(Mapping[int, StatRow]):
         if not members:
             return None
         slots = np.fromiter(members.values(), np.intp, len(members))
-        if self._table.received_at(slots).min() < fresh_after:
+        if self._table._received_at(slots).min() < fresh_after:
             return None
-        return int(self._table.prunable_at(slots).min())
+        return int(self._table._prunable_at(slots).min())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):
@@ -542,15 +559,15 @@ class TopicCopy:
         """The table's slots of the copied rows, ascending: row i was in `held[i]`."""
         self._columns = {name: column[held] for name, column in table._columns.items()}
         if not len(held):
-            self._columns = _new_columns(1)  # a row 0 to stand in (`TopicRows.columns_of`)
+            self._columns = _new_columns(1)  # a row 0 to stand in (`_held`)
         self._names = table._topics.names  # codes are never reused: a later topic only adds
         self._name = topic
-        self._members = members.copy()
+        self._copied = members.copy()
         """Region id -> the table's slot (a dict copy: no insert per region)."""
 
-    def members(self, topic: str) -> dict[int, int]:
+    def _members(self, topic: str) -> dict[int, int]:
         """Region id -> the table's slot of the copied rows naming `topic`."""
-        return self._members if topic == self._name else {}
+        return self._copied if topic == self._name else {}
 
     def topic_rows(self, topic: str) -> TopicRows:
         """The copied rows naming `topic` as a read-only mapping (empty for another)."""
@@ -560,17 +577,17 @@ class TopicCopy:
         local: np.ndarray = np.searchsorted(self._held, slots)
         return local
 
-    def row(self, slot: int) -> StatRow:
+    def _row(self, slot: int) -> StatRow:
         return _row(self._columns, self._names, int(np.searchsorted(self._held, slot)))
 
-    def rows(self, slots: np.ndarray) -> list[StatRow]:
+    def _rows(self, slots: np.ndarray) -> list[StatRow]:
         return _rows(self._columns, self._names, self._local(slots))
 
-    def received_at(self, slots: np.ndarray) -> np.ndarray:
+    def _received_at(self, slots: np.ndarray) -> np.ndarray:
         received: np.ndarray = self._columns["received"][self._local(slots)]
         return received
 
-    def prunable_at(self, slots: np.ndarray) -> np.ndarray:
+    def _prunable_at(self, slots: np.ndarray) -> np.ndarray:
         prunable: np.ndarray = self._columns["prunable"][self._local(slots)]
         return prunable
 
@@ -580,11 +597,9 @@ _NODE_OF: Final = attrgetter("node_id")
 
 
 class StatTable:
-    """Region rows as columns; see the module docstring.
-
-    A slot (`lookup`) is a row's place in the columns: valid until the row is discarded,
-    and what the batch operations (`judge`, `checkpoint_changed`, `assign`) take.
-    """
+    """Region rows as columns; see the module docstring. Callers name regions by id; a
+    slot (a row's place in the columns, valid until the row is discarded) stays in this
+    module."""
 
     def __init__(self, capacity: int = INITIAL_CAPACITY) -> None:
         self._topics = TopicIndex()
@@ -600,12 +615,36 @@ class StatTable:
         """Region id -> slot."""
         self._free: list[int] = []
         self._discards = 0
-        """Rows discarded so far: a slot `remember`ed before a discard may be reused."""
+        """Rows discarded so far: a slot `SlotMemo` kept before a discard may be reused."""
         self._memo = SlotMemo()
         self._prepared = 0
         """Slots prepared whose region has not reported (in `_slot`, not rows)."""
         self._sorted = (0, 0)
         """Slots `prepare` laid out in region id order (start, stop)."""
+
+    # --- what a slot holds -------------------------------------------------------------
+
+    def _row_codes(self, slots: np.ndarray, held: np.ndarray | None = None) -> np.ndarray:
+        """Per slot of `slots` (-1: none), the topic code of the row it holds; -1 where it
+        holds no row: no slot, or a prepared one (not a row until its region reports).
+        The one test of "is this a row". `held`: `_held(slots)`, when the caller has it."""
+        codes: np.ndarray = self._columns["topic"][_held(slots) if held is None else held]
+        codes[slots < 0] = -1
+        return codes
+
+    def _prepared_codes(self, slots: np.ndarray) -> np.ndarray:
+        """Per slot of `slots` (-1: none), the topic code it was prepared for (`prepare`),
+        -1 where it is not a prepared slot (a row, or no slot)."""
+        codes: np.ndarray = self._expect[_held(slots)]
+        codes[slots < 0] = -1
+        return codes
+
+    def _row_slot(self, region_id: object) -> int | None:
+        """The slot of the region's row, None when it has none."""
+        slot = self._slot.get(region_id)  # type: ignore[call-overload]
+        if slot is None or self._row_codes(np.array([slot], np.intp))[0] < 0:
+            return None
+        return int(slot)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -617,53 +656,69 @@ class StatTable:
         return len(self._slot) - self._prepared
 
     def __contains__(self, region_id: object) -> bool:
-        slot = self._slot.get(region_id)  # type: ignore[call-overload]
-        return slot is not None and self._columns["topic"][slot] >= 0
+        return self._row_slot(region_id) is not None
 
     def get(self, region_id: int) -> StatRow | None:
         """The region's row, or None when it has none."""
-        slot = self._slot.get(region_id)
-        return None if slot is None or self._columns["topic"][slot] < 0 else self.row(slot)
+        slot = self._row_slot(region_id)
+        return None if slot is None else self._row(slot)
 
-    def row(self, slot: int) -> StatRow:
-        """The row stored in `slot`."""
+    def _row(self, slot: int) -> StatRow:
         return _row(self._columns, self._topics.names, slot)
 
-    def rows(self, slots: np.ndarray) -> list[StatRow]:
-        """The rows in `slots`, in order, a column at a time."""
+    def _rows(self, slots: np.ndarray) -> list[StatRow]:
         return _rows(self._columns, self._topics.names, slots)
 
-    def received_at(self, slots: np.ndarray) -> np.ndarray:
-        """The rows' receive times (monotonic clock), per slot."""
+    def _received_at(self, slots: np.ndarray) -> np.ndarray:
         received: np.ndarray = self._columns["received"][slots]
         return received
 
-    def node_at(self, slots: np.ndarray) -> np.ndarray:
-        """The datanodes the rows were reported by, per slot."""
-        node: np.ndarray = self._columns["node"][slots]
-        return node
-
-    def prunable_at(self, slots: np.ndarray) -> np.ndarray:
-        """The rows' prunable entry ids, per slot."""
+    def _prunable_at(self, slots: np.ndarray) -> np.ndarray:
         prunable: np.ndarray = self._columns["prunable"][slots]
         return prunable
 
-    @property
-    def end(self) -> int:
-        """Every row's slot is below this."""
-        return self._end
+    def _members(self, topic: str) -> dict[int, int]:
+        return self._topics.members(topic)
 
-    @property
-    def capacity(self) -> int:
-        """Rows the columns hold before they grow (`reserve`)."""
-        return len(self._ids)
+    def columns(self) -> RowColumns:
+        """Copies of every row, as of now."""
+        return self._copy(0, self._end)
 
-    def columns(self, start: int = 0, stop: int | None = None) -> RowColumns:
-        """Copies of the rows in slots `start` to `stop` (to `end` when None), as of now."""
-        stop = self._end if stop is None else min(stop, self._end)
-        used = np.flatnonzero(self._columns["topic"][start:stop] >= 0) + start
+    def slices(self, size: int) -> Iterator[RowColumns]:
+        """Copies of every row, `size` slots' worth at a time, each taken when it is
+        asked for (a reader that yields in between sees later writes in later slices)."""
+        start = 0
+        while start < self._end:
+            yield self._copy(start, start + size)
+            start += size
+
+    def _copy(self, start: int, stop: int) -> RowColumns:
+        stop = min(stop, self._end)
+        used = np.flatnonzero(self._row_codes(np.arange(start, stop)) >= 0) + start
         taken = {name: column[used] for name, column in self._columns.items()}
         return RowColumns(list(self._topics.names), self._ids[used], **taken)
+
+    def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
+        a row, read a column at a time (no row is built)."""
+        return self._checkpoints_at(self._lookup(list(region_ids)))
+
+    def _checkpoints_at(self, slots: np.ndarray) -> dict[int, tuple[int, int]]:
+        """`checkpoints` of the rows in `slots` (-1, and slots without a row, skipped)."""
+        slots = slots[self._row_codes(slots) >= 0]
+        columns = self._columns
+        node, prunable = columns["node"][slots].tolist(), columns["prunable"][slots].tolist()
+        return dict(zip(self._ids[slots].tolist(), zip(node, prunable, strict=True), strict=True))
+
+    def topic_rows(self, topic: str) -> TopicRows:
+        """The live rows naming `topic` (empty when none)."""
+        return TopicRows(self, topic)
+
+    def snapshot(self, topic: str) -> TopicRows:
+        """The rows naming `topic`, copied as of now (`TopicCopy`: a purge plans from it)."""
+        return TopicCopy(topic, self._topics.members(topic), self).topic_rows(topic)
+
+    # --- finding slots ---------------------------------------------------------------
 
     def _bisect(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per region of `ids`: its slot among those `prepare` laid out in id order, and
@@ -671,14 +726,14 @@ class StatTable:
         start, stop = self._sorted
         at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
         held = (self._ids[at] == ids) & (
-            (self._columns["topic"][at] >= 0) | (self._expect[at] >= 0)
+            (self._row_codes(at, at) >= 0) | (self._prepared_codes(at) >= 0)
         )
         return at, held
 
-    def lookup(self, region_ids: list[int], as_array: np.ndarray | None = None) -> np.ndarray:
+    def _lookup(self, region_ids: list[int], as_array: np.ndarray | None = None) -> np.ndarray:
         """Each region's slot, -1 for a region without one (one C-level pass). A
-        prepared slot (no row yet) is a slot: `judge` and `prepared_for` tell them apart.
-        `as_array`: the same ids as an int64 array, when the caller has one.
+        prepared slot (no row yet) is a slot. `as_array`: the same ids as an int64
+        array, when the caller has one.
 
         Regions `prepare`d are found by bisection in their sorted slots, a column at a
         time (a million-entry dict costs a cache miss or two per region); the others, and
@@ -696,128 +751,71 @@ class StatTable:
             slots[missed] = [get(region_ids[i], -1) for i in missed]
         return slots
 
-    def recall(self, key: int, region_ids: np.ndarray) -> np.ndarray | None:
-        """The slots `remember`ed under `key` if `region_ids` are the same ids in the same
-        order and no row was discarded since; else None (`SlotMemo`)."""
-        return self._memo.recall(key, region_ids, self._discards, len(self._slot))
+    def awaiting(self, region_ids: list[int]) -> dict[int, str]:
+        """Those of `region_ids` with a slot prepared (`prepare`) and no row yet, each
+        with the topic it was prepared for."""
+        codes = self._prepared_codes(self._lookup(region_ids)).tolist()
+        names = self._topics.names
+        return {rid: names[c] for rid, c in zip(region_ids, codes, strict=True) if c >= 0}
 
-    def remember(self, key: int, region_ids: np.ndarray, slots: np.ndarray) -> None:
-        """Keep `slots` (every one holding a row) of distinct `region_ids` for `recall`."""
-        self._memo.remember(key, region_ids, slots, self._discards, len(self._slot))
+    # --- judging a heartbeat ----------------------------------------------------------
 
-    def judge(
-        self,
-        slots: np.ndarray,
-        topic_names: Sequence[str],
-        topics: np.ndarray,
-        flushed: np.ndarray,
-        manifest: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Reported values against the stored rows, a column at a time, per slot of
-        `slots` (-1: no row): (the row names the reported topic `topic_names[topics]`
-        and the report moves it forward, the row names it and the report `regressed`).
-        `manifest` None: every reported manifest version is null. A prepared slot's
-        row names no topic (`prepared_for`)."""
-        found = slots >= 0
-        held = np.where(found, slots, 0)  # slot 0 stands in for the others; masked out
+    def judge(self, node_id: int, cols: Columns) -> Verdict:
+        """What the stored rows say of a heartbeat's regions, a column at a time
+        (`Verdict`); stores nothing. The slots come from `SlotMemo` when this datanode
+        sends the regions it sent last time (or the map gave it: `prepare`), else from
+        `_lookup`."""
+        ids = cols.region_id
+        slots = self._memo.recall(node_id, ids, self._discards, len(self._slot))
+        recalled = slots is not None
+        distinct = True
+        if slots is None:
+            id_list = ids.tolist()
+            distinct = len(set(id_list)) == len(id_list)
+            slots = self._lookup(id_list, ids)
+        codes = self._topics.codes_of(cols.topic_names)[cols.topic]
+        held = _held(slots)
+        stored = self._row_codes(slots, held)
+        named = (stored >= 0) & (stored == codes)
         columns = self._columns
-        stored = columns["topic"][held]  # -1 for a prepared slot: no row yet
-        named = found & (stored >= 0) & (stored == self._topics.codes_of(topic_names)[topics])
+        if not recalled:
+            # A row another datanode reported is not this one's to update: the route
+            # decides (the judge's `by_route`).
+            named &= columns["node"][held] == node_id
         backwards = named & regressed(
-            columns["flushed"][held], columns["manifest"][held], flushed, manifest
+            columns["flushed"][held], columns["manifest"][held], cols.flushed, cols.manifest
         )
-        return named & ~backwards, backwards
-
-    def prepared_for(
-        self, slots: np.ndarray, topic_names: Sequence[str], topics: np.ndarray
-    ) -> np.ndarray:
-        """Per slot of `slots` (-1: none): whether it is prepared (`prepare`) for a region
-        mapped to the reported topic `topic_names[topics]`."""
-        held = np.where(slots >= 0, slots, 0)  # slot 0 stands in for the others; masked out
-        expected: np.ndarray = (slots >= 0) & (
-            self._expect[held] == self._topics.codes_of(topic_names)[topics]
-        )
-        expected &= self._expect[held] >= 0
-        return expected
-
-    def checkpoint_changed(
-        self, slots: np.ndarray, node_id: int, prunable: np.ndarray
-    ) -> np.ndarray:
-        """Per slot (each holding a row): whether the values a region checkpoint holds,
-        the prunable id and the node, differ from the stored ones."""
-        columns = self._columns
-        changed: np.ndarray = (columns["prunable"][slots] != prunable) | (
-            columns["node"][slots] != node_id
-        )
-        return changed
-
-    def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
-        """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
-        a row, read a column at a time (no row is built)."""
-        return self.checkpoints_at(self.lookup(list(region_ids)))
-
-    def checkpoints_at(self, slots: np.ndarray) -> dict[int, tuple[int, int]]:
-        """`checkpoints` of the rows in `slots` (-1, and slots without a row, skipped)."""
-        slots = slots[self.holds_row(slots)]
-        columns = self._columns
-        node, prunable = columns["node"][slots].tolist(), columns["prunable"][slots].tolist()
-        return dict(zip(self._ids[slots].tolist(), zip(node, prunable, strict=True), strict=True))
-
-    def holds_row(self, slots: np.ndarray) -> np.ndarray:
-        """Per slot of `slots` (-1: none): whether it holds a row (not a prepared slot)."""
-        held: np.ndarray = slots >= 0
-        held[held] = self._columns["topic"][slots[held]] >= 0
-        return held
-
-    def topic_rows(self, topic: str) -> TopicRows:
-        """The live rows naming `topic` (empty when none)."""
-        return TopicRows(self, topic)
-
-    def members(self, topic: str) -> dict[int, int]:
-        """Region id -> slot of the rows naming `topic` (live: do not modify)."""
-        return self._topics.members(topic)
-
-    def snapshot(self, topic: str) -> TopicRows:
-        """The rows naming `topic`, copied as of now (`TopicCopy`: a purge plans from it)."""
-        return TopicCopy(topic, self._topics.members(topic), self).topic_rows(topic)
+        steady = named & ~backwards
+        return Verdict(self, node_id, cols, slots, codes, recalled, distinct, steady, backwards)
 
     # --- writing ---------------------------------------------------------------------
-
-    def assign(self, slots: np.ndarray, node_id: int, values: RowValues, received: float) -> None:
-        """Overwrite rows in place (the heartbeat's steady state): every slot holds the
-        row of the region `values` has at its place, which keeps its topic."""
-        self._write(slots, node_id, received, values)
 
     def _write(
         self,
         slots: np.ndarray,
-        node: int | np.ndarray,
-        received: float | np.ndarray,
-        values: RowValues | Mapping[str, np.ndarray],
+        node: int,
+        received: float,
+        values: RowValues,
     ) -> None:
         columns = self._columns
         columns["node"][slots] = node
         columns["received"][slots] = received
-        if isinstance(values, RowValues):
-            for name in REPORTED:
-                columns[name][slots] = getattr(values, name)
-        else:
-            for name, column in values.items():
-                columns[name][slots] = column
+        for name in REPORTED:
+            columns[name][slots] = getattr(values, name)
 
-    def store(
+    def _store(
         self,
         values: RowValues,
         topic_names: Sequence[str],
         topics: np.ndarray,
-        node: int | np.ndarray,
-        received: float | np.ndarray,
-        slots: np.ndarray | None = None,
+        node: int,
+        received: float,
+        slots: np.ndarray,
     ) -> np.ndarray:
         """Store the rows of distinct regions `values.ids`, region i naming topic
         `topic_names[topics[i]]`, whatever they held before: a row (moved to the topic
-        if it named another), a prepared slot, or nothing. `slots`: their `lookup`, when
-        the caller has it. Returns the rows' slots."""
+        if it named another), a prepared slot, or nothing. `slots`: their `_lookup`.
+        Returns the rows' slots."""
         if not len(values):
             return np.zeros(0, np.intp)
         index = self._topics
@@ -826,13 +824,10 @@ class StatTable:
             lut[i] = index.code_of(topic_names[i])  # a topic no row named before
         codes = lut[topics]
         ids = values.ids
-        if slots is None:
-            slots = self.lookup(ids.tolist(), ids)
         at = slots.copy()
-        had = self._columns["topic"][np.where(slots >= 0, slots, 0)]
-        had[slots < 0] = -1  # -1: no row (a prepared slot, or none)
+        had = self._row_codes(slots)
         for i in np.flatnonzero((had >= 0) & (had != codes)).tolist():
-            # A row that named another topic (rare: a region moved, or put by hand).
+            # A row that named another topic (rare: a region moved).
             region_id, slot = int(ids[i]), int(slots[i])
             index.leave(index.names[had[i]], region_id)
             index.join(topic_names[topics[i]], (region_id,), (slot,))
@@ -850,24 +845,6 @@ class StatTable:
         self._columns["topic"][at] = codes
         self._write(at, node, received, values)
         return at
-
-    def put_many(self, region_ids: list[int], rows: list[StatRow]) -> None:
-        """Store rows as they are read (`store`, a column at a time): rows put by hand,
-        the registry's `put_topic_rows`."""
-        if not region_ids:
-            return
-        columns = _columns_of_rows(rows)
-        topics = list(map(attrgetter("topic"), rows))
-        names = list(dict.fromkeys(topics))
-        position = {name: i for i, name in enumerate(names)}
-        node, received = columns.pop("node"), columns.pop("received")
-        values = RowValues(np.array(region_ids, np.int64), **columns)
-        topic = np.fromiter(map(position.__getitem__, topics), np.intp, len(topics))
-        self.store(values, names, topic, node, received)
-
-    def put(self, region_id: int, row: StatRow) -> None:
-        """`put_many` of one row."""
-        self.put_many([region_id], [row])
 
     def _new_slots(self, region_ids: list[int]) -> np.ndarray:
         """Free slots for `region_ids`, put in the index."""
@@ -888,12 +865,13 @@ class StatTable:
         slot = self._slot.pop(region_id, None)
         if slot is None:
             return
-        topic = self._columns["topic"]
-        if topic[slot] >= 0:
-            self._topics.leave(self._topics.names[topic[slot]], region_id)
+        at = np.array([slot], np.intp)
+        code = int(self._row_codes(at)[0])
+        if code >= 0:
+            self._topics.leave(self._topics.names[code], region_id)
         else:
-            self._unprepare(np.array([slot], np.intp))
-        topic[slot] = -1
+            self._unprepare(at)
+        self._columns["topic"][slot] = -1
         self._free.append(slot)
         self._discards += 1
 
@@ -912,7 +890,7 @@ class StatTable:
                 nodes.append(np.fromiter(map(_NODE_OF, regions.values()), np.int64, len(column)))
         if not columns:
             return 0
-        # New slots in region id order, so `lookup` can find them by bisection.
+        # New slots in region id order, so `_lookup` can find them by bisection.
         ids = np.concatenate(columns)
         order = np.argsort(ids, kind="stable")
         ids, expect = ids[order], np.concatenate(codes)[order]
@@ -975,44 +953,220 @@ class StatTable:
             setattr(self, name, new)
 
 
+class Verdict:
+    """One heartbeat's regions (a `Columns`: region i is its i-th) judged against a
+    table's rows (`StatTable.judge`), then told what the heartbeat's judge accepted
+    (`accept_steady`, `accept_fresh`) and stored into that table (`store`). The slots it
+    found stay inside."""
+
+    __slots__ = (
+        "_changed",
+        "_codes",
+        "_cols",
+        "_fresh",
+        "_fresh_slots",
+        "_fresh_topics",
+        "_node",
+        "_slots",
+        "_steady",
+        "_steady_slots",
+        "_table",
+        "distinct",
+        "recalled",
+        "regressed",
+        "steady",
+    )
+
+    def __init__(
+        self,
+        table: StatTable,
+        node_id: int,
+        cols: Columns,
+        slots: np.ndarray,
+        codes: np.ndarray,
+        recalled: bool,
+        distinct: bool,
+        steady: np.ndarray,
+        regressed: np.ndarray,
+    ) -> None:
+        self._table = table
+        self._node = node_id
+        self._cols = cols
+        self._slots = slots
+        """Per region, its slot: a row, a prepared slot, or -1."""
+        self._codes = codes
+        """Per region, the code of the topic it names (-1: one no row ever named)."""
+        self.recalled = recalled
+        """The regions are those `SlotMemo` kept for this datanode, in the same order:
+        distinct, and each one a row this datanode reported or a slot the map prepared
+        for it (`StatTable.prepare`)."""
+        self.distinct = distinct
+        """No region is named twice."""
+        self.steady = steady
+        """Per region: a row names the topic it reports, this datanode may update it (it
+        reported the row, or `recalled`), and the report does not move it back."""
+        self.regressed = regressed
+        """Per region: as `steady`, but the report would move the row back (`regressed`)."""
+        self._steady: RowValues | None = None
+        self._steady_slots: np.ndarray | None = None
+        self._fresh: RowValues | None = None
+        self._fresh_slots: np.ndarray | None = None
+        self._fresh_topics: np.ndarray | None = None
+        self._changed: np.ndarray | None = None
+
+    def prepared(self, at: np.ndarray) -> np.ndarray:
+        """Per region at positions `at`: whether its slot was prepared (`StatTable.prepare`)
+        for the topic it names, which is the map's word when the term began."""
+        codes = self._table._prepared_codes(self._slots[at])
+        prepared: np.ndarray = (codes >= 0) & (codes == self._codes[at])
+        return prepared
+
+    def remember(self) -> None:
+        """Every region has a row, or a prepared slot its report fills now: keep their
+        slots for this datanode's next heartbeat (`SlotMemo`)."""
+        if not self.recalled:
+            table = self._table
+            table._memo.remember(
+                self._node, self._cols.region_id, self._slots, table._discards, len(table._slot)
+            )
+
+    def accept_steady(self, where: np.ndarray, values: RowValues) -> None:
+        """The regions `where` (all of them `steady`) take `values`, in place."""
+        slots = self._slots if bool(where.all()) else self._slots[where]
+        self._steady, self._steady_slots = values, slots
+        # Checkpoints hold the prunable id and the node: a change in either makes the
+        # row dirty. Most heartbeats of an idle region change nothing.
+        columns = self._table._columns
+        changed = (columns["prunable"][slots] != values.prunable) | (
+            columns["node"][slots] != self._node
+        )
+        if changed.any():
+            self._changed = slots[changed]
+
+    def accept_fresh(self, where: np.ndarray, values: RowValues) -> None:
+        """The regions `where` are stored whatever their slots held (first reports, rows
+        another datanode or another topic held), each naming the topic it reports."""
+        self._fresh, self._fresh_slots = values, self._slots[where]
+        self._fresh_topics = self._cols.topic[where]
+
+    def store(self, now: float) -> None:
+        """Write the accepted regions into the table they were judged against (unchanged
+        since), received at `now`."""
+        table = self._table
+        if self._steady is not None and self._steady_slots is not None:
+            table._write(self._steady_slots, self._node, now, self._steady)
+        if self._fresh is not None and self._fresh_slots is not None:
+            assert self._fresh_topics is not None  # set with `_fresh`
+            self._fresh_slots = table._store(
+                self._fresh,
+                self._cols.topic_names,
+                self._fresh_topics,
+                self._node,
+                now,
+                self._fresh_slots,
+            )
+
+    def rows(self) -> dict[int, StatRow]:
+        """After `store`: the accepted regions' rows, as stored."""
+        rows: dict[int, StatRow] = {}
+        for values, slots in ((self._steady, self._steady_slots), (self._fresh, self._fresh_slots)):
+            if values is not None and slots is not None:
+                rows.update(zip(values.ids.tolist(), self._table._rows(slots), strict=True))
+        return rows
+
+    def _dirty(self) -> np.ndarray:
+        """After `store`: the slots of the rows whose checkpoints changed: the steady ones
+        whose prunable id or node changed, and every fresh one (its first checkpoint, or
+        a new node's)."""
+        parts = [slots for slots in (self._changed, self._fresh_slots) if slots is not None]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, np.intp)
+
+
 class DirtyRows:
     """The rows of one table whose checkpoints are to be written (the checkpointer's
     dirty set): a flag per slot, so a region that changes on every heartbeat between two
     flushes is held once, marking a heartbeat's regions is one column operation, and a
-    flush reads the flagged rows' checkpoints by slot (`take`, `StatTable.checkpoints_at`)
-    without looking a region id up. A Python set of ids cost 2-3x the first round's
-    per-heartbeat time (`benchmarks/first_reports.py`, round 0: ~0.35 ms more per
-    1,000-region heartbeat). A flag left on a slot whose row was discarded is dropped;
-    one on a slot handed to another region since writes that region's checkpoint, which
-    is correct, once more."""
+    flush reads the flagged rows' checkpoints without looking a region id up (`take`).
+    A Python set of ids cost 2-3x the first round's per-heartbeat time
+    (`benchmarks/first_reports.py`, round 0: ~0.35 ms more per 1,000-region heartbeat).
+    A flag left on a slot whose row was discarded is dropped; one on a slot handed to
+    another region since writes that region's checkpoint, which is correct, once more."""
 
     def __init__(self, table: StatTable) -> None:
-        self.table = table
-        """The table whose slots are flagged (a new term's table gets a new set)."""
-        self._flags = np.zeros(table.capacity, bool)
+        self._table = table
+        """The table whose rows are flagged (a new term's table gets a new set)."""
+        self._flags = np.zeros(len(table._ids), bool)
         self._count = 0
+
+    def over(self, table: StatTable) -> bool:
+        """Whether this set flags `table`'s rows."""
+        return self._table is table
 
     def __len__(self) -> int:
         return self._count
 
     def mark(self, region_ids: list[int]) -> None:
         """Flag the rows of `region_ids` (a region without one is skipped)."""
-        slots = self.table.lookup(region_ids)
-        self.mark_slots(slots[self.table.holds_row(slots)])
+        table = self._table
+        slots = table._lookup(region_ids)
+        self._flag(slots[table._row_codes(slots) >= 0])
 
-    def mark_slots(self, slots: np.ndarray) -> None:
-        """Flag the rows in `slots` (`Judged.dirty_rows`)."""
-        if len(self._flags) < self.table.capacity:
-            grown = np.zeros(self.table.capacity, bool)
+    def mark_judged(self, verdict: Verdict) -> None:
+        """Flag the rows a stored heartbeat changed (`Verdict.store`); a heartbeat judged
+        against another table (an older term's) flags nothing."""
+        if verdict._table is self._table:
+            self._flag(verdict._dirty())
+
+    def _flag(self, slots: np.ndarray) -> None:
+        capacity = len(self._table._ids)
+        if len(self._flags) < capacity:
+            grown = np.zeros(capacity, bool)
             grown[: len(self._flags)] = self._flags
             self._flags = grown
         self._count += int(np.count_nonzero(~self._flags[slots]))
         self._flags[slots] = True
 
-    def take(self) -> np.ndarray:
-        """The flagged slots, ascending; the flags are cleared (every one: no scatter)."""
-        end = self.table.end
+    def take(self) -> PendingCheckpoints:
+        """Every flagged row, for one flush; the flags are cleared (every one: no
+        scatter)."""
+        end = self._table._end
         slots = np.flatnonzero(self._flags[:end])
         self._flags[:end] = False
         self._count = 0
-        return slots
+        return PendingCheckpoints(self, slots)
+
+
+class PendingCheckpoints:
+    """The rows a flush took from a dirty set (`DirtyRows.take`), read a batch at a time
+    as `region_id -> (node_id, prunable_entry_id)` (`next_batch`)."""
+
+    def __init__(self, dirty: DirtyRows, slots: np.ndarray) -> None:
+        self._dirty = dirty
+        self._slots = slots
+        """Ascending."""
+        self._next = 0
+        self._last = 0
+        """Where the last batch read began."""
+
+    def __len__(self) -> int:
+        """Rows not read yet."""
+        return len(self._slots) - self._next
+
+    @property
+    def read(self) -> int:
+        """Rows read so far (a row discarded since counts, unwritten)."""
+        return self._next
+
+    def next_batch(self, size: int) -> dict[int, tuple[int, int]]:
+        """The checkpoints of the next `size` rows (a row discarded since is skipped)."""
+        at = self._slots[self._next : self._next + size]
+        self._last, self._next = self._next, self._next + len(at)
+        return self._dirty._table._checkpoints_at(at)
+
+    def put_back(self) -> None:
+        """The last batch read and the rows after it were not written: flag them again
+        (the next flush writes them)."""
+        self._dirty._flag(self._slots[self._last :])
+        self._next = len(self._slots)

@@ -1,7 +1,9 @@
 """The leader's in-memory region and topic stats (DESIGN §4: never one kv write per heartbeat).
 
-Region rows are columns (`StatTable`): a heartbeat overwrites its regions' values in
-place, a snapshot is a copy of arrays, and `RegionStat` objects are built only when read.
+Region rows are columns (`StatTable`, private to this registry): a heartbeat is judged
+against them (`judge`) and stores what was accepted through the verdict, overwriting its
+regions' values in place; a snapshot is a copy of arrays, and `RegionStat` objects are
+built only when read.
 Topic stats keep the highest reported entry id and an average record size: the growth of the
 cumulative `record_size`/`record_num` counters (each datanode counts on its own), summed
 with exponentially decaying weights. State per (topic, datanode) is one pair of counters,
@@ -12,11 +14,19 @@ Everything here is lost on purpose when leadership changes (`clear()`, invariant
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from metasrv.leader._region_stats import StatRow, StatTable, TopicRows
+from metasrv.leader._region_stats import (
+    DirtyRows,
+    RowColumns,
+    StatRow,
+    StatTable,
+    TopicRows,
+    Verdict,
+)
 from metasrv.model import RegionStat, TopicStat
+from metasrv.wire import Columns
 
 DEFAULT_WINDOW = 300.0
 """Time constant, in seconds, of the decay behind a topic's average record size: growth
@@ -79,36 +89,51 @@ def stat_of(region_id: int, row: StatRow) -> RegionStat:
 class RegionRegistry:
     """Latest stat of every region and topic this leader has heard about.
 
-    Region rows live in a `StatTable` (columns, one slot per region, each row under the
-    topic it names): the heartbeat judges and stores whole columns through the table's
-    operations (`table`), and `topic_snapshot` gives a reader a copy of one topic's rows.
+    Region rows live in a `StatTable` (columns, each row under the topic it names): a
+    heartbeat's columns are judged against them (`judge`) and stored through the
+    verdict, and `topic_snapshot` gives a reader a copy of one topic's rows.
     """
 
     def __init__(self, *, window: float = DEFAULT_WINDOW) -> None:
         self.window = window
-        self.table = StatTable()
-        """The rows themselves; replaced by `clear()`, so read it anew after an `await`."""
+        self._table = StatTable()
+        """The rows themselves; replaced by `clear()`."""
         self._topic_acc: dict[str, _TopicAccumulator] = {}
 
     # --- regions ---------------------------------------------------------------------
 
-    def put_topic_rows(self, batches: Mapping[str, Mapping[int, StatRow]]) -> None:
-        """Store rows grouped by topic (each row naming its batch's topic), a column at a
-        time (`StatTable.store`). Heartbeats store through `Judged.store`; this seeds a
-        registry in tests and benchmarks."""
-        region_ids: list[int] = []
-        rows: list[StatRow] = []
-        for batch in batches.values():
-            region_ids.extend(batch)
-            rows.extend(batch.values())
-        self.table.put_many(region_ids, rows)
+    def judge(self, node_id: int, cols: Columns) -> Verdict:
+        """What the stored rows say of a heartbeat's regions (`StatTable.judge`); the
+        verdict stores what its judge accepts, into this term's table."""
+        return self._table.judge(node_id, cols)
+
+    def dirty_rows(self, current: DirtyRows | None = None) -> DirtyRows:
+        """`current` while it flags this term's rows, else a new, empty dirty set over
+        them (the checkpointer's: `clear` gives the registry a new table)."""
+        if current is not None and current.over(self._table):
+            return current
+        return DirtyRows(self._table)
+
+    def row_slices(self, size: int) -> Iterator[RowColumns]:
+        """Copies of every row, `size` slots' worth at a time, each taken when asked for
+        (`StatTable.slices`: the stat history yields between them)."""
+        return self._table.slices(size)
+
+    def topics(self) -> list[str]:
+        """Topics with at least one region row."""
+        return self._table.topics()
+
+    def awaiting(self, region_ids: list[int]) -> dict[int, str]:
+        """Those of `region_ids` mapped when this term's table was prepared (`prepare`)
+        that have not reported since, each with the topic it was mapped to."""
+        return self._table.awaiting(region_ids)
 
     def get(self, region_id: int, topic: str | None = None) -> RegionStat | None:
         """The region's latest stat, or None if it has not reported to this leader.
 
         With `topic`, only a stat naming that topic counts.
         """
-        row = self.table.get(region_id)
+        row = self._table.get(region_id)
         if row is None or (topic is not None and row.topic != topic):
             return None
         return stat_of(region_id, row)
@@ -116,23 +141,23 @@ class RegionRegistry:
     def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
         a row (`StatTable.checkpoints`)."""
-        return self.table.checkpoints(region_ids)
+        return self._table.checkpoints(region_ids)
 
     def discard(self, region_id: int, topic: str | None = None) -> None:
         """Forget a region (removed from the map), whichever topic its row names."""
         del topic  # a region has one row, found by its id
-        self.table.discard(region_id)
+        self._table.discard(region_id)
 
     def topic_snapshot(self, topic: str) -> TopicRows:
         """The latest stats naming `topic`, as of now: a copy of one topic's rows only
         (later heartbeats do not show)."""
-        return self.table.snapshot(topic)
+        return self._table.snapshot(topic)
 
     def __contains__(self, region_id: object) -> bool:
-        return region_id in self.table
+        return region_id in self._table
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self._table)
 
     # --- topics ----------------------------------------------------------------------
 
@@ -197,18 +222,18 @@ class RegionRegistry:
     def untouched(self) -> bool:
         """Nothing reported since `clear`: no region row, no topic report (prepared slots
         at most)."""
-        return len(self.table) == 0 and not self._topic_acc
+        return len(self._table) == 0 and not self._topic_acc
 
     def reserve(self, regions: int) -> None:
         """Size the table for `regions` rows (the mapped regions, when leadership begins)."""
-        self.table.reserve(regions)
+        self._table.reserve(regions)
 
     def prepare(self, topic_regions: Iterable[tuple[str, Iterable[int]]]) -> int:
         """A slot for every mapped region (topic, its region ids) before it reports, so
         a new term's first round is judged a column at a time (`StatTable.prepare`)."""
-        return self.table.prepare(topic_regions)
+        return self._table.prepare(topic_regions)
 
     def clear(self) -> None:
         """Forget everything (on every leadership change, DESIGN §2 invariant 3)."""
-        self.table = StatTable()
+        self._table = StatTable()
         self._topic_acc = {}

@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from metasrv.leader import NULL, RowColumns, StatTable, row_of
+from metasrv.leader import NULL, RegionRegistry, RowColumns, columns_of_rows, row_of
 from metasrv.model import RegionStat
 from metasrv.process import ErrorSink, PeriodicLoop, log_only
 from metasrv.stat_history._location import open_location, writer_partition
@@ -137,9 +137,7 @@ def columns_table(
 def stats_columns(stats: Iterable[RegionStat]) -> RowColumns:
     """Stats as columns (tools, tests and rejected reports: not the periodic pass)."""
     listed = list(stats)  # distinct regions: a mapping's values, or one report each
-    table = StatTable()
-    table.put_many([stat.region_id for stat in listed], list(map(row_of, listed)))
-    return table.columns()
+    return columns_of_rows([stat.region_id for stat in listed], list(map(row_of, listed)))
 
 
 SLICE_SLOTS = 65_536
@@ -218,9 +216,9 @@ class StatHistoryWriter(PeriodicLoop):
 
     `directory` is the cluster's history root (a path or URL, see
     `metasrv.stat_history.cluster_root`); `writer` names this metasrv node in the file layout.
-    `source` returns the registry's live rows (`RegionRegistry.table`); give one that
-    returns None while this process is not the leader, since a follower's view is empty
-    or outdated. `write_snapshot` writes a given snapshot at once (tests, tools).
+    `source` returns the registry whose live rows are read (`RegionRegistry.row_slices`);
+    give one that returns None while this process is not the leader, since a follower's
+    view is empty or outdated. `write_snapshot` writes a given snapshot at once (tests, tools).
 
     The periodic pass never holds the event loop for long: it copies the table's columns
     on the loop `SLICE_SLOTS` slots at a time (whole-array copies, ~1 ms each), yielding
@@ -240,7 +238,7 @@ class StatHistoryWriter(PeriodicLoop):
         self,
         directory: str | Path,
         interval: float,
-        source: Callable[[], StatTable | None] | None = None,
+        source: Callable[[], RegionRegistry | None] | None = None,
         *,
         retention: float = DEFAULT_RETENTION,
         on_error: ErrorSink | None = None,
@@ -294,13 +292,12 @@ class StatHistoryWriter(PeriodicLoop):
         """One periodic pass over the source's live rows; returns the rows written."""
         assert self._source is not None
         changes = _ChangedRows(self._written, time.time(), time.monotonic())
-        table = self._source()
-        if table is not None:
+        registry = self._source()
+        if registry is not None:
             # Each slice is copied whole between two yields, so no row is seen half
             # updated; a heartbeat arriving between slices is written now or next pass.
-            step = self._slice_slots
-            for start in range(0, table.end, step):
-                changes.add(table.columns(start, start + step))
+            for columns in registry.row_slices(self._slice_slots):
+                changes.add(columns)
                 await asyncio.sleep(0)
         rejected = self._take_rejected()
         for start in range(0, len(rejected), self._slice_slots):

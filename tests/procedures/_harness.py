@@ -25,7 +25,6 @@ from metasrv.leader import (
     RegionRegistry,
     TopicLocks,
     TopicRegionMap,
-    row_of,
 )
 from metasrv.metrics import Metrics
 from metasrv.model import PartitionOffsets, RegionStat
@@ -33,6 +32,7 @@ from metasrv.settings import Settings, load_settings
 from metasrv.sql import engine_url
 from procedures import Procedure
 from procedures.wal_purge import PurgeServices, purge_manager
+from tests._stats import report
 from tests._wait import eventually
 
 
@@ -196,7 +196,7 @@ class Harness:
             manifest_version=1,
             received_at=time.monotonic() - age,
         )
-        self.registry.put_topic_rows({topic: {region_id: row_of(stat)}})
+        report(self.registry, [stat])
 
     def report_topic(self, topic: str, latest: int, *, record_size: int, record_num: int) -> None:
         self.registry.report_topic(1, topic, latest, record_size, record_num, time.monotonic())

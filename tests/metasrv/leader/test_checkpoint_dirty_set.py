@@ -8,9 +8,11 @@ import orjson
 from metasrv import keys
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import SqlKv
-from metasrv.leader import Checkpointer, RegionRegistry, StatRow, TopicLocks, TopicRegionMap
+from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
+from metasrv.model import RegionStat
 from metasrv.settings import load_settings
+from tests._stats import report
 
 
 async def test_a_region_is_held_once_and_one_without_a_row_is_skipped(
@@ -25,8 +27,7 @@ async def test_a_region_is_held_once_and_one_without_a_row_is_skipped(
         await region_map.load()
         registry = RegionRegistry()
         checkpointer = Checkpointer(region_map, registry, settings, Metrics())
-        rows = {r: StatRow(1, "t", r, None, 0, None, 1.0, 10 * r) for r in (1, 2, 3)}
-        registry.put_topic_rows({"t": rows})
+        report(registry, [RegionStat(r, 1, "t", 10 * r, None, 0, None, 1.0) for r in (1, 2, 3)])
         for _ in range(5):  # changed on every heartbeat between two flushes
             checkpointer.mark([1, 2])
         checkpointer.mark([2, 3])

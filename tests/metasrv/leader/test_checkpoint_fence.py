@@ -20,11 +20,12 @@ from metasrv.election import EtcdElection, SqlElection
 from metasrv.kafka import KafkaAdmin
 from metasrv.keys import ELECTION_KEY
 from metasrv.kv import Compare, EtcdKv, KvBackend, SqlKv
-from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap, row_of
+from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import load_settings
 from metasrv.sql import election_table
+from tests._stats import report
 from tests._wait import eventually, wait_until
 from tests.metasrv.kv.conftest import KvFactory
 
@@ -47,7 +48,7 @@ class World:
 
     def report(self, region_id: int, flushed: int) -> None:
         stat = RegionStat(region_id, 1, TOPIC, flushed, None, 0, 1, 0.0)
-        self.registry.put_topic_rows({TOPIC: {region_id: row_of(stat)}})
+        report(self.registry, [stat])
         self.checkpointer.mark([region_id])
 
     def checkpoint(self, region_id: int, topic: str = TOPIC) -> int | None:

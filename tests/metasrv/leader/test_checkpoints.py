@@ -13,11 +13,12 @@ from metasrv import keys
 from metasrv.errors import KvUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
-from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap, row_of
+from metasrv.leader import Checkpointer, RegionRegistry, TopicLocks, TopicRegionMap
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
 from metasrv.settings import Settings, load_settings
 from tests._metrics import sample
+from tests._stats import report
 from tests._wait import eventually
 
 TOPIC = "cp_0"
@@ -37,7 +38,7 @@ class World:
 
     def report(self, region_id: int, flushed: int, node_id: int = 1) -> None:
         stat = RegionStat(region_id, node_id, TOPIC, flushed, None, 0, 1, 0.0)
-        self.registry.put_topic_rows({TOPIC: {region_id: row_of(stat)}})
+        report(self.registry, [stat])
         self.checkpointer.mark([region_id])
 
     def checkpoint(self, region_id: int) -> int | None:

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pytest
 from sqlalchemy import delete
 
@@ -214,20 +213,17 @@ async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removal
     # report of a mapped region), and one registered meanwhile gets one at take-over.
     w = view_world
     await _follow(w, "wal_0", range(1, 6))
-    prepared = w.registry.table
-    assert len(w.registry) == 0 and (prepared.lookup([1, 2, 3, 4, 5]) >= 0).all()
+    assert len(w.registry) == 0
+    assert w.registry.awaiting([1, 2, 3, 4, 5]) == dict.fromkeys(range(1, 6), "wal_0")
 
     w.writer.delete(keys.topic_region("wal_0", 2))
     w.writer.delete(keys.topic_region("wal_0", 3))  # moved
     w.writer.put(keys.topic_region("wal_1", 3), keys.encode_route(1, None))
     _register(w.writer, "wal_0", range(6, 8))
     assert await w.view.load()
-    table = w.registry.table
-    slots = table.lookup([1, 2, 3, 6, 7])
-    assert slots[1] == -1  # deregistered: no slot
-    on_wal_0 = table.prepared_for(slots, ["wal_0"], np.zeros(5, np.int64))
-    assert on_wal_0.tolist() == [True, False, False, True, True]
-    assert table.prepared_for(slots[2:3], ["wal_1"], np.zeros(1, np.int64)).tolist() == [True]
+    # 2 deregistered: no slot; 3 moved: prepared for its new topic.
+    expected = {1: "wal_0", 3: "wal_1", 6: "wal_0", 7: "wal_0"}
+    assert w.registry.awaiting([1, 2, 3, 6, 7]) == expected
     assert len(w.registry) == 0 and w.registry.untouched
 
 
@@ -236,11 +232,19 @@ async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
 ) -> None:
     w = view_world
     await _follow(w, "wal_0", range(1, 101))
-    prepared = w.registry.table
-    assert (prepared.lookup(list(range(1, 101))) >= 0).all()  # while following
+    prepare = w.registry.prepare
+    asked: list[Any] = []
+
+    def recording(topic_regions: Any) -> int:
+        asked.append(topic_regions)
+        return prepare(topic_regions)
+
+    w.registry.prepare = recording  # type: ignore[method-assign]
+    regions = list(range(1, 101))
+    assert len(w.registry.awaiting(regions)) == 100  # while following
     assert await w.view.load()
-    assert w.registry.table is prepared  # not rebuilt on the takeover path
-    assert (prepared.lookup(list(range(1, 101))) >= 0).all()
+    assert len(w.registry.awaiting(regions)) == 100 and w.registry.untouched
+    assert [list(topic_regions) for topic_regions in asked] == [[]]  # not rebuilt
 
 
 async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
@@ -266,8 +270,8 @@ async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
     w.writer.delete(keys.topic_region("wal_0", 300))
     assert await w.view.load()
     assert asked == [("wal_1", [200, 201])]
-    assert (w.registry.table.lookup([*range(1, 101), 200, 201]) >= 0).all()
-    assert w.registry.table.lookup([300]).tolist() == [-1]
+    assert len(w.registry.awaiting([*range(1, 101), 200, 201])) == 102
+    assert w.registry.awaiting([300]) == {}
 
 
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)

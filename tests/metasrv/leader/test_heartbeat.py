@@ -21,6 +21,7 @@ from metasrv.kv import SqlKv
 from metasrv.leader import (
     Checkpointer,
     HeartbeatHandler,
+    Judged,
     Mailbox,
     RegionRegistry,
     StatRow,
@@ -75,6 +76,22 @@ class Setup:
             clock=self.clock,
             on_misrouted=self.misrouted.extend,
         )
+        self.judged: list[Judged] = []
+        """Every heartbeat's judged outcome, in order."""
+        judge = self.handler.judge
+        columns = judge.columns
+
+        def recorded(*args: Any) -> Judged:
+            self.judged.append(columns(*args))
+            return self.judged[-1]
+
+        judge.columns = recorded  # type: ignore[method-assign,assignment]
+
+    @property
+    def recalled(self) -> bool:
+        """The last heartbeat's regions were recalled: the table had them as sent."""
+        verdict = self.judged[-1].verdict
+        return verdict is not None and verdict.recalled
 
     def beat(self, regions: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         """One heartbeat from datanode 1, in this setup's encoding."""
@@ -405,10 +422,12 @@ async def test_a_region_reporting_first_next_to_known_ones_gets_one_row(hb: Setu
     # once, and the next identical heartbeats update it in place (a datanode's region
     # list is recalled only once every region in it has a row).
     hb.beat([region(1, 10)])
+    recalled = []
     for flushed in (11, 12, 13):
         hb.clock.now += 1
         assert hb.beat([region(1, flushed), region(2, flushed)])["rejected"] == []
-    assert hb.registry.table.end == 2 and len(hb.registry) == 2
+        recalled.append(hb.recalled)
+    assert recalled == [False, False, True] and len(hb.registry) == 2
     two = hb.registry.get(2)
     assert two is not None and two.flushed_entry_id == 13
     assert sorted(hb.registry.topic_snapshot("t_0")) == [1, 2]
@@ -428,26 +447,21 @@ async def test_a_new_terms_first_reports_are_recalled_on_the_next_heartbeat(
         setup = Setup(kv, kafka_bootstrap, "columns")
         await setup.region_map.load()
         setup.registry.prepare(setup.region_map.routes_by_topic().items())
-        table = setup.registry.table
 
         def beat(flushed: int, regions: int = 6) -> list[Any]:
             setup.clock.now += 1
             reports = [region(i, flushed, topic=f"t_{i % 2}") for i in range(regions)]
             return list(setup.beat(reports)["rejected"])
 
-        assert beat(10) == []
-        recalled = table.recall(1, np.arange(6))
-        assert recalled is not None
-        assert recalled.tolist() == table.lookup(list(range(6))).tolist()
-        assert beat(11) == []
+        assert beat(10) == [] and setup.recalled  # the map's word: every one prepared
+        assert beat(11) == [] and setup.recalled
         assert [setup.registry.get(i).flushed_entry_id for i in range(6)] == [11] * 6  # type: ignore[union-attr]
         # A region mapped during the term has no prepared slot: its first report is
         # stored, and the list is recalled once every region has a row.
         await setup.region_map.register(6, 1, "t_0")
-        assert beat(12, regions=7) == []
-        assert table.recall(1, np.arange(7)) is None
-        assert beat(13, regions=7) == []
-        assert table.recall(1, np.arange(7)) is not None
+        assert beat(12, regions=7) == [] and not setup.recalled
+        assert beat(13, regions=7) == [] and not setup.recalled  # every one a row now
+        assert beat(14, regions=7) == [] and setup.recalled
     finally:
         kv.close()
 
@@ -656,12 +670,12 @@ async def test_stored_rows_are_untracked_by_the_gc(hb: Setup) -> None:
         hb.clock.now += 1
         hb.beat([region(1, flushed)])
     assert hb.registry.topic_snapshot("t_0")[1].flushed_entry_id == 11
-    one_row = tracked_reachable(hb.registry.table)
+    one_row = tracked_reachable(hb.registry)
     for flushed in (12, 13):  # 2's row made by its first report, then both assigned
         hb.clock.now += 1
         hb.beat([region(1, flushed), region(2, flushed)])
     assert hb.registry.topic_snapshot("t_0")[2].flushed_entry_id == 13
-    assert tracked_reachable(hb.registry.table) == one_row
+    assert tracked_reachable(hb.registry) == one_row
 
 
 async def test_an_idle_claim_next_to_a_memtable_is_stored_but_not_trusted(hb: Setup) -> None:
@@ -776,7 +790,7 @@ async def test_a_body_that_is_not_msgpack_is_a_422(hb: Setup) -> None:
 
 def stored(registry: RegionRegistry) -> dict[str, dict[int, StatRow]]:
     """Every row, by the topic it names."""
-    return {t: dict(registry.topic_snapshot(t).items()) for t in registry.table.topics()}
+    return {t: dict(registry.topic_snapshot(t).items()) for t in registry.topics()}
 
 
 class count_paths:

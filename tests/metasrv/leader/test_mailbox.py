@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from metasrv.leader import FLUSH_REGIONS, InstructionState, Mailbox, RegionRegistry, row_of
+from metasrv.leader import FLUSH_REGIONS, InstructionState, Mailbox, RegionRegistry
 from metasrv.metrics import Metrics
 from metasrv.model import RegionStat
+from tests import _stats as heartbeats
 from tests._metrics import sample
 
 
@@ -33,7 +34,7 @@ def stat(region_id: int, flushed: int, memtable: int = 10) -> RegionStat:
 
 def report(reg: RegionRegistry, *stats: RegionStat) -> None:
     """Store the stats as a heartbeat does (every one on topic "t")."""
-    reg.put_topic_rows({"t": {s.region_id: row_of(s) for s in stats}})
+    heartbeats.report(reg, stats)
 
 
 def setup() -> tuple[RegionRegistry, Mailbox, Clock, Metrics]:

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from metasrv.leader import RegionRegistry, StatRow, row_of
+from metasrv.leader import RegionRegistry, row_of
 from metasrv.model import RegionStat
+from tests._stats import report
 
 
 def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -> RegionStat:
@@ -25,10 +26,7 @@ def stat(region_id: int, flushed: int, *, at: float = 1.0, topic: str = "t_0") -
 
 def put(reg: RegionRegistry, *stats: RegionStat) -> None:
     """What a heartbeat stores: each stat's row under the topic it names."""
-    by_topic: dict[str, dict[int, StatRow]] = {}
-    for s in stats:
-        by_topic.setdefault(s.topic, {})[s.region_id] = row_of(s)
-    reg.put_topic_rows(by_topic)
+    report(reg, stats)
 
 
 def test_a_region_keeps_its_latest_stat() -> None:

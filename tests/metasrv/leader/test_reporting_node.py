@@ -71,8 +71,8 @@ class World:
 
     def row(self, region_id: int) -> tuple[int, int] | None:
         """(node, prunable entry id) of the region's stored stat."""
-        row = self.registry.table.get(region_id)
-        return None if row is None else (row.node_id, row.prunable_entry_id)
+        stat = self.registry.get(region_id)
+        return None if stat is None else (stat.node_id, stat.prunable_entry_id)
 
     def new_term(self) -> None:
         """What a new leader's view does: empty stats, a slot prepared per mapped region."""

@@ -1,197 +1,241 @@
-"""StatTable: region rows as columns (slots, topics, copies, the per-datanode recall)."""
+"""The region stat table behind `RegionRegistry`: rows as columns (topics, copies, the
+per-datanode recall, prepared slots), driven as the product drives it: heartbeats'
+columns judged and stored, regions named by id."""
 
 from __future__ import annotations
 
+import gc
 from typing import NamedTuple
 
 import numpy as np
+import pytest
 
-from metasrv.leader import NULL, RowValues, StatRow, StatTable, regresses
+from metasrv.errors import InvalidArgument
+from metasrv.leader import (
+    NULL,
+    HeartbeatJudge,
+    Judged,
+    RegionRegistry,
+    StatRow,
+    regresses,
+    row_of,
+)
+from metasrv.model import RegionRoute, RegionStat
+from metasrv.wire import Columns
 from tests._gc import tracked_reachable
+from tests._stats import Routes, report
+
+
+def stat(
+    region_id: int, flushed: int, topic: str = "a", *, node: int = 1, at: float = 1.0
+) -> RegionStat:
+    return RegionStat(region_id, node, topic, flushed, None, 0, 3, at)
 
 
 def row(flushed: int, topic: str = "a", *, node: int = 1, at: float = 1.0) -> StatRow:
     return StatRow(node, topic, flushed, None, 0, 3, at, flushed)
 
 
-def test_rows_read_back_as_put_with_nulls_kept() -> None:
-    table = StatTable(capacity=2)  # grows past its first capacity
-    rows = {
+def columns(
+    ids: list[int],
+    topics: list[str] | str = "a",
+    flushed: list[int] | int = 5,
+    manifest: list[int | None] | None = None,
+    names: list[str] | None = None,
+) -> Columns:
+    """A heartbeat's regions; `names`: the heartbeat's topic names (default: the used
+    ones)."""
+    n = len(ids)
+    listed = [topics] * n if isinstance(topics, str) else topics
+    names = names or list(dict.fromkeys(listed))
+    flushed_ids = [flushed] * n if isinstance(flushed, int) else flushed
+    return Columns(
+        topic_names=names,
+        topic=np.array([names.index(t) for t in listed], np.int64),
+        region_id=np.array(ids, np.int64),
+        flushed=np.array(flushed_ids, np.int64),
+        memtable=np.zeros(n, np.int64),
+        latest=None,
+        manifest=(
+            np.full(n, 3, np.int64)
+            if manifest is None
+            else np.array([NULL if m is None else m for m in manifest], np.int64)
+        ),
+    )
+
+
+def trusting(region_ids: list[int], topic: str = "a") -> Routes:
+    """Routes of regions on `topic` whose node is unknown (-1): any datanode is trusted."""
+    return Routes({r: RegionRoute(r, topic, -1, None) for r in region_ids})
+
+
+def beat(registry: RegionRegistry, node: int, cols: Columns, routes: Routes, at: float) -> Judged:
+    """One heartbeat judged and stored; its outcome."""
+    judged = HeartbeatJudge(registry, routes, keep_misrouted=False).columns(node, cols, at)
+    judged.store(at)
+    return judged
+
+
+def rows_by_topic(registry: RegionRegistry) -> dict[str, dict[int, StatRow]]:
+    return {t: dict(registry.topic_snapshot(t).items()) for t in registry.topics()}
+
+
+def slot_order(registry: RegionRegistry) -> list[int]:
+    """The region ids in the order the table stores their rows."""
+    return [rid for cols in registry.row_slices(1 << 20) for rid in cols.ids.tolist()]
+
+
+def test_rows_read_back_as_reported_with_nulls_kept() -> None:
+    registry = RegionRegistry()
+    report(
+        registry,
+        [
+            stat(1, 5),
+            RegionStat(2, 2, "a", 7, 9, 0, None, 2.5),
+            stat(3, 6, "b"),
+            *(stat(r, r, "c") for r in range(10, 1510)),  # past the first capacity
+        ],
+    )
+    assert len(registry) == 1503 and 2 in registry and 4 not in registry
+    assert dict(registry.topic_snapshot("a").items()) == {
         1: row(5),
         2: StatRow(2, "a", 7, 9, 0, None, 2.5, 9),
-        3: row(6, "b"),
     }
-    for rid, r in rows.items():
-        table.put(rid, r)
-    assert len(table) == 3 and 2 in table and 4 not in table
-    assert dict(table.topic_rows("a").items()) == {1: rows[1], 2: rows[2]}
-    assert table.topic_rows("b")[3] == rows[3]
-    assert table.columns().latest.tolist() == [NULL, 9, NULL]  # None stored as NULL
-    assert table.topic_rows("a").get(3) is None and 3 not in table.topic_rows("a")
+    assert registry.topic_snapshot("b")[3] == row(6, "b")
+    (copied,) = registry.row_slices(1 << 20)
+    latest = dict(zip(copied.ids.tolist(), copied.latest.tolist(), strict=True))
+    assert (latest[1], latest[2], latest[3]) == (NULL, 9, NULL)  # None stored as NULL
+    assert registry.topic_snapshot("c")[1509] == row(1509, "c")
 
 
 def test_a_row_moves_between_topics_and_a_discarded_slot_is_reused() -> None:
-    table = StatTable()
-    table.put(1, row(5, "a"))
-    table.put(2, row(5, "a"))
-    slots = table.lookup([1])
-    table.put(1, row(6, "b"))
-    assert table.lookup([1]).tolist() == slots.tolist()  # moved in place
-    assert sorted(table.topic_rows("a")) == [2] and sorted(table.topic_rows("b")) == [1]
-    table.discard(2)
-    assert table.topics() == ["b"] and len(table.topic_rows("a")) == 0
-    table.put(3, row(1, "c"))
-    assert table.end == 2 and table.topic_rows("c")[3] == row(1, "c")  # 2's slot reused
-    table.discard(99)  # no row: nothing happens
-    assert len(table) == 2
+    registry = RegionRegistry()
+    report(registry, [stat(1, 5), stat(2, 5), stat(5, 5)])
+    report(registry, [stat(1, 6, "b")])  # moved: its route names b now
+    assert slot_order(registry) == [1, 2, 5]  # moved in place
+    assert sorted(registry.topic_snapshot("a")) == [2, 5]
+    assert sorted(registry.topic_snapshot("b")) == [1]
+    registry.discard(2)
+    registry.discard(5)
+    assert registry.topics() == ["b"] and len(registry.topic_snapshot("a")) == 0
+    report(registry, [stat(3, 1, "c"), stat(4, 1, "c")])
+    assert slot_order(registry) == [1, 4, 3]  # the freed slots, the last freed first
+    registry.discard(99)  # no row: nothing happens
+    assert len(registry) == 3
 
 
-def test_assign_overwrites_whole_columns_in_place() -> None:
-    table = StatTable()
-    for rid in (1, 2, 3):
-        table.put(rid, row(rid))
-    slots = table.lookup([3, 1, 42])
-    assert slots[2] == -1
-    values = RowValues(
-        ids=np.array([3, 1]),
-        flushed=np.array([30, 10]),
-        latest=np.array([NULL, 12]),
-        memtable=np.array([0, 4]),
-        manifest=np.array([5, NULL]),
-        prunable=np.array([30, 10]),
-    )
-    table.assign(slots[:2], 9, values, 7.0)
-    bucket = table.topic_rows("a")
-    assert bucket[3] == StatRow(9, "a", 30, None, 0, 5, 7.0, 30)
-    assert bucket[1] == StatRow(9, "a", 10, 12, 4, None, 7.0, 10)
-    assert bucket[2] == row(2)
+def test_a_steady_heartbeat_overwrites_whole_columns_in_place() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(r, r) for r in (1, 2, 3)])
+    cols = columns([3, 1], flushed=[30, 10], manifest=[5, None])
+    judged = beat(registry, 1, cols, Routes({}), 7.0)
+    assert judged.verdict is not None and judged.verdict.steady.all()
+    snapshot = registry.topic_snapshot("a")
+    assert snapshot[3] == StatRow(1, "a", 30, None, 0, 5, 7.0, 30)
+    assert snapshot[1] == StatRow(1, "a", 10, None, 0, None, 7.0, 10)
+    assert snapshot[2] == row(2)
 
 
 def test_lowest_prunable_is_none_when_a_row_is_stale_or_there_are_none() -> None:
-    table = StatTable()
-    assert table.topic_rows("a").lowest_prunable(0.0) is None
-    table.put(1, row(5, at=10.0))
-    table.put(2, row(3, at=20.0))
-    table.put(3, row(1, "b", at=0.0))  # another topic's stale row does not count
-    assert table.topic_rows("a").lowest_prunable(10.0) == 3
-    assert table.topic_rows("a").lowest_prunable(15.0) is None
+    registry = RegionRegistry()
+    assert registry.topic_snapshot("a").lowest_prunable(0.0) is None
+    report(registry, [stat(1, 5, at=10.0), stat(2, 3, at=20.0), stat(3, 1, "b", at=0.0)])
+    assert registry.topic_snapshot("a").lowest_prunable(10.0) == 3  # b's stale row: not a's
+    assert registry.topic_snapshot("a").lowest_prunable(15.0) is None
 
 
-def test_a_snapshot_does_not_follow_later_writes() -> None:
-    table = StatTable()
-    table.put(1, row(5, "a"))
-    table.put(2, row(6, "a"))
-    table.put(3, row(7, "b"))
-    a, b, none = table.snapshot("a"), table.snapshot("b"), table.snapshot("zzz")
-    table.put(1, row(9, "a"))
-    table.discard(2)
-    table.put(4, row(1, "a"))
-    assert a == {1: row(5, "a"), 2: row(6, "a")} and b == {3: row(7, "b")}
-    assert a.rows_of([2, 4, 1]) == [row(6, "a"), None, row(5, "a")]
-    assert a.lowest_prunable(0.0) == 5 and len(none) == 0
-    assert none.columns_of([1])[0].tolist() == [False]
-
-
-def test_recall_needs_the_same_ids_in_order_and_no_discard_since() -> None:
-    table = StatTable()
-    for rid in (1, 2, 3):
-        table.put(rid, row(rid))
-    ids = np.array([3, 1, 2])
-    slots = table.lookup(ids.tolist())
-    table.remember(7, ids, slots)
-    assert np.array_equal(table.recall(7, np.array([3, 1, 2])), slots)  # type: ignore[arg-type]
-    assert table.recall(7, np.array([1, 3, 2])) is None  # another order
-    assert table.recall(8, ids) is None  # another datanode
-    table.put(4, row(4))  # a new row moves no slot
-    assert table.recall(7, ids) is not None
-    table.discard(4)  # a freed slot may be handed to another region
-    assert table.recall(7, ids) is None
+def test_the_same_ids_in_order_are_recalled_until_a_row_is_discarded() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(r, r, node=7) for r in (1, 2, 3)])
+    registry.judge(7, columns([3, 1, 2])).remember()
+    assert registry.judge(7, columns([3, 1, 2])).recalled
+    assert not registry.judge(7, columns([1, 3, 2])).recalled  # another order
+    assert not registry.judge(8, columns([3, 1, 2])).recalled  # another datanode
+    report(registry, [stat(4, 4, node=9)])  # a new row moves no slot
+    assert registry.judge(7, columns([3, 1, 2])).recalled
+    registry.discard(4)  # a freed slot may be handed to another region
+    assert not registry.judge(7, columns([3, 1, 2])).recalled
 
 
 def test_remembered_regions_stay_within_twice_the_rows() -> None:
-    table = StatTable()
-    for rid in range(100):
-        table.put(rid, row(rid))
-    ids = np.arange(100)
-    slots = table.lookup(ids.tolist())
+    registry = RegionRegistry()
+    ids = list(range(100))
+    report(registry, [stat(r, r) for r in ids])
     for node in range(50):  # 50 invented datanodes each naming every region
-        table.remember(node, ids, slots)
-    kept = [node for node in range(50) if table.recall(node, ids) is not None]
+        registry.judge(node, columns(ids)).remember()
+    kept = [node for node in range(50) if registry.judge(node, columns(ids)).recalled]
     assert kept == [48, 49]  # 200 ids at most: the newest two lists
 
 
 def test_nothing_in_the_table_is_tracked_by_the_gc() -> None:
     # A full collection must not walk a million rows: it visits the same few containers
     # whatever the table holds.
-    small, large = StatTable(), StatTable()
-    for table, n in ((small, 10), (large, 1000)):
-        for rid in range(n):
-            table.put(rid, row(rid, f"t{rid % 7}"))
-    large.remember(1, np.arange(1000), large.lookup(list(range(1000))))
-    small.remember(1, np.arange(10), small.lookup(list(range(10))))
-    assert tracked_reachable(large) == tracked_reachable(small) < 20
+    small, large = RegionRegistry(), RegionRegistry()
+    for registry, n in ((small, 10), (large, 1000)):
+        report(registry, [stat(r, r, f"t{r % 7}") for r in range(n)])
+        cols = columns(list(range(n)), [f"t{r % 7}" for r in range(n)], 10**6)
+        for _ in range(2):  # the datanode's list remembered, then recalled
+            beat(registry, 1, cols, Routes({}), 2.0)
+        assert len(registry.topic_snapshot("t1")) == n // 7 + (n % 7 > 1)
+    gc.collect()  # tuples of arrays only (a topic's rows sorted out) are untracked by one
+    assert tracked_reachable(large) == tracked_reachable(small) < 25
 
 
-def test_put_many_is_put_row_by_row_reusing_free_slots_and_moving_rows() -> None:
-    one_by_one, at_once = StatTable(capacity=4), StatTable(capacity=4)
-    for table in (one_by_one, at_once):
-        for rid in range(6):
-            table.put(rid, row(rid, f"t{rid % 2}"))
-        table.discard(1)
-        table.discard(4)
-    batch = {
-        0: row(10, "t1"),  # moves from t0
-        7: StatRow(3, "t2", 5, 6, 0, None, 2.0, 6),
-        8: row(8, "t0"),
-        9: row(9, "t0"),
-        10: row(11, "t3"),  # more new rows than free slots: the table grows
+def test_new_rows_reuse_free_slots_and_moved_rows_keep_theirs() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(r, r, f"t{r % 2}") for r in range(6)])
+    registry.discard(1)
+    registry.discard(4)
+    report(
+        registry,
+        [
+            stat(0, 10, "t1"),  # moves from t0
+            RegionStat(7, 3, "t2", 5, 6, 0, None, 2.0),
+            stat(8, 8, "t0"),
+            stat(9, 9, "t0"),
+            stat(10, 11, "t3"),  # more new rows than free slots: the table grows
+        ],
+    )
+    assert rows_by_topic(registry) == {
+        "t0": {2: row(2, "t0"), 8: row(8, "t0"), 9: row(9, "t0")},
+        "t1": {0: row(10, "t1"), 3: row(3, "t1"), 5: row(5, "t1")},
+        "t2": {7: StatRow(3, "t2", 5, 6, 0, None, 2.0, 6)},
+        "t3": {10: row(11, "t3")},
     }
-    for rid, r in batch.items():
-        one_by_one.put(rid, r)
-    at_once.put_many(list(batch), list(batch.values()))
-    for table in (one_by_one, at_once):
-        assert sorted(table.topics()) == ["t0", "t1", "t2", "t3"]
-        assert table.topic_rows("t1")[0] == row(10, "t1") and 0 not in table.topic_rows("t0")
-    assert {t: dict(at_once.topic_rows(t).items()) for t in at_once.topics()} == {
-        t: dict(one_by_one.topic_rows(t).items()) for t in one_by_one.topics()
-    }
-    assert len(at_once) == 8 and at_once.end == one_by_one.end  # both reused slots 1 and 4
+    # 8 and 9 in the slots 4 and 1 freed (the last freed first), 10 and 7 at the end.
+    assert slot_order(registry) == [0, 9, 2, 3, 8, 5, 10, 7]
 
 
 def test_rows_of_reads_a_topics_rows_in_order_with_none_for_the_others() -> None:
-    table = StatTable()
-    table.put(1, row(5, "a"))
-    table.put(2, row(6, "b"))
-    table.put(3, row(7, "a"))
-    rows = table.topic_rows("a")
-    assert rows.rows_of([3, 2, 1, 9]) == [row(7, "a"), None, row(5, "a"), None]
-    assert rows.rows_of([1, 3]) == [row(5, "a"), row(7, "a")]
+    registry = RegionRegistry()
+    report(registry, [stat(1, 5), stat(2, 6, "b"), stat(3, 7)])
+    rows = registry.topic_snapshot("a")
+    assert rows.rows_of([3, 2, 1, 9]) == [row(7), None, row(5), None]
+    assert rows.rows_of([1, 3]) == [row(5), row(7)]
     assert rows.rows_of([]) == []
 
 
-def test_reserve_makes_room_once_and_keeps_the_rows() -> None:
-    table = StatTable(capacity=2)
-    table.put(1, row(5))
-    table.reserve(1000)
-    assert table.capacity == 1000 and table.topic_rows("a")[1] == row(5)
-    for rid in range(2, 1001):
-        table.put(rid, row(rid))
-    assert table.capacity == 1000  # no growth while the reserved rows arrive
-    table.reserve(10)  # never shrinks
-    assert table.capacity == 1000 and table.topic_rows("a")[1000] == row(1000)
+def test_reserve_keeps_the_rows() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(1, 5)])
+    registry.reserve(1000)
+    report(registry, [stat(r, r) for r in range(2, 1001)])
+    registry.reserve(10)  # never shrinks
+    assert registry.get(1) == stat(1, 5) and registry.topic_snapshot("a")[1000] == row(1000)
 
 
-def test_judge_is_regresses_a_column_at_a_time() -> None:
-    table = StatTable()
-    stored = {
-        1: StatRow(1, "a", 10, None, 0, 5, 1.0, 10),
-        2: StatRow(1, "a", 10, None, 0, None, 1.0, 10),
-        3: StatRow(1, "b", 10, None, 0, 5, 1.0, 10),
-    }
-    for rid, r in stored.items():
-        table.put(rid, r)
+def test_the_verdict_is_regresses_a_column_at_a_time() -> None:
+    registry = RegionRegistry()
+    report(
+        registry,
+        [
+            RegionStat(1, 1, "a", 10, None, 0, 5, 1.0),
+            RegionStat(2, 1, "a", 10, None, 0, None, 1.0),
+            RegionStat(3, 1, "b", 10, None, 0, 5, 1.0),
+        ],
+    )
     # Per region: (region, reported topic, flushed, manifest).
-    reports = [
+    reports: list[tuple[int, str, int, int | None]] = [
         (1, "a", 11, 5),  # forward
         (1, "a", 9, 5),  # backwards at the same manifest: regressed
         (1, "a", 9, 6),  # backwards at a newer manifest: regressed
@@ -202,113 +246,112 @@ def test_judge_is_regresses_a_column_at_a_time() -> None:
         (4, "a", 11, 5),  # no row
         (1, "zzz", 11, 5),  # a topic no row ever named
     ]
-    names = ["a", "b", "zzz"]
-    ids = [r[0] for r in reports]
-    steady, regressed = table.judge(
-        table.lookup(ids),
-        names,
-        np.array([names.index(r[1]) for r in reports]),
-        np.array([r[2] for r in reports]),
-        np.array([NULL if r[3] is None else r[3] for r in reports]),
+    verdict = registry.judge(
+        1,
+        columns(
+            [r[0] for r in reports],
+            [r[1] for r in reports],
+            [r[2] for r in reports],
+            [r[3] for r in reports],
+        ),
     )
+    assert not verdict.distinct  # region 1 many times: the judge refuses it
     for i, (rid, topic, flushed, manifest) in enumerate(reports):
-        old = table.get(rid)
-        named = old is not None and old.topic == topic
-        expected = named and regresses(old, flushed, manifest)  # type: ignore[arg-type]
-        assert bool(regressed[i]) == expected, reports[i]
-        assert bool(steady[i]) == (named and not expected), reports[i]
-    assert steady.tolist() == [True, False, False, True, False, False, False, False, False]
+        old = registry.get(rid, topic)
+        expected = old is not None and regresses(row_of(old), flushed, manifest)
+        assert bool(verdict.regressed[i]) == expected, reports[i]
+        assert bool(verdict.steady[i]) == (old is not None and not expected), reports[i]
+    assert verdict.steady.tolist() == [True, False, False, True, False, False, False, False, False]
     # Without a manifest column, every reported manifest is null.
-    _, no_manifest = table.judge(table.lookup([1]), names, np.array([0]), np.array([9]), None)
-    assert no_manifest.tolist() == [True]
-
-
-def test_checkpoint_changed_compares_the_prunable_id_and_the_node() -> None:
-    table = StatTable()
-    table.put(1, row(5, node=1))
-    table.put(2, row(6, node=1))
-    slots = table.lookup([1, 2])
-    assert table.checkpoint_changed(slots, 1, np.array([5, 6])).tolist() == [False, False]
-    assert table.checkpoint_changed(slots, 1, np.array([5, 7])).tolist() == [False, True]
-    assert table.checkpoint_changed(slots, 2, np.array([5, 6])).tolist() == [True, True]
-    assert table.checkpoints([2, 1, 9]) == {2: (1, 6), 1: (1, 5)}
-
-
-def test_store_names_topics_through_the_reports_names_and_moves_rows() -> None:
-    table = StatTable()
-    values = RowValues(
-        ids=np.array([5, 6, 7]),
-        flushed=np.array([1, 2, 3]),
-        latest=np.array([NULL, 4, NULL]),
-        memtable=np.array([0, 0, 8]),
-        manifest=np.array([NULL, NULL, 2]),
-        prunable=np.array([1, 4, 3]),
+    no_manifest = Columns(
+        ["a"], np.array([0]), np.array([1]), np.array([9]), np.zeros(1, np.int64), None, None
     )
-    table.store(values, ["unused", "x", "y"], np.array([2, 1, 2]), 3, 9.0)
-    assert sorted(table.topics()) == ["x", "y"]
-    assert table.get(6) == StatRow(3, "x", 2, 4, 0, None, 9.0, 4)
-    assert dict(table.topic_rows("y").items()) == {
-        5: StatRow(3, "y", 1, None, 0, None, 9.0, 1),
-        7: StatRow(3, "y", 3, None, 8, 2, 9.0, 3),
-    }
-    steady, _ = table.judge(table.lookup([5, 6]), ["y"], np.array([0, 0]), np.array([1, 2]), None)
-    assert steady.tolist() == [True, False]  # 6 names x
-    slot = table.lookup([6]).tolist()
-    table.store(values, ["y"], np.zeros(3, np.int64), 4, 10.0)  # 6 moves to y, in place
-    assert table.lookup([6]).tolist() == slot and table.topics() == ["y"]
-    assert table.snapshot("y")[6] == StatRow(4, "y", 2, 4, 0, None, 10.0, 4)
+    assert registry.judge(1, no_manifest).regressed.tolist() == [True]
 
 
-def values(ids: list[int], flushed: int = 5) -> RowValues:
-    n = len(ids)
-    return RowValues(
-        ids=np.array(ids),
-        flushed=np.full(n, flushed),
-        latest=np.full(n, NULL),
-        memtable=np.zeros(n, np.int64),
-        manifest=np.full(n, 3),
-        prunable=np.full(n, flushed),
-    )
+def test_a_stored_heartbeat_dirties_rows_whose_prunable_id_or_node_changed() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(1, 5), stat(2, 6)])
+    dirty = registry.dirty_rows()
+
+    def dirtied(node: int, flushed: list[int], at: float) -> list[int]:
+        judged = beat(registry, node, columns([1, 2], flushed=flushed), trusting([1, 2]), at)
+        assert judged.verdict is not None and not judged.rejected
+        dirty.mark_judged(judged.verdict)
+        return sorted(dirty.take().next_batch(10))
+
+    assert dirtied(1, [5, 6], 2.0) == []
+    assert dirtied(1, [5, 7], 3.0) == [2]
+    assert dirtied(2, [5, 7], 4.0) == [1, 2]  # another node: both rows move to it
+    assert registry.checkpoints([2, 1, 9]) == {2: (2, 7), 1: (2, 5)}
+
+
+def test_a_flushs_batches_skip_discarded_rows_and_a_failed_one_is_put_back() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(r, 10 * r) for r in range(1, 6)])
+    dirty = registry.dirty_rows()
+    dirty.mark([1, 2, 3, 4, 5, 99])  # 99 has no row
+    assert len(dirty) == 5
+    registry.discard(2)
+    pending = dirty.take()
+    assert len(dirty) == 0 and len(pending) == 5
+    assert pending.next_batch(2) == {1: (1, 10)}  # 2's row is gone
+    assert pending.next_batch(2) == {3: (1, 30), 4: (1, 40)}
+    pending.put_back()  # that batch was not written: 3, 4 and 5 wait for the next flush
+    assert len(pending) == 0 and len(dirty) == 3
+    assert dirty.take().next_batch(10) == {3: (1, 30), 4: (1, 40), 5: (1, 50)}
+    registry.clear()
+    assert registry.dirty_rows(dirty) is not dirty  # a new term's rows: a new set
+    fresh = registry.dirty_rows()
+    assert registry.dirty_rows(fresh) is fresh
+
+
+def test_a_heartbeat_names_topics_through_its_own_names_and_moves_rows() -> None:
+    registry = RegionRegistry()
+    cols = columns([5, 6, 7], ["y", "x", "y"], [1, 2, 3], names=["unused", "x", "y"])
+    beat(registry, 3, cols, trusting([5, 7], "y"), 9.0)
+    assert registry.get(6) is None  # unmapped
+    mapped = {**trusting([5, 7], "y").routes, **trusting([6], "x").routes}
+    beat(registry, 3, cols, Routes(mapped), 9.0)
+    assert sorted(registry.topics()) == ["x", "y"]
+    assert registry.topic_snapshot("x")[6] == StatRow(3, "x", 2, None, 0, 3, 9.0, 2)
+    assert sorted(registry.topic_snapshot("y")) == [5, 7]
+    verdict = registry.judge(3, columns([5, 6], "y", [1, 2]))
+    assert verdict.steady.tolist() == [True, False]  # 6 names x
+    before = slot_order(registry)
+    beat(registry, 4, columns([6], "y", 2), trusting([6], "y"), 10.0)  # moved, in place
+    assert slot_order(registry) == before and registry.topics() == ["y"]
+    assert registry.topic_snapshot("y")[6] == StatRow(4, "y", 2, None, 0, 3, 10.0, 2)
 
 
 def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
-    table = StatTable()
-    assert table.prepare([("a", [30, 10]), ("b", [20])]) == 3
-    assert len(table) == 0 and 10 not in table and table.get(10) is None
-    assert table.topics() == [] and len(table.topic_rows("a")) == 0
-    assert len(table.columns()) == 0 and table.checkpoints([10, 20]) == {}
-    slots = table.lookup([10, 20, 30, 99])
-    assert (slots[:3] >= 0).all() and slots[3] == -1
+    registry = RegionRegistry()
+    assert registry.prepare([("a", [30, 10]), ("b", [20])]) == 3
+    assert len(registry) == 0 and 10 not in registry and registry.get(10) is None
+    assert registry.topics() == [] and len(registry.topic_snapshot("a")) == 0
+    assert slot_order(registry) == [] and registry.checkpoints([10, 20]) == {}
+    assert registry.awaiting([10, 20, 30, 99]) == {10: "a", 20: "b", 30: "a"}
     # No row names any topic, not even one no row has named yet (code -1).
-    steady, regressed = table.judge(slots, ["zz", "a"], np.array([0, 1, 1, 1]), np.zeros(4), None)
-    assert not steady.any() and not regressed.any()
-    assert table.prepared_for(slots, ["a", "b"], np.array([0, 1, 0, 0])).tolist() == [
-        True,
-        True,
-        True,
-        False,
-    ]
-    assert table.prepared_for(slots, ["b"], np.zeros(4, np.int64)).tolist() == [
-        False,
-        True,
-        False,
-        False,
-    ]
+    verdict = registry.judge(7, columns([10, 20, 30, 99], ["zz", "a", "a", "a"]))
+    assert not verdict.steady.any() and not verdict.regressed.any()
+    assert verdict.prepared(np.arange(4)).tolist() == [False, False, True, False]
 
-    table.store(values([10, 20]), ["a", "b"], np.array([0, 1]), 7, 1.0, slots[:2])
-    assert len(table) == 2 and table.lookup([10, 20]).tolist() == slots[:2].tolist()
-    assert table.get(10) == StatRow(7, "a", 5, None, 0, 3, 1.0, 5)
-    assert sorted(table.topic_rows("b")) == [20] and table.checkpoints([10, 30]) == {10: (7, 5)}
-    table.discard(30)  # prepared, never reported
-    assert len(table) == 2 and table.lookup([30]).tolist() == [-1]
-    table.put(30, row(1, "a"))  # back through the per-region path
-    assert len(table) == 3 and sorted(table.topic_rows("a")) == [10, 30]
+    judged = beat(registry, 7, columns([10, 20], ["a", "b"]), Routes({}), 1.0)
+    assert judged.fresh is not None and len(judged.fresh) == 2  # the map's word
+    assert len(registry) == 2 and registry.awaiting([10, 20, 30]) == {30: "a"}
+    assert registry.get(10) == RegionStat(10, 7, "a", 5, None, 0, 3, 1.0)
+    assert sorted(registry.topic_snapshot("b")) == [20]
+    assert registry.checkpoints([10, 30]) == {10: (7, 5)}
+    registry.discard(30)  # prepared, never reported
+    assert len(registry) == 2 and registry.awaiting([30]) == {}
+    report(registry, [stat(30, 1)])  # back through the map
+    assert len(registry) == 3 and sorted(registry.topic_snapshot("a")) == [10, 30]
 
 
 def test_lookup_by_bisection_agrees_with_the_index_through_discards_and_reuse() -> None:
     rng = np.random.default_rng(3)
     ids = rng.choice(10**9, 400, replace=False).tolist()
-    prepared, plain = StatTable(), StatTable()
+    prepared, plain = RegionRegistry(), RegionRegistry()
     prepared.prepare([("a", ids[:200]), ("b", ids[200:300])])
     for step in range(600):
         rid = ids[int(rng.integers(0, len(ids)))]
@@ -316,54 +359,45 @@ def test_lookup_by_bisection_agrees_with_the_index_through_discards_and_reuse() 
             prepared.discard(rid)
             plain.discard(rid)
         else:
-            r = row(step, "a" if rng.random() < 0.5 else "b")
-            prepared.put(rid, r)
-            plain.put(rid, r)
+            s = stat(rid, step, "a" if rng.random() < 0.5 else "b")
+            report(prepared, [s])
+            report(plain, [s])
         if step % 50 == 0:
-            probe = [*ids, 7, 8]
-            slots = prepared.lookup(probe).tolist()
-            for region_id, slot in zip(probe, slots, strict=True):
-                expected = plain.get(region_id)
-                assert prepared.get(region_id) == expected, step
-                if expected is not None:  # its slot holds its row
-                    assert slot >= 0 and prepared.rows(np.array([slot]))[0] == expected, step
-            assert slots[-2:] == [-1, -1]
+            for region_id in [*ids, 7, 8]:
+                assert prepared.get(region_id) == plain.get(region_id), step
+            assert rows_by_topic(prepared) == rows_by_topic(plain), step
     assert len(prepared) == len(plain)
 
 
 def test_first_reports_join_their_topics_when_the_topic_is_next_read() -> None:
     # Bulk first reports leave their members to the topic's next reader: moves and
     # discards made before that read still win.
-    table = StatTable()
-    table.prepare([("a", [1, 2, 3]), ("b", [4, 5])])
-    first = table.lookup([1, 2, 4])
-    table.store(values([1, 2, 4]), ["a", "b"], np.array([0, 0, 1]), 7, 1.0, first)
-    table.discard(2)  # joined "a", not yet read
-    table.put(6, row(9, "c"))  # a new row, in the slot 2 freed
-    table.put(1, row(9, "b"))  # moves from "a" to "b"
-    table.store(values([3]), ["a"], np.array([0]), 7, 2.0, table.lookup([3]))
-    assert sorted(table.topics()) == ["a", "b", "c"] and len(table) == 4
-    assert sorted(table.topic_rows("a")) == [3]
-    assert sorted(table.topic_rows("b")) == [1, 4]
-    assert sorted(table.topic_rows("c")) == [6]
-    table.discard(6)
-    assert table.topic_rows("b")[1] == row(9, "b")
-    table.discard(3)
-    assert table.topics() == ["b"] and table.snapshot("b").keys() == {1, 4}
+    registry = RegionRegistry()
+    registry.prepare([("a", [1, 2, 3]), ("b", [4, 5])])
+    beat(registry, 7, columns([1, 2, 4], ["a", "a", "b"]), Routes({}), 1.0)
+    registry.discard(2)  # joined "a", not yet read
+    report(registry, [stat(6, 9, "c")])  # a new row, in the slot 2 freed
+    report(registry, [stat(1, 9, "b")])  # moves from "a" to "b"
+    beat(registry, 7, columns([3], "a"), Routes({}), 2.0)
+    assert sorted(registry.topics()) == ["a", "b", "c"] and len(registry) == 4
+    assert sorted(registry.topic_snapshot("a")) == [3]
+    assert sorted(registry.topic_snapshot("b")) == [1, 4]
+    assert sorted(registry.topic_snapshot("c")) == [6]
+    registry.discard(6)
+    assert registry.topic_snapshot("b")[1] == row(9, "b")
+    registry.discard(3)
+    assert registry.topics() == ["b"] and registry.topic_snapshot("b").keys() == {1, 4}
 
 
 def test_a_second_prepare_adds_slots_only_for_regions_without_one() -> None:
     # A warm follower's table at take-over: prepared before, changed since.
-    table = StatTable()
-    assert table.prepare([("a", [5, 1, 3]), ("b", [9])]) == 4
-    table.put(20, row(1, "a"))  # a region with a row outside the prepared slots
-    table.discard(3)  # deregistered: its slot is gone
-    before = table.lookup([1, 5, 9, 20]).tolist()
-    assert table.prepare([("a", [1, 3, 5, 20, 7]), ("b", [9])]) == 2  # 3 again, 7 new
-    assert table.lookup([1, 5, 9, 20]).tolist() == before
-    slots = table.lookup([3, 7])
-    assert (slots >= 0).all() and table.prepared_for(slots, ["a"], np.zeros(2, np.int64)).all()
-    assert len(table) == 1 and table.get(20) == row(1, "a")
+    registry = RegionRegistry()
+    assert registry.prepare([("a", [5, 1, 3]), ("b", [9])]) == 4
+    report(registry, [stat(20, 1)])  # a region with a row outside the prepared slots
+    registry.discard(3)  # deregistered: its slot is gone
+    assert registry.prepare([("a", [1, 3, 5, 20, 7]), ("b", [9])]) == 2  # 3 again, 7 new
+    assert registry.awaiting([1, 3, 5, 7, 9, 20]) == {1: "a", 3: "a", 5: "a", 7: "a", 9: "b"}
+    assert len(registry) == 1 and registry.get(20) == stat(20, 1)
 
 
 def test_a_datanodes_first_heartbeat_is_matched_to_its_mapped_regions_in_any_order() -> None:
@@ -373,30 +407,37 @@ def test_a_datanodes_first_heartbeat_is_matched_to_its_mapped_regions_in_any_ord
     class Route(NamedTuple):
         node_id: int
 
-    table = StatTable()
     mapped = {"a": {11: Route(1), 12: Route(2), 13: Route(1)}, "b": {21: Route(1), 22: Route(2)}}
-    assert table.prepare(mapped.items()) == 5
-    first = np.array([21, 13, 11], np.int64)
-    slots = table.recall(1, first)
-    assert slots is not None and slots.tolist() == table.lookup([21, 13, 11]).tolist()
-    again = table.recall(1, first.copy())
-    assert again is not None and again.tolist() == slots.tolist()  # remembered as sent
-    assert table.recall(2, np.array([12, 22, 22], np.int64)) is None  # a duplicate
-    assert table.recall(2, np.array([12, 22], np.int64)) is None  # one chance only
+    registry = RegionRegistry()
+    assert registry.prepare(mapped.items()) == 5
+    first = columns([21, 13, 11], ["b", "a", "a"])
+    assert registry.judge(1, first).recalled
+    assert registry.judge(1, first).recalled  # remembered as sent
+    twice = registry.judge(2, columns([12, 22, 22], ["a", "b", "b"]))
+    assert not twice.recalled and not twice.distinct
+    assert not registry.judge(2, columns([12, 22], ["a", "b"])).recalled  # one chance only
 
-    more = StatTable()
+    more = RegionRegistry()
     more.prepare(mapped.items())
     more.prepare([("a", {30: Route(2)})])  # mapped since: datanode 2's list is not whole
-    assert more.recall(2, np.array([22, 12, 30], np.int64)) is None
-    assert more.lookup([30]).tolist() != [-1]
-    same_length = StatTable()
+    assert not more.judge(2, columns([22, 12, 30], ["b", "a", "a"])).recalled
+    assert more.awaiting([30]) == {30: "a"}
+    same_length = RegionRegistry()
     same_length.prepare(mapped.items())
-    assert same_length.recall(2, np.array([22, 22], np.int64)) is None  # a duplicate
-    assert same_length.recall(1, np.array([21, 13, 99], np.int64)) is None  # another region
-    freed = StatTable()
+    assert not same_length.judge(2, columns([22, 22], "b")).recalled  # a duplicate
+    assert not same_length.judge(1, columns([21, 13, 99], ["b", "a", "a"])).recalled
+    freed = RegionRegistry()
     freed.prepare(mapped.items())
     freed.discard(12)  # a slot freed since may be another region's
-    assert freed.recall(1, np.array([21, 13, 11], np.int64)) is None
-    plain = StatTable()
+    assert not freed.judge(1, first).recalled
+    plain = RegionRegistry()
     plain.prepare([("a", [11, 13]), ("b", [21])])  # ids without routes
-    assert plain.recall(1, np.array([11, 13, 21], np.int64)) is None
+    assert not plain.judge(1, columns([11, 13, 21], ["a", "a", "b"])).recalled
+
+
+def test_a_heartbeat_naming_a_region_twice_is_refused_and_stores_nothing() -> None:
+    registry = RegionRegistry()
+    report(registry, [stat(1, 5)])
+    with pytest.raises(InvalidArgument, match="region 1 is reported more than once"):
+        beat(registry, 1, columns([1, 1], flushed=[6, 7]), Routes({}), 2.0)
+    assert registry.get(1) == stat(1, 5)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
 
-from metasrv.leader import RowColumns, StatTable, row_of
+from metasrv.leader import RegionRegistry, RowColumns
 from metasrv.model import RegionStat
 from metasrv.stat_history import SNAPSHOTS_DIR, STATS_DIR, StatHistoryWriter, hour_partition
+from tests._stats import report
 from tests._wait import eventually
 from tests.metasrv.reconcile._seed import NOW, stat
 
@@ -94,12 +96,12 @@ def test_bad_parameters_are_refused(tmp_path: Path) -> None:
 async def test_the_periodic_writer_records_the_source_until_stopped(tmp_path: Path) -> None:
     calls = 0
 
-    def source() -> StatTable:
+    def source() -> RegionRegistry:
         nonlocal calls
         calls += 1
-        table = StatTable()
-        table.put(calls, row_of(stat(calls, "t", float(calls))))
-        return table
+        registry = RegionRegistry()
+        report(registry, [stat(calls, "t", float(calls))])
+        return registry
 
     w = StatHistoryWriter(tmp_path, 0.05, source)
     await w.start()
@@ -120,20 +122,19 @@ async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(
     # 3 topics x 5,000 regions, read 5,000 slots at a time: the pass must give the loop
     # back between slices, and still write every row once, plus the rejected reports,
     # in one file.
-    table = StatTable()
-    for t in range(3):
-        for rid in range(t * 5000, (t + 1) * 5000):
-            table.put(rid, row_of(stat(rid, f"t{t}", 1.0)))
+    registry = RegionRegistry()
+    report(registry, [stat(rid, f"t{rid // 5000}", 1.0) for rid in range(15_000)])
     turns = 0
     turns_at_read: list[int] = []
-    columns = table.columns
+    row_slices = registry.row_slices
 
-    def counted(start: int = 0, stop: int | None = None) -> RowColumns:
-        turns_at_read.append(turns)
-        return columns(start, stop)
+    def counted(size: int) -> Iterator[RowColumns]:
+        for columns in row_slices(size):
+            turns_at_read.append(turns)
+            yield columns
 
-    monkeypatch.setattr(table, "columns", counted)
-    w = StatHistoryWriter(tmp_path, 60.0, lambda: table, slice_slots=5000)
+    monkeypatch.setattr(registry, "row_slices", counted)
+    w = StatHistoryWriter(tmp_path, 60.0, lambda: registry, slice_slots=5000)
     w.record_rejected([stat(99_999, "elsewhere", 1.0)])
     done = False
 
@@ -165,7 +166,7 @@ async def test_a_periodic_pass_reads_the_live_rows_a_slice_at_a_time(
         (99_999, "elsewhere")
     ]
     # A second pass writes only the region that reported since.
-    table.put(5001, row_of(stat(5001, "t1", 2.0)))
+    report(registry, [stat(5001, "t1", 2.0)])
     assert await w.record() == 1
     (snap1, snap2) = _rows(tmp_path, SNAPSHOTS_DIR)
     assert (snap1["regions"], snap1["written"], snap2["regions"], snap2["written"]) == (

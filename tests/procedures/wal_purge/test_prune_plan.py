@@ -1,7 +1,7 @@
 """The prune plan's rules (DESIGN §1-2): exhaustive cases plus properties over random maps.
 
-Stats reach the planner as the leader keeps them: rows of a `StatTable`, one topic's at a
-time (`TopicStats`)."""
+Stats reach the planner as the leader keeps them: rows stored by heartbeats, one topic's
+copied at a time (`RegionRegistry.topic_snapshot`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metasrv.leader import RegionRegistry, StatTable, row_of
+from metasrv.leader import RegionRegistry
 from metasrv.model import PartitionOffsets, RegionRoute, RegionStat, TopicPlan
 from procedures.wal_purge import (
     NO_STAT,
@@ -20,6 +20,7 @@ from procedures.wal_purge import (
     nothing_to_cut,
     plan_topic,
 )
+from tests._stats import report
 
 TOPIC = "wal_0"
 NOW = 1000.0
@@ -50,11 +51,11 @@ def stat(
     )
 
 
-def table_of(stats: list[RegionStat]) -> StatTable:
-    """The stats as the leader's table holds them, each row under the topic it names."""
-    table = StatTable()
-    table.put_many([s.region_id for s in stats], [row_of(s) for s in stats])
-    return table
+def registry_of(stats: list[RegionStat]) -> RegionRegistry:
+    """The stats as the leader holds them, each row under the topic it names."""
+    registry = RegionRegistry()
+    report(registry, stats)
+    return registry
 
 
 def plan(
@@ -68,7 +69,7 @@ def plan(
     return plan_topic(
         TOPIC,
         routes,
-        table_of(stats).topic_rows(TOPIC),
+        registry_of(stats).topic_snapshot(TOPIC),
         now=NOW,
         stat_ttl=TTL,
         pruned_entry_id=pruned,
@@ -314,8 +315,8 @@ def test_retention_past_the_marker_is_still_data_loss() -> None:
 def test_a_registry_topic_snapshot_is_planned_as_the_stats_it_holds() -> None:
     stats = [stat(1, 60), stat(2, 20, latest=70), stat(3, 5, age=100.0), stat(4, 1, topic="x")]
     registry = RegionRegistry()
-    registry.put_topic_rows({"x": {s.region_id: row_of(s) for s in stats[3:]}})
-    registry.put_topic_rows({TOPIC: {s.region_id: row_of(s) for s in stats[:3]}})
+    report(registry, stats[3:])
+    report(registry, stats[:3])
     routes = [route(i) for i in range(1, 6)]
     offsets = PartitionOffsets(3, 100)
     assert plan(routes, stats, offsets=offsets) == plan_topic(
@@ -367,7 +368,7 @@ def test_properties(
     assert p == plan_topic(
         TOPIC,
         {r.region_id: r for r in routes},
-        table_of(stats).topic_rows(TOPIC),
+        registry_of(stats).topic_snapshot(TOPIC),
         now=NOW,
         stat_ttl=TTL,
         pruned_entry_id=pruned,

@@ -34,7 +34,7 @@ from procedures.wal_purge import (
     plan_topic,
     reset_marker,
 )
-from tests.procedures.wal_purge.test_prune_plan import NOW, TOPIC, TTL, route, stat, table_of
+from tests.procedures.wal_purge.test_prune_plan import NOW, TOPIC, TTL, registry_of, route, stat
 
 
 def plan_of(
@@ -48,7 +48,7 @@ def plan_of(
     return plan_topic(
         TOPIC,
         [route(i) for i in range(1, count + 1)],
-        table_of(stats).topic_rows(TOPIC),
+        registry_of(stats).topic_snapshot(TOPIC),
         now=NOW,
         stat_ttl=TTL,
         pruned_entry_id=None if marker is None else marker.pruned_entry_id,
@@ -164,7 +164,7 @@ def test_a_latched_reset_stays_whatever_kafka_shows() -> None:
 
 def test_only_stats_received_before_kafka_was_asked_are_compared() -> None:
     routes = [route(1)]
-    rows = table_of([stat(1, 50, age=1.0)]).topic_rows(TOPIC)  # received at NOW - 1
+    rows = registry_of([stat(1, 50, age=1.0)]).topic_snapshot(TOPIC)  # received at NOW - 1
     offsets = PartitionOffsets(0, 40)
     before = plan_topic(
         TOPIC, routes, rows, now=NOW, stat_ttl=TTL, pruned_entry_id=None, offsets=offsets,
@@ -422,7 +422,7 @@ def test_the_flush_deadline_never_exceeds_the_timeout(
 def test_the_many_topic_view_skips_only_the_report_comparison() -> None:
     # gather_plans (the ticker's and the API's view) does not scan every report against
     # the high watermark; the offsets' own rules and a latched reset still apply.
-    rows = table_of([stat(1, 50)]).topic_rows(TOPIC)
+    rows = registry_of([stat(1, 50)]).topic_snapshot(TOPIC)
 
     def view(marker: Marker | None, offsets: PartitionOffsets) -> TopicPlan:
         return plan_topic(

@@ -61,6 +61,7 @@ from procedures.wal_purge import (
     purge_manager,
     submit_purges,
 )
+from tests._stats import report
 
 T = TypeVar("T")
 PREFIX = "hyp"
@@ -339,7 +340,7 @@ class PurgeMachine(RuleBasedStateMachine):
         stat = RegionStat(
             region_id, 1, TOPIC, flushed, claim, 0 if claim is not None else 1, 1, time.monotonic()
         )
-        registry.put_topic_rows({TOPIC: {region_id: row_of(stat)}})
+        report(registry, [stat])
 
     @rule()
     def purge(self) -> None:
