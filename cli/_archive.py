@@ -21,16 +21,17 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
 
 from cli._daemon import configure_logging, split_addr
-from metasrv.archive import Archiver, ObjectStore, PausePoint
 from metasrv.errors import ConfigError, MetasrvError
-from metasrv.kafka import client_config
 from metasrv.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from metasrv.archive import Archiver, ObjectStore
 
 PAUSE_ENV = "METASRV_ARCHIVER_PAUSE_AT"
 """Tests only: a `PausePoint` value where the archiver stops until it is signalled."""
@@ -90,6 +91,10 @@ def _handler(archiver: Archiver) -> type[BaseHTTPRequestHandler]:
 
 def run(settings: Settings, store_wait: float) -> None:
     """Start one archiver from `settings` and run it until SIGTERM/SIGINT."""
+    # Loaded here: pyarrow and boto3 cost every other `metasrv` command a second.
+    from metasrv.archive import Archiver, ObjectStore, PausePoint
+    from metasrv.kafka import client_config
+
     archive = settings.wal.archive
     if not archive.enabled:
         raise ConfigError(
