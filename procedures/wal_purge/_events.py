@@ -4,7 +4,8 @@ Every attempt leaves `purge_started` when a run takes the topic's lock (again wh
 leader resumes it), `purge_retrying` for each step error it retries (the error), and one
 terminal event: `purge_deleted`, `purge_skipped` (the reason), `purge_failed` (the
 error) or `purge_cancelled`. A purge that finds WAL data loss also leaves one
-`wal_data_loss` per region; one that finds a topic reset (invariant 8) and latches it,
+`wal_data_loss` per region (saying whether the WAL archive holds what Kafka lost: DESIGN
+§8); one that finds a topic reset (invariant 8) and latches it,
 one `topic_reset` (its reason, the regions concerned, Kafka's and the marker's topic
 ids). Each names the topic, the procedure, the target P, Kafka's log start when the
 purge planned and after its deletion, and the high watermark, as far as the attempt knew
@@ -109,21 +110,29 @@ def loss_event(
     prunable_entry_id: int | None,
     *,
     pruned_entry_id: int | None,
+    archive_covers: bool | None,
     at: float,
 ) -> WalEvent:
-    """The `wal_data_loss` event of one region of `lost` (invariant 7)."""
+    """The `wal_data_loss` event of one region of `lost` (invariant 7). `archive_covers`:
+    whether the WAL archive holds every entry the region lost (from its need + 1 up to the
+    log start); None when the archive is disabled or its store did not answer."""
+    archived = ""
+    if archive_covers is not None:
+        archived = f"; the WAL archive {'holds' if archive_covers else 'does not hold'} them"
     return attempt_event(
         EventKind.WAL_DATA_LOSS,
         data,
         procedure_id,
         at=at,
         message=f"Kafka's log start {lost.log_start_offset} is above entries region "
-        f"{region_id} needs (prunable entry id {prunable_entry_id})",
+        f"{region_id} needs (prunable entry id {prunable_entry_id})"
+        f"{archived}",
         details={
             "procedure_id": procedure_id,
             "log_start_offset": lost.log_start_offset,
             "prunable_entry_id": prunable_entry_id,
             "pruned_entry_id": pruned_entry_id,
+            "archive_covers": archive_covers,
         },
         region_id=region_id,
     )

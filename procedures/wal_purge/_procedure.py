@@ -79,6 +79,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn
 
 from metasrv import keys
+from metasrv.archive import ArchivedRange
 from metasrv.errors import MetasrvError, TopicReset, Unavailable, WalDataLoss
 from metasrv.model import TopicPlan
 from metasrv.wire import EventKind, ProcedureState, PurgeRecord
@@ -90,6 +91,7 @@ from procedures import (
     StepContext,
     StepResult,
 )
+from procedures.wal_purge._archive import archive_covers, archived_ranges
 from procedures.wal_purge._data import PurgeData
 from procedures.wal_purge._deletion import delete_below
 from procedures.wal_purge._events import (
@@ -128,6 +130,8 @@ MAP_LOAD_WAIT = 30.0
 """Seconds a resumed purge waits for the topic-region map to be loaded."""
 FLUSH_POLL_INTERVAL = 0.2
 """Seconds between registry checks while waiting for flushed regions to report."""
+_ARCHIVE_WAIT = 5.0
+"""Seconds a data-loss report waits for the archive's listing of the topic."""
 
 
 class PurgeStep(enum.Enum):
@@ -239,22 +243,30 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             data = replace(self.data, prune_point=plan.prune_point)
             self.data = replace(data, previous_pruned_entry_id=plan.pruned_entry_id)
 
-    def _data_loss(
+    async def _data_loss(
         self, ctx: StepContext[PurgeServices], inputs: PlanInputs, lost: Lost
     ) -> NoReturn:
         """Report WAL data loss (invariant 7): one event and one count per region (the event
-        is written in the background); raises `WalDataLoss` (not retried)."""
+        is written in the background, saying whether the WAL archive holds the lost entries:
+        one listing of the topic's objects, `_archived_now`); raises `WalDataLoss` (not
+        retried)."""
         services = ctx.services
         self._saw(inputs.plan, kafka_only=True)
         seen, now = self.data, time.time()
+        archived = await self._archived_now(services, lost)
+        pruned = inputs.plan.pruned_entry_id
         for region_id in lost.regions:
             stat = inputs.stats.get(region_id)
             prunable = None if stat is None else stat.prunable_entry_id
+            covers = None
+            if lost.log_start_offset is not None:
+                need = max(-1 if prunable is None else prunable, -1 if pruned is None else pruned)
+                covers = archive_covers(archived, need + 1, lost.log_start_offset)
             emit(
                 services.events,
                 functools.partial(
                     loss_event, seen, ctx.procedure_id, lost, region_id, prunable,
-                    pruned_entry_id=inputs.plan.pruned_entry_id, at=now,
+                    pruned_entry_id=pruned, archive_covers=covers, at=now,
                 ),
             )  # fmt: skip
             services.metrics.wal_data_loss.labels(topic=seen.topic).inc()
@@ -267,6 +279,24 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             f"regions {list(lost.regions)} still need; marker not advanced, nothing deleted",
             details={"regions": list(lost.regions), "log_start_offset": lost.log_start_offset},
         )
+
+    async def _archived_now(
+        self, services: PurgeServices, lost: Lost
+    ) -> list[ArchivedRange] | None:
+        """The topic's archived ranges, for a data-loss report; None when the archive is
+        disabled, there is no log start to compare with, or the store did not answer (the
+        report goes out all the same: it says "unknown")."""
+        settings = services.settings.wal.archive
+        if not settings.enabled or lost.log_start_offset is None:
+            return None
+        try:
+            return await archived_ranges(settings, self.data.topic, timeout=_ARCHIVE_WAIT)
+        except MetasrvError as exc:
+            logger.warning(
+                "WAL data loss: the archive's store did not say what it holds",
+                extra={"topic": self.data.topic, "error": str(exc)},
+            )
+            return None
 
     async def _topic_reset(
         self, ctx: StepContext[PurgeServices], inputs: PlanInputs, reset: Reset
@@ -303,7 +333,7 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
         if isinstance(decision, Reset):
             await self._topic_reset(ctx, inputs, decision)
         if isinstance(decision, Lost):
-            self._data_loss(ctx, inputs, decision)
+            await self._data_loss(ctx, inputs, decision)
         assert isinstance(decision, Skip)
         return Finish(ProcedureState.SKIPPED, decision.reason)
 

@@ -1,0 +1,65 @@
+"""What the WAL archive holds of a topic (DESIGN §8), read once per question.
+
+`archived_ranges` lists the topic's objects (`{prefix}{topic}/`, one paginated listing) in a
+thread, bounded by a timeout, and keeps the keys that name archived objects; `archive_covers`
+says whether they hold a range, with no gap (`metasrv.archive.covering`). The purge's WAL
+data-loss report says with it whether the archive holds what Kafka lost, and replay-start
+(api/queries.py) names the objects a region replays first.
+
+The store client is built per question: the archive is read only on those rare paths, and
+a process without `[wal.archive] enabled` never builds one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+from metasrv.archive import ArchivedRange, ObjectStore, covering, parse_object_key, topic_prefix
+from metasrv.errors import InvalidArgument, ObjectStoreUnavailable
+from metasrv.settings import ArchiveSettings
+
+_STORE_BUILD = threading.Lock()
+"""boto3 builds clients from one default session, which is not thread-safe."""
+
+
+async def archived_ranges(
+    settings: ArchiveSettings, topic: str, *, timeout: float
+) -> list[ArchivedRange]:
+    """The ranges of `topic`'s archived objects, in key order. Keys under the topic's
+    prefix that do not name an archived object are skipped. `ObjectStoreUnavailable` when
+    the store does not answer within `timeout` seconds; the store's other errors as
+    `ObjectStore` raises them."""
+
+    def read() -> list[ArchivedRange]:
+        with _STORE_BUILD:
+            store = ObjectStore(settings, timeout=timeout, max_attempts=1)
+        try:
+            listed = store.list(topic_prefix(settings.prefix, topic))
+        finally:
+            store.close()
+        ranges = []
+        for obj in listed:
+            try:
+                ranges.append(parse_object_key(settings.prefix, obj.key))
+            except InvalidArgument:
+                continue  # not an archived object (DESIGN §8 names every one)
+        return ranges
+
+    try:
+        # The client keeps to `timeout` per request; this bounds a listing of many pages.
+        return await asyncio.wait_for(asyncio.to_thread(read), timeout + 0.5)
+    except TimeoutError:
+        raise ObjectStoreUnavailable(
+            f"object store: no listing of {topic}'s archive within {timeout:g}s",
+            details={"topic": topic},
+        ) from None
+
+
+def archive_covers(ranges: Sequence[ArchivedRange] | None, start: int, end: int) -> bool | None:
+    """Whether `ranges` hold every entry of [start, end); None when they are unknown (the
+    archive disabled, or its store did not answer)."""
+    if ranges is None:
+        return None
+    return covering(ranges, start, end).covered
