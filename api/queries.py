@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from api.runtime import Runtime
 from metasrv import keys
-from metasrv.archive import ArchivedRange, ObjectStore, covering, parse_object_key, topic_prefix
-from metasrv.errors import (
-    InvalidArgument,
-    MetasrvError,
-    NotFound,
-    ObjectStoreUnavailable,
-    TopicReset,
-)
+from metasrv.archive import ArchivedRange, covering
+from metasrv.errors import MetasrvError, NotFound, TopicReset
 from metasrv.keys import ELECTION_KEY, Marker, ResetLatch
 from metasrv.model import (
     PartitionOffsets,
@@ -36,7 +29,14 @@ from metasrv.model import (
 )
 from metasrv.settings import ArchiveSettings
 from metasrv.sql import require_schema
-from procedures.wal_purge import PurgeData, WalPurge, export_gauges, gather_plans, plan_topic
+from procedures.wal_purge import (
+    PurgeData,
+    WalPurge,
+    archived_ranges,
+    export_gauges,
+    gather_plans,
+    plan_topic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,6 @@ yet; datanodes ask with a 3 s timeout)."""
 _REPLAY_STORE_WAIT = 1.5
 """Seconds replay-start waits for the archive's listing of a topic, asked only when the
 start is below Kafka's log start; past it the store counts as unreachable (503)."""
-_STORE_BUILD = threading.Lock()
-"""boto3 builds clients from one default session, which is not thread-safe."""
 _KAFKA_PING_TIMEOUT = 4.0
 """The Kafka check's own budget, inside `_READY_TIMEOUT`: a dead partition leader makes it
 answer "unreachable" rather than time out."""
@@ -196,32 +194,10 @@ async def _archive_objects(
     settings: ArchiveSettings, topic: str, start: int, end: int
 ) -> tuple[ArchiveObject, ...] | None:
     """The archived objects of `topic` that hold [start, end), in entry order, or None
-    when there is a gap (`covering`): one listing of the topic's prefix. Keys under it that
-    are not archived objects are skipped. `ObjectStoreUnavailable` when the store does not
-    answer within `_REPLAY_STORE_WAIT`."""
-
-    def read() -> list[ArchivedRange]:
-        with _STORE_BUILD:
-            store = ObjectStore(settings, timeout=_REPLAY_STORE_WAIT, max_attempts=1)
-        try:
-            listed = store.list(topic_prefix(settings.prefix, topic))
-        finally:
-            store.close()
-        ranges = []
-        for obj in listed:
-            try:
-                ranges.append(parse_object_key(settings.prefix, obj.key))
-            except InvalidArgument:
-                continue  # not an archived object (DESIGN §8 names every one)
-        return ranges
-
-    try:
-        ranges = await asyncio.wait_for(asyncio.to_thread(read), _REPLAY_STORE_WAIT + 0.5)
-    except TimeoutError:
-        raise ObjectStoreUnavailable(
-            f"object store: no listing of {topic}'s archive within {_REPLAY_STORE_WAIT:g}s",
-            details={"topic": topic},
-        ) from None
+    when there is a gap (`covering`): one listing of the topic's prefix
+    (`archived_ranges`). `ObjectStoreUnavailable` when the store does not answer within
+    `_REPLAY_STORE_WAIT`."""
+    ranges = await archived_ranges(settings, topic, timeout=_REPLAY_STORE_WAIT)
     coverage = covering(ranges, start, end)
     if not coverage.covered:
         logger.warning(

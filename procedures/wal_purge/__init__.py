@@ -20,6 +20,8 @@ How one purge decision flows, module by module:
 - `_deletion.py`: DeleteRecords below the target, Kafka's log start as the truth.
 - `_events.py`: what each attempt records as WAL events (started, retrying, deleted,
   skipped, failed, cancelled, data loss), written in the background.
+- `_archive.py`: what the WAL archive holds of a topic (one listing), for the data-loss
+  report and replay-start (DESIGN §8).
 - `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
 - `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
 - `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.
@@ -29,6 +31,7 @@ How one purge decision flows, module by module:
 - `_services.py`: what the purge uses from the rest of metasrv, assembled once.
 """
 
+from procedures.wal_purge._archive import archive_covers, archived_ranges
 from procedures.wal_purge._batcher import Coalescer, KafkaBatcher
 from procedures.wal_purge._data import FlushTarget, PurgeData
 from procedures.wal_purge._gauges import export_gauges
@@ -111,6 +114,8 @@ __all__ = [
     "WalPurge",
     "advance_marker",
     "advanced_marker",
+    "archive_covers",
+    "archived_ranges",
     "decide_after_flush",
     "decide_prepare",
     "decide_purge",
