@@ -18,8 +18,7 @@ How a heartbeat's region stats flow, module by module:
   (`Verdict`), `TopicRows`/`TopicCopy` read one topic live or copied, `DirtyRows` is the
   checkpointer's dirty set, `regressed` is the stat-regression rule.
 - `_registry.py`: `RegionRegistry`, the table (private) plus each topic's reported stats;
-  what the rest of the product reads (`get`, `topic_snapshot`, `checkpoints`,
-  `row_slices`).
+  what the rest of the product reads (`get`, `topic_snapshot`, `row_slices`).
 - `_checkpoints.py`: `Checkpointer`, owner of the dirty set, and the writer that persists
   it a batch of `region_id -> checkpoint` at a time.
 """

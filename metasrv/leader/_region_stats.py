@@ -62,7 +62,7 @@ def _column(
 
 @dataclass(frozen=True, slots=True)
 class RowColumns:
-    """Copies of some rows' columns (`StatTable.columns`): `topic` indexes `names`, a null
+    """Copies of some rows' columns (`StatTable.slices`): `topic` indexes `names`, a null
     is `NULL`. Its column fields are the declaration of what a row is stored as
     (`SCHEMA`): add a column here and the table stores, reads and copies it."""
 
@@ -680,10 +680,6 @@ class StatTable:
     def _members(self, topic: str) -> dict[int, int]:
         return self._topics.members(topic)
 
-    def columns(self) -> RowColumns:
-        """Copies of every row, as of now."""
-        return self._copy(0, self._end)
-
     def slices(self, size: int) -> Iterator[RowColumns]:
         """Copies of every row, `size` slots' worth at a time, each taken when it is
         asked for (a reader that yields in between sees later writes in later slices)."""
@@ -698,21 +694,13 @@ class StatTable:
         taken = {name: column[used] for name, column in self._columns.items()}
         return RowColumns(list(self._topics.names), self._ids[used], **taken)
 
-    def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
-        """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
-        a row, read a column at a time (no row is built)."""
-        return self._checkpoints_at(self._lookup(list(region_ids)))
-
     def _checkpoints_at(self, slots: np.ndarray) -> dict[int, tuple[int, int]]:
-        """`checkpoints` of the rows in `slots` (-1, and slots without a row, skipped)."""
+        """`region_id -> (node_id, prunable_entry_id)` of the rows in `slots` (-1, and
+        slots without a row, skipped), read a column at a time (no row is built)."""
         slots = slots[self._row_codes(slots) >= 0]
         columns = self._columns
         node, prunable = columns["node"][slots].tolist(), columns["prunable"][slots].tolist()
         return dict(zip(self._ids[slots].tolist(), zip(node, prunable, strict=True), strict=True))
-
-    def topic_rows(self, topic: str) -> TopicRows:
-        """The live rows naming `topic` (empty when none)."""
-        return TopicRows(self, topic)
 
     def snapshot(self, topic: str) -> TopicRows:
         """The rows naming `topic`, copied as of now (`TopicCopy`: a purge plans from it)."""

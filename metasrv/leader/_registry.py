@@ -138,11 +138,6 @@ class RegionRegistry:
             return None
         return stat_of(region_id, row)
 
-    def checkpoints(self, region_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
-        """`region_id -> (node_id, prunable_entry_id)` for those of `region_ids` that have
-        a row (`StatTable.checkpoints`)."""
-        return self._table.checkpoints(region_ids)
-
     def discard(self, region_id: int, topic: str | None = None) -> None:
         """Forget a region (removed from the map), whichever topic its row names."""
         del topic  # a region has one row, found by its id

@@ -283,7 +283,9 @@ def test_a_stored_heartbeat_dirties_rows_whose_prunable_id_or_node_changed() -> 
     assert dirtied(1, [5, 6], 2.0) == []
     assert dirtied(1, [5, 7], 3.0) == [2]
     assert dirtied(2, [5, 7], 4.0) == [1, 2]  # another node: both rows move to it
-    assert registry.checkpoints([2, 1, 9]) == {2: (2, 7), 1: (2, 5)}
+    one, two = registry.get(1), registry.get(2)
+    assert one is not None and (one.node_id, one.prunable_entry_id) == (2, 5)
+    assert two is not None and (two.node_id, two.prunable_entry_id) == (2, 7)
 
 
 def test_a_flushs_batches_skip_discarded_rows_and_a_failed_one_is_put_back() -> None:
@@ -329,7 +331,9 @@ def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
     assert registry.prepare([("a", [30, 10]), ("b", [20])]) == 3
     assert len(registry) == 0 and 10 not in registry and registry.get(10) is None
     assert registry.topics() == [] and len(registry.topic_snapshot("a")) == 0
-    assert slot_order(registry) == [] and registry.checkpoints([10, 20]) == {}
+    dirty = registry.dirty_rows()
+    dirty.mark([10, 20])  # no row: no checkpoint to write
+    assert slot_order(registry) == [] and len(dirty) == 0
     assert registry.awaiting([10, 20, 30, 99]) == {10: "a", 20: "b", 30: "a"}
     # No row names any topic, not even one no row has named yet (code -1).
     verdict = registry.judge(7, columns([10, 20, 30, 99], ["zz", "a", "a", "a"]))
@@ -341,7 +345,9 @@ def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
     assert len(registry) == 2 and registry.awaiting([10, 20, 30]) == {30: "a"}
     assert registry.get(10) == RegionStat(10, 7, "a", 5, None, 0, 3, 1.0)
     assert sorted(registry.topic_snapshot("b")) == [20]
-    assert registry.checkpoints([10, 30]) == {10: (7, 5)}
+    dirty = registry.dirty_rows()
+    dirty.mark([10, 30])  # 30 has no row: nothing to write for it
+    assert dirty.take().next_batch(9) == {10: (7, 5)}
     registry.discard(30)  # prepared, never reported
     assert len(registry) == 2 and registry.awaiting([30]) == {}
     report(registry, [stat(30, 1)])  # back through the map
