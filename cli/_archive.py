@@ -39,15 +39,16 @@ PAUSE_ENV = "METASRV_ARCHIVER_PAUSE_AT"
 logger = logging.getLogger(__name__)
 
 
-def wait_for_store(store: ObjectStore, within: float) -> None:
-    """Return once the bucket answers; raise the last `MetasrvError` when it does not within
-    `within` seconds, or at once when the store refuses (credentials, a missing bucket)."""
+def wait_for_store(store: ObjectStore, within: float, stop: threading.Event) -> bool:
+    """True once the bucket answers, False when `stop` is set first; raise the last
+    `MetasrvError` when it does not answer within `within` seconds, or at once when the store
+    refuses (credentials, a missing bucket)."""
     deadline = time.monotonic() + within
     delay = 0.5
-    while True:
+    while not stop.is_set():
         try:
             store.check()
-            return
+            return True
         except MetasrvError as exc:
             left = deadline - time.monotonic()
             if not exc.retryable or left <= 0:
@@ -56,8 +57,9 @@ def wait_for_store(store: ObjectStore, within: float) -> None:
                 "object store not answering; trying again",
                 extra={"error": str(exc), "seconds_left": round(left, 1)},
             )
-            time.sleep(min(delay, left))
+            stop.wait(min(delay, left))
             delay = min(delay * 2, 5.0)
+    return False
 
 
 def _handler(archiver: Archiver) -> type[BaseHTTPRequestHandler]:
@@ -107,16 +109,6 @@ def run(settings: Settings, store_wait: float) -> None:
     if pause and pause not in points:
         raise ConfigError(f"{PAUSE_ENV} must be one of {points}, got {pause!r}")
     pause_at = PausePoint(pause) if pause else None
-    store = ObjectStore(archive, timeout=5.0)
-    try:
-        wait_for_store(store, store_wait)
-        archiver = Archiver(
-            settings.wal, store, client_config=client_config(settings.wal), pause_at=pause_at
-        )
-        server = ThreadingHTTPServer((host, port), _handler(archiver))
-    except BaseException:
-        store.close()
-        raise
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -125,6 +117,18 @@ def run(settings: Settings, store_wait: float) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    store = ObjectStore(archive, timeout=5.0)
+    try:
+        if not wait_for_store(store, store_wait, stop):
+            store.close()
+            return
+        archiver = Archiver(
+            settings.wal, store, client_config=client_config(settings.wal), pause_at=pause_at
+        )
+        server = ThreadingHTTPServer((host, port), _handler(archiver))
+    except BaseException:
+        store.close()
+        raise
     server.daemon_threads = True
     serving = threading.Thread(target=server.serve_forever, name="archiver-http", daemon=True)
     serving.start()

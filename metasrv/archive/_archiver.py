@@ -366,13 +366,14 @@ class Archiver:
 
     def _poll_wait(self) -> float:
         now = self._clock()
+        if now < self._retry_at:
+            # Backing off: due buffers wait for the retry, so do not spin on them.
+            return min(_MAX_POLL_WAIT, self._retry_at - now)
         wait = _MAX_POLL_WAIT
         delay = self.settings.object_max_delay
         for buffer in self._buffers.values():
             if buffer.records:
                 wait = min(wait, buffer.records[0][1] + delay - now)
-        if self._paused:
-            wait = min(wait, self._retry_at - now)
         return max(0.0, wait)
 
     def _take(self, message: Message) -> None:

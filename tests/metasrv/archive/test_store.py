@@ -131,6 +131,8 @@ def test_wrong_credentials_and_a_missing_bucket_are_rejected_not_retried(
     assert not info.value.retryable and info.value.details["http_status"] == 403
     with pytest.raises(ObjectStoreRejected):
         bad_secret.list(s3_prefix)
+    with pytest.raises(ObjectStoreRejected):
+        bad_secret.check()
 
     no_bucket = ObjectStore(_settings(s3_endpoint, s3_prefix, bucket="no-such-bucket-here"))
     with pytest.raises(ObjectStoreRejected) as missing:
@@ -138,6 +140,10 @@ def test_wrong_credentials_and_a_missing_bucket_are_rejected_not_retried(
     assert missing.value.details["s3_code"] == "NoSuchBucket"
     with pytest.raises(ObjectStoreRejected):
         no_bucket.list(s3_prefix)
+    with pytest.raises(ObjectStoreRejected) as head:
+        no_bucket.check()
+    assert head.value.details["http_status"] == 404
+    ObjectStore(_settings(s3_endpoint, s3_prefix)).check()  # the real bucket answers
 
 
 def test_nothing_listening_is_unavailable_and_retryable(s3_prefix: str) -> None:
@@ -154,6 +160,7 @@ def test_nothing_listening_is_unavailable_and_retryable(s3_prefix: str) -> None:
         lambda: store.get(f"{s3_prefix}x"),
         lambda: store.list(s3_prefix),
         lambda: store.delete(f"{s3_prefix}x"),
+        store.check,
     ):
         with pytest.raises(ObjectStoreUnavailable) as info:
             call()
