@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -58,13 +59,20 @@ def live_metasrv(
     topic_prefix: str = "t",
     dashboard: dict[str, str] | None = None,
     history: dict[str, str] | None = None,
+    wal: dict[str, Any] | None = None,
 ) -> Iterator[LiveMetasrv]:
     """Serve and seed a metasrv of its own; remove its keys and topics at the end.
     Its topics are `{topic_prefix}{8 hex}_{n}`; `dashboard` and `history` override those
-    sections (the history's `url` is the test's own SQLite file)."""
+    sections (the history's `url` is the test's own SQLite file), `wal` adds to `[wal]`."""
     prefix = f"{topic_prefix}{uuid.uuid4().hex[:8]}"
     settings = live_settings(
-        prefix, kafka_bootstrap, etcd_endpoint, workdir, dashboard=dashboard, history=history
+        prefix,
+        kafka_bootstrap,
+        etcd_endpoint,
+        workdir,
+        dashboard=dashboard,
+        history=history,
+        wal=wal,
     )
     try:
         with serve(settings) as url:
@@ -91,6 +99,7 @@ def live_settings(
     num_topics: int = 3,
     dashboard: dict[str, str] | None = None,
     history: dict[str, str] | None = None,
+    wal: dict[str, Any] | None = None,
 ) -> Settings:
     """Settings for one isolated metasrv: its own kv prefix, topic prefix and history file."""
     history_url = f"sqlite:///{workdir / f'{prefix}-history.db'}"
@@ -104,6 +113,7 @@ def live_settings(
             "auto_prune_interval": "0s",
             "region_stat_ttl": "10m",
             "flush_wait_timeout": "2s",
+            **(wal or {}),
         },
         procedure={"max_retry_times": 1, "retry_delay": "100ms"},
         http={"addr": f"127.0.0.1:{free_port()}"},
