@@ -6,6 +6,7 @@ and once the group commits, the plan and the purge stop at its committed offset.
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,3 +116,44 @@ def test_a_blocked_topic_names_its_regions_and_the_group(
         {"consumer_group": CDC, "reason": "no_committed_offset"},
         {"consumer_group": SILENT, "reason": "no_committed_offset"},
     ]
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} is absent")
+def test_the_dashboard_shows_the_blocking_group_like_a_blocking_region(
+    live: LiveMetasrv, kafka_bootstrap: str
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.api.test_dashboard_browser import CHROMIUM_ARGS
+
+    w = live.world
+    commit(kafka_bootstrap, CDC, w.purgeable_topic, 5)
+    commit(kafka_bootstrap, SILENT, w.purgeable_topic, 12)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{live.url}/dashboard?refresh=1")
+            page.fill("#token", VIEWER_TOKEN)
+            page.click("#token-form button")
+            page.wait_for_selector("body[data-loaded=true]", timeout=15_000)
+
+            blocked = page.locator(f'tr[data-topic="{w.blocked_topic}"]')
+            expect(blocked.get_by_test_id("blocked-region")).to_have_text(
+                f"region {w.blocked_region}: no_stat"
+            )
+            expect(blocked.get_by_test_id("blocked-group")).to_have_text(
+                [f"consumer group {CDC}: no_committed_offset",
+                 f"consumer group {SILENT}: no_committed_offset"]
+            )  # fmt: skip
+            held = page.locator(f'tr[data-topic="{w.purgeable_topic}"]')
+            expect(held.locator('[data-field="prune_point"]')).to_have_text("5")
+            expect(held.get_by_test_id("held-by-group")).to_contain_text(
+                f"held by consumer group {CDC} (lag {RECORDS_PER_TOPIC - 5})"
+            )
+        finally:
+            browser.close()
