@@ -9,13 +9,15 @@ rather than metasrv's adapter.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
-from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from metasrv.archive import ArchivedRange, ObjectStore, WalRecord, encode_object
 from metasrv.settings import ArchiveSettings
+from tests._wait import wait_until
 from toolbox.stack import S3Endpoint
 
 
@@ -74,3 +76,34 @@ def trim(bootstrap: str, topic: str, offset: int) -> int:
     [(_, future)] = futures.items()
     deleted = future.result(timeout=30)
     return int(deleted.low_watermark)
+
+
+def archive_from_kafka(bootstrap: str, store: ObjectStore, topic: str, start: int, end: int) -> str:
+    """Archive entries [start, end) of `topic` as Kafka holds them now, as one object (what
+    an archiver would have written before a trim); returns its key."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-archive-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
+    records: list[WalRecord] = []
+
+    def read_to_end() -> bool:
+        for msg in consumer.consume(num_messages=500, timeout=0.2):
+            assert msg.error() is None, msg.error()
+            offset = msg.offset()
+            assert offset is not None
+            if offset < end:
+                records.append(WalRecord(offset, msg.timestamp()[1], msg.key(), msg.value()))
+        return len(records) >= end - start
+
+    try:
+        consumer.assign([TopicPartition(topic, 0, start)])
+        wait_until(read_to_end, f"entries {start}..{end - 1} of {topic}")
+    finally:
+        consumer.close()
+    assert [r.entry_id for r in records] == list(range(start, end))
+    return put_archived(store, topic, records)

@@ -202,7 +202,15 @@ def _from_kafka(
     try:
         deadline = time.monotonic() + timeout
         high = _high_watermark(consumer, topic, deadline)
-        if first >= high:
+        if first > high:
+            # Entries the region saw acknowledged are not in the topic (truncated, or
+            # deleted and recreated): as lost as those below the log start.
+            raise WalDataLoss(
+                f"region {answer.region_id}: replay of {topic} from {first}: above its high "
+                f"watermark {high}",
+                details=_details(answer, start),
+            )
+        if first == high:
             return
         consumer.assign([TopicPartition(topic, 0, first)])
         next_offset = first

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from typing import Any
 
 from metasrv.errors import MetasrvError, WalDataLoss
+from metasrv.settings import load_settings
 from toolbox.simulator._datanode import SimDatanode
 from toolbox.simulator._region import SimRegion
 from toolbox.simulator._workload import drive_writes
@@ -55,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir", required=True)
         p.add_argument("--metasrv", default=None, help="metasrv URL (heartbeats, replay-start)")
         p.add_argument("--token", default=None, help="datanode token")
+        p.add_argument(
+            "--archive-config",
+            default=None,
+            help="a metasrv TOML file whose [wal.archive] names the WAL archive replays read",
+        )
         p.add_argument(
             "--replay-from-flushed",
             action="store_true",
@@ -152,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    archive = None
+    if args.archive_config is not None:
+        try:
+            archive = load_settings(args.archive_config).wal.archive
+        except MetasrvError as exc:
+            _emit("error", code=exc.code, message=exc.message, details=exc.details)
+            return 1
     datanode = SimDatanode(
         args.node_id,
         args.metasrv,
@@ -160,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         args.data_dir,
         heartbeat_interval=args.heartbeat_interval,
         flush_threshold_bytes=args.flush_threshold,
+        archive=archive,
     )
     try:
         if args.command == "recover":

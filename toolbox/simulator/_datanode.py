@@ -2,7 +2,8 @@
 
 Its metasrv side is `metasrv.datanode`, as a database's would be: `DatanodeClient` finds
 the leader (421s followed, 503s and unreachable addresses retried) and asks replay
-starts, and `HeartbeatLoop` heartbeats, retries after jittered backoff and hands new flush
+starts, `replay_entries` replays (the WAL archive's objects metasrv names, then Kafka), and
+`HeartbeatLoop` heartbeats, retries after jittered backoff and hands new flush
 instructions to the flusher.
 
 Threads: the WAL writer's poll thread (delivery reports), the heartbeat loop's thread, one
@@ -25,12 +26,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from metasrv import wire
-from metasrv.datanode import DatanodeClient, HeartbeatLoop, replay_from
+from metasrv.archive import ObjectStore
+from metasrv.datanode import DatanodeClient, HeartbeatLoop, replay_entries, replay_from
 from metasrv.errors import InvalidArgument, KafkaUnavailable
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
+from metasrv.settings import ArchiveSettings
 from toolbox.simulator._region import RecoveryReport, SimRegion, VerifyReport
-from toolbox.simulator._wal import Tee, WalWriter
+from toolbox.simulator._wal import Tee, WalWriter, replay_config
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,12 @@ class MetasrvLink(Protocol):
     def replay_start(self, region_id: int, /) -> int: ...
 
     def close(self) -> None: ...
+
+
+def _link(client: MetasrvLink | None) -> MetasrvLink:
+    if client is None:
+        raise InvalidArgument("restart without a metasrv needs replay_start")
+    return client
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +103,14 @@ class SimDatanode:
         replay_timeout: float = 60.0,
         tee: Tee | None = None,
         advance_flushed_when_idle: bool = True,
+        archive: ArchiveSettings | None = None,
     ) -> None:
         """`metasrv_url`: one metasrv address or several; None: no heartbeats (Kafka-only
         use), and `restart` then needs `replay_start`.
+
+        `archive`: the WAL archive's bucket (`[wal.archive]`), read when metasrv's replay
+        start is below Kafka's log start; None or disabled: no archive, such a start is
+        WAL data loss.
 
         `tee` sees every record this datanode writes (benchmarks copy them to twin topics).
         `advance_flushed_when_idle`: see `SimRegion` (False: DESIGN-literal regions that just
@@ -114,6 +128,7 @@ class SimDatanode:
         self.client: MetasrvLink | None = (
             DatanodeClient(metasrv_url, token=token, timeout=5.0) if metasrv_url else None
         )
+        self.archive = ObjectStore(archive) if archive is not None and archive.enabled else None
         self.regions: dict[int, SimRegion] = {}
         self.rejections: list[Rejection] = []
         self.flushes_instructed = 0
@@ -238,6 +253,8 @@ class SimDatanode:
         self.stop()
         if self.client is not None:
             self.client.close()
+        if self.archive is not None:
+            self.archive.close()
         self._admin.close()
 
     def kill(self) -> None:
@@ -266,17 +283,17 @@ class SimDatanode:
     ) -> list[RecoveryReport]:
         """Reopen every region stored in the data dir and replay its WAL.
 
-        The replay start comes from the metasrv (`GET /v1/regions/{id}/replay-start`)
-        unless `replay_start` is given. A start Kafka no longer holds raises `WalDataLoss`.
-        Heartbeats resume only after every region replayed (`start=False`: not at all).
+        The replay start comes from the metasrv (`GET /v1/regions/{id}/replay-start`,
+        with the WAL archive's objects to read first when the start is below Kafka's log
+        start) unless `replay_start` is given (then Kafka alone). A start neither Kafka nor
+        the archive holds raises `WalDataLoss`. Heartbeats resume only after every region
+        replayed (`start=False`: not at all).
         """
         if self._alive or self.regions:
             self.kill()
         self._fatal = None
-        if replay_start is None:
-            if self.client is None:
-                raise InvalidArgument("restart without a metasrv needs replay_start")
-            replay_start = self.client.replay_start
+        if replay_start is None and self.client is None:
+            raise InvalidArgument("restart without a metasrv needs replay_start")
         reports = []
         for region_id, path in self.region_dirs().items():
             manifest = SimRegion.stored_manifest(path)
@@ -295,16 +312,39 @@ class SimDatanode:
             self.start()
         return reports
 
-    def _replay(self, region: SimRegion, replay_start: Callable[[int], int]) -> RecoveryReport:
-        """Replay one region from the replay start it is given (`DatanodeClient.replay_start`
-        retries while no metasrv serves), once, or from its own flushed entry id + 1 when
-        that is higher (`replay_from`: the answer may come from a stat that lags the
-        manifest, and a purge after the region's next report may delete below it). A
-        start below Kafka's log start is WAL data loss (`auto.offset.reset=error`):
-        metasrv moves a topic's marker before it deletes, so a region that needs nothing
-        below the log start is never sent below it, and the datanode does not ask twice."""
-        start = replay_from(replay_start(region.region_id), region.flushed_entry_id)
-        return region.replay(start, self.kafka_bootstrap, timeout=self.replay_timeout)
+    def _replay(
+        self, region: SimRegion, replay_start: Callable[[int], int] | None
+    ) -> RecoveryReport:
+        """Replay one region from the replay start metasrv answers (or `replay_start`
+        gives), once, or from its own flushed entry id + 1 when that is higher
+        (`replay_from`: the answer may come from a stat that lags the manifest, and a purge
+        after the region's next report may delete below it).
+
+        metasrv's answer (`DatanodeClient.replay_answer`, retried while no metasrv serves)
+        names the WAL archive's objects when the start is below Kafka's log start and the
+        archive holds the range: they are read first (`replay_entries`), then Kafka. A start
+        below the log start that the archive does not hold is WAL data loss
+        (`auto.offset.reset=error`): metasrv moves a topic's marker before it deletes, so a
+        region that needs nothing below the log start is never sent below it, and the
+        datanode does not ask twice."""
+        flushed = region.flushed_entry_id
+        if replay_start is None and isinstance(self.client, DatanodeClient):
+            answer = self.client.replay_answer(region.region_id)
+        else:
+            asked = replay_start or _link(self.client).replay_start
+            start = replay_from(asked(region.region_id), flushed)
+            answer = wire.ReplayStart(
+                region_id=region.region_id, topic=region.topic, start_entry_id=start
+            )
+        entries = replay_entries(
+            answer,
+            kafka=replay_config(self.kafka_bootstrap),
+            store=self.archive,
+            flushed_entry_id=flushed,
+            timeout=self.replay_timeout,
+        )
+        start = replay_from(answer.start_entry_id, flushed)
+        return region.replay(start, entries, log_start=answer.log_start_offset)
 
     def verify(self) -> list[VerifyReport]:
         """Check every region's acknowledged rows are recovered (call after `restart`)."""

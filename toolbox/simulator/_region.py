@@ -17,16 +17,17 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Message
 
+from metasrv.datanode import WalEntry
 from metasrv.errors import Conflict, KafkaUnavailable
 from toolbox.simulator._storage import Manifest, RegionStore, WalRow, digest
-from toolbox.simulator._wal import WalWriter, entry_id_of, read_region_entries, region_key
+from toolbox.simulator._wal import WalWriter, entry_id_of, region_key, region_rows
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class RecoveryReport:
     """Records of the topic read during replay (all regions)."""
     replayed: int
     """Rows of this region replayed into the memtable."""
+    from_archive: int = 0
+    """Of `records_read`, those read from the WAL archive (below Kafka's log start)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,15 +403,25 @@ class SimRegion:
         self.kill()
 
     def replay(
-        self, start_entry_id: int, bootstrap: str, *, timeout: float = 60.0
+        self, start_entry_id: int, entries: Iterable[WalEntry], *, log_start: int | None = None
     ) -> RecoveryReport:
-        """Rebuild the memtable from the WAL, from `start_entry_id` (the metasrv's replay-start).
+        """Rebuild the memtable from the WAL `entries` of the region's topic, read from
+        `start_entry_id` on (`metasrv.datanode.replay_entries`: the archive's objects below
+        Kafka's `log_start`, then Kafka).
 
-        Raises `WalDataLoss` if Kafka no longer holds `start_entry_id`.
+        Raises what reading `entries` raises: `WalDataLoss` if neither Kafka nor the archive
+        holds them.
         """
-        rows, read = read_region_entries(
-            bootstrap, self.topic, self.region_id, start_entry_id, timeout=timeout
-        )
+        below = 0
+
+        def counted() -> Iterable[WalEntry]:
+            nonlocal below
+            for entry in entries:
+                if log_start is not None and entry.entry_id < log_start:
+                    below += 1
+                yield entry
+
+        rows, read = region_rows(counted(), self.region_id)
         with self._lock:
             flushed = self._manifest.flushed_entry_id
             fresh = [r for r in rows if r.entry_id > flushed]
@@ -429,6 +442,7 @@ class SimRegion:
             flushed_entry_id=flushed,
             records_read=read,
             replayed=len(fresh),
+            from_archive=below,
         )
 
     def verify(self) -> VerifyReport:

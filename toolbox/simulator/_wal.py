@@ -4,9 +4,11 @@ Writing: `acks=all`, idempotence on, partition 0 of the region's topic, key = th
 (decimal ASCII). A background thread serves delivery reports; a record counts as written
 only when its report carries an offset.
 
-Replay: a consumer assigned to partition 0 at an explicit offset with
-`auto.offset.reset=error`, so a start below Kafka's log start offset (entries a region
-needed were deleted) raises `WalDataLoss` instead of silently skipping ahead.
+Replay is the datanode client's (`metasrv.datanode.replay_entries`): the WAL archive's
+objects metasrv names, then a consumer assigned to partition 0 at an explicit offset with
+`auto.offset.reset=error`, so a start below Kafka's log start offset that the archive does
+not hold (entries a region needed were deleted) raises `WalDataLoss` instead of silently
+skipping ahead. `region_rows` keeps one region's rows of what it yields.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import json
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer as _Consumer
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from metasrv.errors import KafkaUnavailable, NotFound, WalDataLoss
+from metasrv import wire
+from metasrv.datanode import WalEntry, replay_entries
+from metasrv.errors import KafkaUnavailable
 from metasrv.kafka import translate_kafka_error
 from toolbox.simulator._storage import WalRow
 
@@ -162,6 +165,26 @@ class WalWriter:
         self._producer.purge(in_queue=True, in_flight=False, blocking=False)
 
 
+def replay_config(bootstrap: str) -> dict[str, Any]:
+    """The replay consumer's Kafka settings: `bootstrap`, librdkafka's logs to
+    `client_logger`."""
+    return {"bootstrap.servers": bootstrap, "log_level": 3, "logger": client_logger}
+
+
+def region_rows(entries: Iterable[WalEntry], region_id: int) -> tuple[list[WalRow], int]:
+    """The rows of region `region_id` (records whose key is the region's) among `entries`,
+    and the number of entries read (every region's)."""
+    key = region_key(region_id)
+    rows: list[WalRow] = []
+    read = 0
+    for entry in entries:
+        read += 1
+        if entry.key == key:
+            value = entry.value or b""
+            rows.append(WalRow(entry_id=entry.entry_id, seq=_seq_of(value), value=value))
+    return rows, read
+
+
 def read_region_entries(
     bootstrap: str,
     topic: str,
@@ -170,99 +193,16 @@ def read_region_entries(
     *,
     timeout: float = 60.0,
 ) -> tuple[list[WalRow], int]:
-    """Replay partition 0 of `topic` from `start_entry_id` to the current high watermark.
+    """Replay partition 0 of `topic` from `start_entry_id` to the current high watermark,
+    from Kafka alone (no archive).
 
-    Returns the region's rows (records whose key is the region's) and the number of
-    records read. Raises `WalDataLoss` when the start is outside the log (below the log
-    start offset: entries were deleted; above the high watermark: a bad start), and
-    `KafkaUnavailable` on transport errors or when the end is not reached in `timeout`.
+    Returns the region's rows and the number of records read. Raises `WalDataLoss` when
+    the start is below the log start offset (entries were deleted), and `KafkaUnavailable`
+    on transport errors or when the end is not reached in `timeout`.
     """
-    consumer = _Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"metasrv-sim-replay-{region_id}-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            "isolation.level": "read_uncommitted",
-            "log_level": 3,
-            "logger": client_logger,
-        }
-    )
-    key = region_key(region_id)
-    rows: list[WalRow] = []
-    read = 0
-    try:
-        deadline = time.monotonic() + timeout
-        high = _high_watermark(consumer, topic, deadline)
-        # No check against `low` here on purpose: the consumer's auto.offset.reset=error is
-        # the guard a real datanode has, and the one tested.
-        if start_entry_id == high:
-            return rows, 0
-        consumer.assign([TopicPartition(topic, 0, start_entry_id)])
-        next_offset = start_entry_id
-        while next_offset < high:
-            if time.monotonic() > deadline:
-                raise KafkaUnavailable(
-                    f"region {region_id}: replay of {topic} stopped at {next_offset} of {high}"
-                )
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if err.code() in (
-                        KafkaError._AUTO_OFFSET_RESET,
-                        KafkaError.OFFSET_OUT_OF_RANGE,
-                    ):
-                        raise WalDataLoss(
-                            f"region {region_id}: replay of {topic} from {start_entry_id}: "
-                            f"{err.str()}",
-                            details={
-                                "region_id": region_id,
-                                "topic": topic,
-                                "start_entry_id": start_entry_id,
-                                "kafka_error": err.name(),
-                            },
-                        )
-                    raise translate_kafka_error(KafkaException(err), f"replay of {topic}")
-                offset = entry_id_of(msg)
-                if offset >= high:
-                    break
-                if offset != next_offset:
-                    # Partition 0 offsets are dense for a non-transactional, non-compacted
-                    # topic; a hole below the end means records vanished mid-replay.
-                    raise WalDataLoss(
-                        f"region {region_id}: replay of {topic} expected offset {next_offset}, "
-                        f"got {offset}",
-                        details={"region_id": region_id, "topic": topic},
-                    )
-                next_offset = offset + 1
-                read += 1
-                if msg.key() == key:
-                    value = msg.value() or b""
-                    rows.append(WalRow(entry_id=offset, seq=_seq_of(value), value=value))
-        return rows, read
-    finally:
-        consumer.close()
-
-
-def _high_watermark(consumer: _Consumer, topic: str, deadline: float) -> int:
-    """Partition 0's high watermark; transient errors (a broker restarting, metadata not yet
-    loaded) are retried until `deadline`, as a datanode waits for its WAL to come back."""
-    while True:
-        try:
-            _low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, 0), timeout=5.0, cached=False
-            )
-            return int(high)
-        except KafkaException as exc:
-            error = translate_kafka_error(exc, f"watermarks of {topic}")
-            if not isinstance(error, KafkaUnavailable | NotFound) or time.monotonic() > deadline:
-                raise error from exc
-            logger.warning("replay of %s waits for Kafka: %s", topic, error.message)
-            time.sleep(0.5)
+    answer = wire.ReplayStart(region_id=region_id, topic=topic, start_entry_id=start_entry_id)
+    entries = replay_entries(answer, kafka=replay_config(bootstrap), timeout=timeout)
+    return region_rows(entries, region_id)
 
 
 def _seq_of(value: bytes) -> int:
