@@ -28,7 +28,7 @@ from metasrv.kafka import KafkaAdmin
 from metasrv.settings import WalSettings
 from tests._wait import wait_until
 from tests.metasrv.archive._wal import Pool, archived_entries, committed, produce, ranges
-from toolbox.stack import S3Endpoint, StackConfig, s3_endpoint_of, start_service, stop_service
+from toolbox.stack import StackConfig, s3_endpoint_of, start_service, stop_service
 
 RECORDS = [
     WalRecord(7, 1_700_000_000_000, None, b"v7"),
@@ -74,31 +74,6 @@ def test_the_pool_is_named_as_the_leader_names_it() -> None:
 
 
 # -- against Kafka and S3 ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def pool(
-    kafka_admin: KafkaAdmin,
-    kafka_bootstrap: str,
-    unique_prefix: str,
-    s3_endpoint: S3Endpoint,
-    s3_prefix: str,
-) -> Iterator[Pool]:
-    topics = [f"{unique_prefix}_{n}" for n in range(2)]
-    assert kafka_admin.ensure_topics(topics) == topics
-    yield Pool(
-        kafka_bootstrap, unique_prefix, topics, f"{unique_prefix}-archive", s3_endpoint, s3_prefix
-    )
-    kafka_admin.delete_topics(topics)
-
-
-@pytest.fixture
-def store(pool: Pool) -> Iterator[ObjectStore]:
-    client = ObjectStore(pool.wal_settings().archive)
-    yield client
-    for obj in client.list(pool.s3_prefix):
-        client.delete(obj.key)
-    client.close()
 
 
 class Running:

@@ -24,7 +24,6 @@ from metasrv.kafka import KafkaAdmin
 from tests._wait import wait_until
 from tests.metasrv.archive._wal import Pool, archived_entries, committed, produce, ranges
 from toolbox.simulator import free_port, log_records, metasrv_argv
-from toolbox.stack import S3Endpoint
 
 PAUSE_ENV = "METASRV_ARCHIVER_PAUSE_AT"
 
@@ -76,27 +75,8 @@ class ArchiverProcess:
 
 
 @pytest.fixture
-def pool(
-    kafka_admin: KafkaAdmin,
-    kafka_bootstrap: str,
-    unique_prefix: str,
-    s3_endpoint: S3Endpoint,
-    s3_prefix: str,
-) -> Iterator[Pool]:
-    topics = [f"{unique_prefix}_{n}" for n in range(4)]
-    assert kafka_admin.ensure_topics(topics) == topics
-    group = f"{unique_prefix}-archive"
-    yield Pool(kafka_bootstrap, unique_prefix, topics, group, s3_endpoint, s3_prefix)
-    kafka_admin.delete_topics(topics)
-
-
-@pytest.fixture
-def store(pool: Pool) -> Iterator[ObjectStore]:
-    client = ObjectStore(pool.wal_settings().archive)
-    yield client
-    for obj in client.list(pool.s3_prefix):
-        client.delete(obj.key)
-    client.close()
+def pool_size() -> int:
+    return 4
 
 
 @pytest.fixture
