@@ -113,3 +113,13 @@ def test_kafka_trimmed_again_after_the_answer_fails_loudly(
     assert [next(replay) for _ in range(LOG_START)] == _entries(records[:LOG_START])
     with pytest.raises(WalDataLoss, match="replay of"):
         next(replay)
+
+
+def test_a_start_above_the_high_watermark_is_data_loss(
+    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+) -> None:
+    answer = wire.ReplayStart(region_id=1, topic=kafka_topic, start_entry_id=len(records) + 5)
+    with pytest.raises(WalDataLoss, match="above its high watermark 30"):
+        list(replay_entries(answer, kafka=kafka_bootstrap))
+    at_the_end = wire.ReplayStart(region_id=1, topic=kafka_topic, start_entry_id=len(records))
+    assert list(replay_entries(at_the_end, kafka=kafka_bootstrap)) == []
