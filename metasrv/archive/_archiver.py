@@ -200,6 +200,12 @@ class ArchiverMetrics:
             ["topic"],
             registry=r,
         )
+        self.buffered = Gauge(
+            "metasrv_archiver_buffered_entries",
+            "Entries read and held in memory, not yet in a committed object, per topic",
+            ["topic"],
+            registry=r,
+        )
         self.committed = Gauge(
             "metasrv_archiver_committed_offset",
             "The group's committed offset this archiver last committed or read, per topic",
@@ -533,6 +539,7 @@ class Archiver:
         self._forget(partitions, "lost")
 
     def _forget(self, partitions: list[TopicPartition], how: str) -> None:
+        m = self.metrics
         topics = sorted({p.topic for p in partitions if p.partition == 0})
         dropped = 0
         with self._lock:
@@ -542,7 +549,7 @@ class Archiver:
         for topic in topics:
             self._paused.discard(topic)
             self._committed.pop(topic, None)
-            for gauge in (self.metrics.assigned, self.metrics.lag, self.metrics.committed):
+            for gauge in (m.assigned, m.lag, m.committed, m.buffered):
                 with contextlib.suppress(KeyError):  # no sample yet
                     gauge.remove(topic)
         logger.info(
@@ -552,11 +559,13 @@ class Archiver:
         )
 
     def _update_lag(self, consumer: Consumer) -> None:
+        """The lag and buffered gauges, at most once a `_LAG_INTERVAL`."""
         now = self._clock()
         if now - self._lag_at < _LAG_INTERVAL:
             return
         self._lag_at = now
-        for topic in list(self._buffers):
+        for topic, buffer in list(self._buffers.items()):
+            self.metrics.buffered.labels(topic).set(len(buffer.records))
             try:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
             except KafkaException:

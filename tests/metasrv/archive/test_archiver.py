@@ -222,3 +222,30 @@ def test_with_the_store_down_nothing_is_committed_and_archiving_resumes_once_it_
     assert archived_entries(store, topic, 6) == produced
     running[0].stop()
     store.close()
+
+
+def test_a_rebalance_drops_the_revoked_topics_buffers_and_their_next_owner_archives_them(
+    pool: Pool, store: ObjectStore, kafka_admin: KafkaAdmin, running: list[Running]
+) -> None:
+    produced = {t: produce(pool.bootstrap, t, 4) for t in pool.topics}
+    # `slow` buffers everything and writes nothing for a minute; `quick` writes at once.
+    slow = Archiver(pool.wal_settings(object_max_delay="60s", object_max_bytes="1MB"), store)
+    running.append(Running(slow))
+    wait_until(lambda: slow.assigned == sorted(pool.topics), "slow to hold the pool")
+    held = [f'metasrv_archiver_buffered_entries{{topic="{t}"}} 4.0' for t in pool.topics]
+    wait_until(lambda: all(h in slow.metrics.render().decode() for h in held), "slow's reads")
+
+    quick = Archiver(pool.wal_settings(), store)
+    running.append(Running(quick))
+    [moved] = wait_until(lambda: quick.assigned if len(slow.assigned) == 1 else None, "a split")
+    wait_until(lambda: committed(kafka_admin, pool.group, [moved]) == {moved: 4}, "quick's commit")
+    assert archived_entries(store, moved, 4) == produced[moved]
+    assert [r.first_entry_id for r in ranges(store, moved)] == [0]  # from the committed offset
+    [kept] = slow.assigned
+    assert committed(kafka_admin, pool.group, [kept]) == {kept: None}
+
+    running[0].stop()  # slow abandons its buffer uncommitted and leaves: quick takes the topic
+    wait_until(lambda: committed(kafka_admin, pool.group, [kept]) == {kept: 4}, "the hand-over")
+    assert archived_entries(store, kept, 4) == produced[kept]
+    assert "metasrv_archiver_written_objects_total{" not in slow.metrics.render().decode()
+    running[1].stop()
