@@ -161,6 +161,9 @@ def test_a_heartbeat_sent_to_a_follower_follows_its_421_to_the_leader(
         assert client.current == shared.leader.url
         assert client.addresses == [shared.follower.url, shared.leader.url]
         assert client.replay_start(region) == 6  # flushed 5, no purge yet
+        whole = client.replay_answer(region)
+        assert (whole.topic, whole.start_entry_id) == (topic, 6)
+        assert (whole.log_start_offset, whole.archive) == (0, None)  # nothing deleted
         with pytest.raises(NotFound):
             client.replay_start(region + 1)
     with MetasrvClient(shared.leader.url, token=OPERATOR) as operator:
@@ -212,6 +215,8 @@ async def test_the_async_client_follows_the_421_too(shared: Cluster) -> None:
         assert answer.rejected == []
         assert client.current == shared.leader.url
         assert await client.replay_start(region) == 6
+        whole = await client.replay_answer(region)
+        assert (whole.start_entry_id, whole.log_start_offset, whole.archive) == (6, 0, None)
 
 
 @dataclass
