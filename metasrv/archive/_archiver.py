@@ -17,7 +17,7 @@ a gap.
 - A rebalance that revokes (or loses) a topic drops its uncommitted buffer; its next owner
   starts from the committed offset.
 - The store down: the buffer waits (no commit), the write is retried with a growing delay,
-  and the partition is paused so the buffer stops growing; the archiver stays in the group.
+  and a partition whose buffer is full is paused meanwhile; the archiver stays in the group.
 - `stop` set (SIGTERM): an object being written is finished (verified, then committed) or
   abandoned; nothing new starts; the consumer leaves the group.
 
@@ -321,7 +321,6 @@ class Archiver:
         self._retry_at = 0.0
         self._retry_delay = _FIRST_RETRY
         self._lag_at = float("-inf")
-        self._consumer: Consumer | None = None
         self._lock = threading.Lock()
 
     # -- what others may read ----------------------------------------------------------------
@@ -338,8 +337,7 @@ class Archiver:
         with self._lock:
             return sorted(self._buffers)
 
-    def mark_store(self, ok: bool) -> None:
-        """Record whether the store answered (the start-up check calls it too)."""
+    def _mark_store(self, ok: bool) -> None:
         with self._lock:
             self._store_ok = ok
 
@@ -348,7 +346,6 @@ class Archiver:
     def run(self, stop: threading.Event) -> None:
         """Archive until `stop` is set, then leave the group. Uncommitted buffers are abandoned."""
         consumer = Consumer(self._conf)
-        self._consumer = consumer
         consumer.subscribe(
             self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -368,7 +365,6 @@ class Archiver:
                 self._buffers.clear()
             logger.info("archiver leaving its group", extra={"abandoned_records": abandoned})
             consumer.close()
-            self._consumer = None
 
     def _poll_wait(self) -> float:
         now = self._clock()
@@ -402,13 +398,7 @@ class Archiver:
         if offset < buffer.next_offset:
             return
         _, ts = message.timestamp()
-        record = WalRecord(
-            offset,
-            ts,
-            message.key(),
-            message.value(),
-            _headers(message),
-        )
+        record = WalRecord(offset, ts, message.key(), message.value(), _headers(message))
         buffer.records.append((record, self._clock()))
         buffer.size += record.size
         buffer.next_offset = offset + 1
@@ -489,14 +479,14 @@ class Archiver:
             answer = call()
         except MetasrvError as exc:
             self.metrics.store_errors.labels(operation).inc()
-            self.mark_store(False)
+            self._mark_store(False)
             logger.warning(
                 "object store %s failed; the range stays uncommitted",
                 operation,
                 extra={**log, "error": str(exc), "retryable": exc.retryable},
             )
             raise _StoreFailed(str(exc)) from exc
-        self.mark_store(True)
+        self._mark_store(True)
         return answer
 
     def _reached(self, point: PausePoint, stop: threading.Event, log: Mapping[str, Any]) -> None:
