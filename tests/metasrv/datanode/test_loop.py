@@ -14,7 +14,7 @@ import pytest
 from metasrv.datanode import Backoff, FlushInstructions, HeartbeatLoop
 from metasrv.errors import NotLeader, Unavailable
 from metasrv.wire import HeartbeatResponse, Instruction
-from tests._wait import wait_until
+from tests._wait import blocked_in, wait_until
 
 
 def answer(*instructions: tuple[str, list[int]]) -> HeartbeatResponse:
@@ -111,7 +111,12 @@ def test_wake_sends_the_next_heartbeat_at_once() -> None:
     loop = HeartbeatLoop(send, report, interval=60.0)
     loop.start()
     try:
-        assert not sent.wait(0.2)
+        thread = loop._thread
+        assert thread is not None
+        # Parked in the wait before its first heartbeat: nothing sent, and only a wake
+        # can send one now.
+        wait_until(lambda: blocked_in(thread, "run"), "the loop to wait for its first beat")
+        assert not sent.is_set()
         started = time.monotonic()
         loop.wake()
         assert sent.wait(2)
