@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from metasrv import wire
 from metasrv.leader import HeartbeatJudge, RegionRegistry
 from metasrv.model import RegionRoute, RegionStat
@@ -63,3 +65,22 @@ def report(
             if judged.rejected:
                 raise AssertionError(f"the judge rejected {judged.rejected}")
             judged.store(received_at)
+
+
+def prepared_for(registry: RegionRegistry, topic: str, region_ids: list[int]) -> list[int]:
+    """Those of `region_ids` whose slot was prepared for `topic` (`RegionRegistry.prepare`)
+    and that have no row yet: what the judge takes as the map's word for a first report
+    of them on `topic` (`Verdict.prepared`). Judged for no datanode (-1), which no memo
+    holds, and nothing is stored."""
+    n = len(region_ids)
+    cols = wire.Columns(
+        topic_names=[topic],
+        topic=np.zeros(n, np.int64),
+        region_id=np.array(region_ids, np.int64),
+        flushed=np.zeros(n, np.int64),
+        memtable=np.zeros(n, np.int64),
+        latest=None,
+        manifest=None,
+    )
+    prepared = registry.judge(-1, cols).prepared(np.arange(n))
+    return [rid for rid, yes in zip(region_ids, prepared.tolist(), strict=True) if yes]

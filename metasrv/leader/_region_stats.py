@@ -739,13 +739,6 @@ class StatTable:
             slots[missed] = [get(region_ids[i], -1) for i in missed]
         return slots
 
-    def awaiting(self, region_ids: list[int]) -> dict[int, str]:
-        """Those of `region_ids` with a slot prepared (`prepare`) and no row yet, each
-        with the topic it was prepared for."""
-        codes = self._prepared_codes(self._lookup(region_ids)).tolist()
-        names = self._topics.names
-        return {rid: names[c] for rid, c in zip(region_ids, codes, strict=True) if c >= 0}
-
     # --- judging a heartbeat ----------------------------------------------------------
 
     def judge(self, node_id: int, cols: Columns) -> Verdict:

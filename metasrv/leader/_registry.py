@@ -123,11 +123,6 @@ class RegionRegistry:
         """Topics with at least one region row."""
         return self._table.topics()
 
-    def awaiting(self, region_ids: list[int]) -> dict[int, str]:
-        """Those of `region_ids` mapped when this term's table was prepared (`prepare`)
-        that have not reported since, each with the topic it was mapped to."""
-        return self._table.awaiting(region_ids)
-
     def get(self, region_id: int, topic: str | None = None) -> RegionStat | None:
         """The region's latest stat, or None if it has not reported to this leader.
 

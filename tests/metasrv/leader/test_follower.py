@@ -31,6 +31,7 @@ from metasrv.leader import (
 from metasrv.metrics import Metrics
 from metasrv.settings import load_settings
 from metasrv.sql import kv_table
+from tests._stats import prepared_for
 from tests._wait import blocked_in, eventually, wait_until
 from tests.metasrv.kv.conftest import KvFactory
 
@@ -214,7 +215,7 @@ async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removal
     w = view_world
     await _follow(w, "wal_0", range(1, 6))
     assert len(w.registry) == 0
-    assert w.registry.awaiting([1, 2, 3, 4, 5]) == dict.fromkeys(range(1, 6), "wal_0")
+    assert prepared_for(w.registry, "wal_0", [1, 2, 3, 4, 5]) == [1, 2, 3, 4, 5]
 
     w.writer.delete(keys.topic_region("wal_0", 2))
     w.writer.delete(keys.topic_region("wal_0", 3))  # moved
@@ -222,8 +223,8 @@ async def test_a_warm_follower_prepares_the_next_terms_table_and_follows_removal
     _register(w.writer, "wal_0", range(6, 8))
     assert await w.view.load()
     # 2 deregistered: no slot; 3 moved: prepared for its new topic.
-    expected = {1: "wal_0", 3: "wal_1", 6: "wal_0", 7: "wal_0"}
-    assert w.registry.awaiting([1, 2, 3, 6, 7]) == expected
+    assert prepared_for(w.registry, "wal_0", [1, 2, 3, 6, 7]) == [1, 6, 7]
+    assert prepared_for(w.registry, "wal_1", [1, 2, 3, 6, 7]) == [3]
     assert len(w.registry) == 0 and w.registry.untouched
 
 
@@ -241,9 +242,9 @@ async def test_a_take_over_with_nothing_changed_keeps_the_followers_table(
 
     w.registry.prepare = recording  # type: ignore[method-assign]
     regions = list(range(1, 101))
-    assert len(w.registry.awaiting(regions)) == 100  # while following
+    assert prepared_for(w.registry, "wal_0", regions) == regions  # while following
     assert await w.view.load()
-    assert len(w.registry.awaiting(regions)) == 100 and w.registry.untouched
+    assert prepared_for(w.registry, "wal_0", regions) == regions and w.registry.untouched
     assert [list(topic_regions) for topic_regions in asked] == [[]]  # not rebuilt
 
 
@@ -270,8 +271,8 @@ async def test_a_warm_take_over_prepares_only_the_regions_mapped_since(
     w.writer.delete(keys.topic_region("wal_0", 300))
     assert await w.view.load()
     assert asked == [("wal_1", [200, 201])]
-    assert len(w.registry.awaiting([*range(1, 101), 200, 201])) == 102
-    assert w.registry.awaiting([300]) == {}
+    assert prepared_for(w.registry, "wal_0", [*range(1, 101), 300]) == list(range(1, 101))
+    assert prepared_for(w.registry, "wal_1", [200, 201]) == [200, 201]
 
 
 @pytest.mark.parametrize("kv_store", ["etcd"], indirect=True)

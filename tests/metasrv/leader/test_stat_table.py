@@ -23,7 +23,7 @@ from metasrv.leader import (
 from metasrv.model import RegionRoute, RegionStat
 from metasrv.wire import Columns
 from tests._gc import tracked_reachable
-from tests._stats import Routes, report
+from tests._stats import Routes, prepared_for, report
 
 
 def stat(
@@ -334,7 +334,8 @@ def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
     dirty = registry.dirty_rows()
     dirty.mark([10, 20])  # no row: no checkpoint to write
     assert slot_order(registry) == [] and len(dirty) == 0
-    assert registry.awaiting([10, 20, 30, 99]) == {10: "a", 20: "b", 30: "a"}
+    assert prepared_for(registry, "a", [10, 20, 30, 99]) == [10, 30]
+    assert prepared_for(registry, "b", [10, 20, 30, 99]) == [20]
     # No row names any topic, not even one no row has named yet (code -1).
     verdict = registry.judge(7, columns([10, 20, 30, 99], ["zz", "a", "a", "a"]))
     assert not verdict.steady.any() and not verdict.regressed.any()
@@ -342,14 +343,15 @@ def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
 
     judged = beat(registry, 7, columns([10, 20], ["a", "b"]), Routes({}), 1.0)
     assert judged.fresh is not None and len(judged.fresh) == 2  # the map's word
-    assert len(registry) == 2 and registry.awaiting([10, 20, 30]) == {30: "a"}
+    assert len(registry) == 2 and prepared_for(registry, "a", [10, 20, 30]) == [30]
+    assert prepared_for(registry, "b", [20]) == []
     assert registry.get(10) == RegionStat(10, 7, "a", 5, None, 0, 3, 1.0)
     assert sorted(registry.topic_snapshot("b")) == [20]
     dirty = registry.dirty_rows()
     dirty.mark([10, 30])  # 30 has no row: nothing to write for it
     assert dirty.take().next_batch(9) == {10: (7, 5)}
     registry.discard(30)  # prepared, never reported
-    assert len(registry) == 2 and registry.awaiting([30]) == {}
+    assert len(registry) == 2 and prepared_for(registry, "a", [30]) == []
     report(registry, [stat(30, 1)])  # back through the map
     assert len(registry) == 3 and sorted(registry.topic_snapshot("a")) == [10, 30]
 
@@ -402,7 +404,8 @@ def test_a_second_prepare_adds_slots_only_for_regions_without_one() -> None:
     report(registry, [stat(20, 1)])  # a region with a row outside the prepared slots
     registry.discard(3)  # deregistered: its slot is gone
     assert registry.prepare([("a", [1, 3, 5, 20, 7]), ("b", [9])]) == 2  # 3 again, 7 new
-    assert registry.awaiting([1, 3, 5, 7, 9, 20]) == {1: "a", 3: "a", 5: "a", 7: "a", 9: "b"}
+    assert prepared_for(registry, "a", [1, 3, 5, 7, 9, 20]) == [1, 3, 5, 7]
+    assert prepared_for(registry, "b", [9]) == [9]
     assert len(registry) == 1 and registry.get(20) == stat(20, 1)
 
 
@@ -427,7 +430,7 @@ def test_a_datanodes_first_heartbeat_is_matched_to_its_mapped_regions_in_any_ord
     more.prepare(mapped.items())
     more.prepare([("a", {30: Route(2)})])  # mapped since: datanode 2's list is not whole
     assert not more.judge(2, columns([22, 12, 30], ["b", "a", "a"])).recalled
-    assert more.awaiting([30]) == {30: "a"}
+    assert prepared_for(more, "a", [30]) == [30]
     same_length = RegionRegistry()
     same_length.prepare(mapped.items())
     assert not same_length.judge(2, columns([22, 22], "b")).recalled  # a duplicate
