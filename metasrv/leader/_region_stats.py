@@ -951,6 +951,7 @@ class Verdict:
         "_slots",
         "_steady",
         "_steady_slots",
+        "_stored",
         "_table",
         "distinct",
         "recalled",
@@ -994,6 +995,7 @@ class Verdict:
         self._fresh_slots: np.ndarray | None = None
         self._fresh_topics: np.ndarray | None = None
         self._changed: np.ndarray | None = None
+        self._stored = False
 
     def prepared(self, at: np.ndarray) -> np.ndarray:
         """Per region at positions `at`: whether its slot was prepared (`StatTable.prepare`)
@@ -1034,6 +1036,7 @@ class Verdict:
         """Write the accepted regions into the table they were judged against (unchanged
         since), received at `now`."""
         table = self._table
+        self._stored = True
         if self._steady is not None and self._steady_slots is not None:
             table._write(self._steady_slots, self._node, now, self._steady)
         if self._fresh is not None and self._fresh_slots is not None:
@@ -1058,7 +1061,9 @@ class Verdict:
     def _dirty(self) -> np.ndarray:
         """After `store`: the slots of the rows whose checkpoints changed: the steady ones
         whose prunable id or node changed, and every fresh one (its first checkpoint, or
-        a new node's)."""
+        a new node's); none before (a fresh region may have no slot yet)."""
+        if not self._stored:
+            return np.zeros(0, np.intp)
         parts = [slots for slots in (self._changed, self._fresh_slots) if slots is not None]
         if len(parts) == 1:
             return parts[0]

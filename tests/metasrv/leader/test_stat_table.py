@@ -283,6 +283,11 @@ def test_a_stored_heartbeat_dirties_rows_whose_prunable_id_or_node_changed() -> 
     assert dirtied(1, [5, 6], 2.0) == []
     assert dirtied(1, [5, 7], 3.0) == [2]
     assert dirtied(2, [5, 7], 4.0) == [1, 2]  # another node: both rows move to it
+    judge = HeartbeatJudge(registry, trusting([1, 2, 9]), keep_misrouted=False)
+    unstored = judge.columns(3, columns([1, 2, 9], flushed=9), 5.0).verdict
+    assert unstored is not None
+    dirty.mark_judged(unstored)  # judged, not stored: nothing changed (9 has no slot yet)
+    assert len(dirty) == 0
     one, two = registry.get(1), registry.get(2)
     assert one is not None and (one.node_id, one.prunable_entry_id) == (2, 5)
     assert two is not None and (two.node_id, two.prunable_entry_id) == (2, 7)
