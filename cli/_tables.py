@@ -48,9 +48,11 @@ def why_not_purged(plan: wire.TopicPlan) -> str:
         return f"blocked by {reasons}"
     if plan.prune_point is None:
         return "no regions mapped" if plan.region_count == 0 else "no prune point"
+    holding = [g.consumer_group for g in plan.pinned_groups if g.holds_prune_point]
+    held = f" (held by consumer group {', '.join(holding)})" if holding else ""
     if plan.reclaimable_entries <= 0:
-        return "up to date: nothing below the prune point left to delete"
-    return f"purgeable: {plan.reclaimable_entries} entries below {plan.prune_point}"
+        return f"up to date: nothing below the prune point left to delete{held}"
+    return f"purgeable: {plan.reclaimable_entries} entries below {plan.prune_point}{held}"
 
 
 def result(proc: wire.Procedure) -> str:

@@ -235,6 +235,10 @@ def test_the_cli_table_names_the_blocking_group() -> None:
     assert why_not_purged(answers.plan(plan)) == (
         "blocked by consumer group cdc (no_committed_offset)"
     )
+    held = plan_of({1: 40}, {"cdc": 25})
+    assert why_not_purged(answers.plan(held)) == (
+        "purgeable: 25 entries below 25 (held by consumer group cdc)"
+    )
 
 
 def test_the_gauges_show_each_groups_lag_and_whether_it_blocks() -> None:
