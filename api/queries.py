@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from api.runtime import Runtime
 from metasrv import keys
-from metasrv.archive import ArchivedRange, covering
 from metasrv.errors import MetasrvError, NotFound, TopicReset
 from metasrv.keys import ELECTION_KEY, Marker, ResetLatch
 from metasrv.model import (
@@ -32,11 +32,14 @@ from metasrv.sql import require_schema
 from procedures.wal_purge import (
     PurgeData,
     WalPurge,
-    archived_ranges,
+    covering_chain,
     export_gauges,
     gather_plans,
     plan_topic,
 )
+
+if TYPE_CHECKING:
+    from metasrv.archive import ArchivedRange
 
 logger = logging.getLogger(__name__)
 
@@ -194,19 +197,17 @@ async def _archive_objects(
     settings: ArchiveSettings, topic: str, start: int, end: int
 ) -> tuple[ArchiveObject, ...] | None:
     """The archived objects of `topic` that hold [start, end), in entry order, or None
-    when there is a gap (`covering`): one listing of the topic's prefix
-    (`archived_ranges`). `ObjectStoreUnavailable` when the store does not answer within
-    `_REPLAY_STORE_WAIT`."""
-    ranges = await archived_ranges(settings, topic, timeout=_REPLAY_STORE_WAIT)
-    coverage = covering(ranges, start, end)
-    if not coverage.covered:
+    when there is a gap: one listing of the topic's prefix (`covering_chain`).
+    `ObjectStoreUnavailable` when the store does not answer within `_REPLAY_STORE_WAIT`."""
+    chain = await covering_chain(settings, topic, start, end, timeout=_REPLAY_STORE_WAIT)
+    if chain is None:
         logger.warning(
             "replay start below Kafka's log start and the archive has a gap there",
-            extra={"topic": topic, "start": start, "log_start": end, "gap": coverage.gap},
+            extra={"topic": topic, "start": start, "log_start": end},
         )
         return None
     bucket, prefix = settings.bucket, settings.prefix
-    return tuple(ArchiveObject(bucket, r.key(prefix), r) for r in coverage.objects)
+    return tuple(ArchiveObject(bucket, r.key(prefix), r) for r in chain)
 
 
 async def _in_flight_target(rt: Runtime, topic: str) -> int | None:

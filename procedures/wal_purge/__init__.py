@@ -31,7 +31,7 @@ How one purge decision flows, module by module:
 - `_services.py`: what the purge uses from the rest of metasrv, assembled once.
 """
 
-from procedures.wal_purge._archive import archive_covers, archived_ranges
+from procedures.wal_purge._archive import archive_covers, archived_ranges, covering_chain
 from procedures.wal_purge._batcher import Coalescer, KafkaBatcher
 from procedures.wal_purge._data import FlushTarget, PurgeData
 from procedures.wal_purge._gauges import export_gauges
@@ -116,6 +116,7 @@ __all__ = [
     "advanced_marker",
     "archive_covers",
     "archived_ranges",
+    "covering_chain",
     "decide_after_flush",
     "decide_prepare",
     "decide_purge",

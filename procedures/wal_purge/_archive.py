@@ -7,7 +7,8 @@ data-loss report says with it whether the archive holds what Kafka lost, and rep
 (api/queries.py) names the objects a region replays first.
 
 The store client is built per question: the archive is read only on those rare paths, and
-a process without `[wal.archive] enabled` never builds one.
+a process without `[wal.archive] enabled` never builds one, nor loads `metasrv.archive`
+(boto3 and the archiver's pyarrow: a quarter of a second at every start otherwise).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from metasrv.archive import ArchivedRange, ObjectStore, covering, parse_object_key, topic_prefix
 from metasrv.errors import InvalidArgument, ObjectStoreUnavailable
 from metasrv.settings import ArchiveSettings
+
+if TYPE_CHECKING:
+    from metasrv.archive import ArchivedRange
 
 _STORE_BUILD = threading.Lock()
 """boto3 builds clients from one default session, which is not thread-safe."""
@@ -31,6 +35,8 @@ async def archived_ranges(
     prefix that do not name an archived object are skipped. `ObjectStoreUnavailable` when
     the store does not answer within `timeout` seconds; the store's other errors as
     `ObjectStore` raises them."""
+
+    from metasrv.archive import ObjectStore, parse_object_key, topic_prefix
 
     def read() -> list[ArchivedRange]:
         with _STORE_BUILD:
@@ -57,9 +63,23 @@ async def archived_ranges(
         ) from None
 
 
+async def covering_chain(
+    settings: ArchiveSettings, topic: str, start: int, end: int, *, timeout: float
+) -> tuple[ArchivedRange, ...] | None:
+    """A shortest chain of `topic`'s archived objects holding [start, end), in entry order
+    (`metasrv.archive.covering`), or None when they leave a gap; raises as
+    `archived_ranges`."""
+    from metasrv.archive import covering
+
+    coverage = covering(await archived_ranges(settings, topic, timeout=timeout), start, end)
+    return coverage.objects if coverage.covered else None
+
+
 def archive_covers(ranges: Sequence[ArchivedRange] | None, start: int, end: int) -> bool | None:
     """Whether `ranges` hold every entry of [start, end); None when they are unknown (the
     archive disabled, or its store did not answer)."""
     if ranges is None:
         return None
+    from metasrv.archive import covering
+
     return covering(ranges, start, end).covered

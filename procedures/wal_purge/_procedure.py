@@ -76,10 +76,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from metasrv import keys
-from metasrv.archive import ArchivedRange
 from metasrv.errors import MetasrvError, TopicReset, Unavailable, WalDataLoss
 from metasrv.model import TopicPlan
 from metasrv.wire import EventKind, ProcedureState, PurgeRecord
@@ -121,6 +120,9 @@ from procedures.wal_purge._plan import (
     flushed_regions,
 )
 from procedures.wal_purge._services import PurgeServices
+
+if TYPE_CHECKING:
+    from metasrv.archive import ArchivedRange
 
 logger = logging.getLogger(__name__)
 
