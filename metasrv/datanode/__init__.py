@@ -16,8 +16,8 @@ In the order a heartbeat flows:
 
 It imports only `metasrv.wire`, `metasrv.errors`, `metasrv.process` (`Backoff`: capped
 exponential backoff between failed tries, full jitter below the cap), the standard library
-and httpx; the replay also `metasrv.archive` (the object store), `metasrv.kafka` (its error
-table), confluent-kafka and pyarrow.
+and httpx; the replay also `metasrv.kafka` (its error table) and confluent-kafka, and
+`metasrv.archive` (the object store, pyarrow) only when it reads the archive.
 """
 
 from metasrv.datanode._body import (

@@ -25,16 +25,19 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from metasrv import wire
-from metasrv.archive import ObjectStore, decode_object
 from metasrv.datanode._client import DatanodeClient, replay_from
 from metasrv.errors import ConfigError, KafkaUnavailable, NotFound, ObjectCorrupt, WalDataLoss
 from metasrv.kafka import translate_kafka_error
+
+if TYPE_CHECKING:
+    # Loaded only by a replay that reads the archive: boto3 and pyarrow would otherwise
+    # cost every program embedding the datanode client a quarter of a second.
+    from metasrv.archive import ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +159,10 @@ def _archived(
             f"metasrv names the archive object {obj.key} in bucket {obj.bucket}; this "
             f"datanode's object store is bucket {store.bucket}"
         )
+    import pyarrow as pa
+
+    from metasrv.archive import decode_object
+
     body = store.get(obj.key)  # its SHA-256 checked
     try:
         records = decode_object(body)
