@@ -39,7 +39,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
     ) -> None:
-        """Run the WAL purge end to end on local Kafka/etcd/PostgreSQL with simulated datanodes."""
+        """Run the WAL purge end to end on local Kafka/etcd/PostgreSQL/S3 with simulated
+        datanodes, one WAL archiver, and a region restored from the archive."""
         from rich.console import Console
 
         from toolbox.demo import DemoOptions, run_demo

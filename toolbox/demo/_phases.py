@@ -7,24 +7,40 @@ write.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from toolbox.demo._config import PRUNE_INTERVAL, STAT_TTL, DemoOptions, DemoServices, demo_config
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from metasrv.archive import ArchivedRange, ObjectStore, covering, parse_object_key, topic_prefix
+from metasrv.errors import InvalidArgument, MetasrvError
+from toolbox.demo._config import (
+    ARCHIVE_DELAY,
+    PRUNE_INTERVAL,
+    STAT_TTL,
+    DemoOptions,
+    DemoServices,
+    archiver_config,
+    demo_config,
+)
 from toolbox.demo._context import DemoRun
-from toolbox.demo._report import Watcher, recovery_table
-from toolbox.simulator import Workload, WorkloadConfig, migrate
+from toolbox.demo._report import Trim, Watcher, from_archive, recovery_table
+from toolbox.simulator import RegionKind, Workload, WorkloadConfig, free_port, migrate
 from toolbox.stack import cluster_up, ensure_up
 
 
 def start_services(run: DemoRun) -> None:
-    single = ensure_up()  # PostgreSQL (and, without --cluster, Kafka and etcd)
+    # PostgreSQL and the S3 server (and, without --cluster, Kafka and etcd).
+    single = ensure_up(s3=True)
+    assert single.s3 is not None
     if run.options.cluster:
         run.cluster = cluster_up()
         run._services = DemoServices(
             kafka_bootstrap=run.cluster.kafka_bootstrap,
             etcd_endpoints=run.cluster.etcd_endpoints,
             postgres_url=single.postgres_url,
+            s3=single.s3,
             replication_factor=3,
         )
     else:
@@ -32,11 +48,13 @@ def start_services(run: DemoRun) -> None:
             kafka_bootstrap=single.kafka_bootstrap,
             etcd_endpoints=[single.etcd_endpoint],
             postgres_url=single.postgres_url,
+            s3=single.s3,
         )
     s = run.services
     run.console.print(
         f"   Kafka {s.kafka_bootstrap} (replication factor {s.replication_factor}), "
-        f"etcd {','.join(s.etcd_endpoints)}, PostgreSQL {s.postgres_url.split('@')[-1]}"
+        f"etcd {','.join(s.etcd_endpoints)}, PostgreSQL {s.postgres_url.split('@')[-1]}, "
+        f"S3 {s.s3.endpoint} (bucket {s.s3.bucket})"
     )
 
 
@@ -50,6 +68,18 @@ def migrate_history(run: DemoRun) -> None:
 
 def start_metasrv(run: DemoRun) -> None:
     run.metasrv.start()
+
+
+def start_archiver(run: DemoRun) -> None:
+    port = free_port()
+    run.archiver.config.write_text(archiver_config(run.services, run_id=run.run_id, port=port))
+    topics = run.archiver.start(f"http://127.0.0.1:{port}")
+    archive = run.archive
+    run.console.print(
+        f"   group {archive.consumer_group} (pinned: no purge passes its committed offset), "
+        f"{len(topics)} topics, objects every {ARCHIVE_DELAY:.0f}s under "
+        f"s3://{archive.bucket}/{archive.prefix}"
+    )
 
 
 def start_datanodes(run: DemoRun) -> None:
@@ -70,8 +100,13 @@ def start_datanodes(run: DemoRun) -> None:
         datanode_token=run.tokens["datanode"],
     )
     run.workload.setup()
+    for datanode in run.workload.datanodes.values():
+        # A restart whose replay start is below Kafka's log start reads the archive first.
+        datanode.archive = ObjectStore(run.archive)
     run.workload.start()
-    run._watcher = Watcher(run.workload, run.viewer, run.findings)
+    run._watcher = Watcher(
+        run.workload, run.viewer, run.findings, archive_group=run.archive.consumer_group
+    )
     kinds: dict[str, int] = {}
     for plan in run.workload.plans:
         kinds[plan.kind.value] = kinds.get(plan.kind.value, 0) + 1
@@ -131,6 +166,130 @@ def write_again(run: DemoRun) -> None:
     run.write_live("writes + ticker purges", run.options.phase_seconds)
 
 
+@dataclass(frozen=True, slots=True)
+class TrimTarget:
+    """Where the demo trims: `topic` to `offset`, past what `region_id` on `node_id` needs."""
+
+    node_id: int
+    region_id: int
+    topic: str
+    offset: int
+    need: int
+    cut: int
+    """The region's unflushed entries below `offset`: what only the archive will hold."""
+
+
+def choose_trim(
+    unflushed: Iterable[tuple[int, int, str, Iterable[int]]], archived: Mapping[str, int | None]
+) -> TrimTarget | None:
+    """The region to trim past, from `(node_id, region_id, topic, unflushed entry ids)`: the
+    one with the most unflushed entries below its topic's archived offset (the archive's
+    committed offset: every entry below it is archived and verified), trimmed to that
+    offset. None when no region needs an archived entry."""
+    best: TrimTarget | None = None
+    for node_id, region_id, topic, ids in unflushed:
+        offset = archived.get(topic)
+        cut = sorted(e for e in ids if offset is not None and e < offset)
+        if offset is None or not cut:
+            continue
+        if best is None or len(cut) > best.cut:
+            best = TrimTarget(node_id, region_id, topic, offset, cut[0], len(cut))
+    return best
+
+
+def _archived_ranges(store: ObjectStore, topic: str) -> list[ArchivedRange]:
+    """The topic's archived objects: one listing of its prefix."""
+    ranges = []
+    for obj in store.list(topic_prefix(store.prefix, topic)):
+        try:
+            ranges.append(parse_object_key(store.prefix, obj.key))
+        except InvalidArgument:
+            continue  # not an archived object
+    return ranges
+
+
+def _trim_target(run: DemoRun, timeout: float = 30.0) -> TrimTarget:
+    """A region that needs entries the archive holds (slow ones, which flush only when asked,
+    first), once the archive's committed offset passed one."""
+    slow = {p.region_id for p in run.workload.plans if p.kind is RegionKind.SLOW}
+    deadline = time.monotonic() + timeout
+    while True:
+        run.watcher.tick()
+        archived = {p.topic: run.watcher.archived(p) for p in run.watcher.plans.values()}
+        regions = [
+            (node_id, region.region_id, region.topic, region.unflushed_entry_ids())
+            for node_id, datanode in run.workload.datanodes.items()
+            for region in list(datanode.regions.values())
+        ]
+        target = choose_trim([r for r in regions if r[1] in slow], archived) or choose_trim(
+            regions, archived
+        )
+        if target is not None:
+            return target
+        if time.monotonic() > deadline:
+            raise MetasrvError(f"no region needed an archived entry within {timeout:.0f}s")
+        time.sleep(1.0)
+
+
+def _delete_records(bootstrap: str, topic: str, offset: int) -> int:
+    """DeleteRecords(topic, partition 0, offset) through confluent-kafka's own AdminClient, as
+    an operator's tool would (not metasrv's); returns the new log start."""
+    # Warnings and worse only: its background queue's notices would land in the live table.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    futures = admin.delete_records([TopicPartition(topic, 0, offset)], operation_timeout=10)
+    [(_, future)] = futures.items()
+    return int(future.result(timeout=30).low_watermark)
+
+
+def trim_and_restore(run: DemoRun) -> None:
+    target = _trim_target(run)
+    workload = run.workload
+    workload.kill(target.node_id)
+    log_start = run.watcher.admin.offsets([target.topic])[target.topic].log_start_offset
+    coverage = covering(_archived_ranges(run.store, target.topic), log_start, target.offset)
+    if not coverage.covered:
+        raise MetasrvError(
+            f"the archive does not hold [{log_start}, {target.offset}) of {target.topic}: "
+            f"gap {coverage.gap}"
+        )
+    run.findings.trims.append(Trim(target.topic, target.offset, log_start, target.need))
+    new_start = _delete_records(run.services.kafka_bootstrap, target.topic, target.offset)
+    run.console.print(
+        f"   datanode {target.node_id} killed; region {target.region_id} needs {target.topic} "
+        f"from {target.need}; the archive holds [{log_start}, {target.offset}) in "
+        f"{len(coverage.objects)} objects"
+    )
+    run.console.print(
+        f"   DeleteRecords({target.topic}, {target.offset}) out of band: log start "
+        f"{log_start} -> {new_start}, {target.cut} of the region's unflushed entries gone "
+        "from Kafka"
+    )
+    recovery = workload.restart(target.node_id)
+    run.findings.recoveries.append(recovery)
+    run.console.print(recovery_table([recovery]))
+    region = next(r for r in recovery.recoveries if r.region_id == target.region_id)
+    if region.from_archive == 0:
+        raise MetasrvError(
+            f"region {target.region_id} replayed nothing from the archive "
+            f"(replay start {region.start_entry_id})"
+        )
+    run.console.print(
+        f"   region {target.region_id} replayed {region.from_archive} entries from the "
+        f"archive (replay-start's `archive` objects), then Kafka from {new_start}; "
+        f"datanode {target.node_id}: {from_archive(recovery)} rows from the archive, "
+        f"{recovery.missing} missing"
+    )
+    # What the trim cut is held in memory again; flushed, it no longer needs the archive,
+    # and the topic's purges (failing on the loss meanwhile) resume.
+    flushed = 0
+    for datanode in workload.datanodes.values():
+        for r in list(datanode.regions.values()):
+            if r.topic == target.topic and any(e < new_start for e in r.unflushed_entry_ids()):
+                r.flush()
+                flushed += 1
+    run.console.print(f"   flushed the {flushed} regions of {target.topic} that needed the trim")
+
+
 def verify_every_row(run: DemoRun) -> None:
     run.workload.stop_writes()
     time.sleep(2.0)  # one more heartbeat of every region
@@ -161,9 +320,13 @@ PHASES: tuple[Phase, ...] = (
     Phase(lambda r: "Local services (Kafka, etcd, PostgreSQL)", start_services),
     Phase(lambda r: "History database migrations (metasrv db upgrade)", migrate_history),
     Phase(lambda r: f"Start metasrv (etcd kv, PostgreSQL history) on {r.url}", start_metasrv),
+    Phase(lambda r: "Start one WAL archiver (metasrv archive -c FILE)", start_archiver),
     Phase(lambda r: "Register regions and start the simulated datanodes", start_datanodes),
     Phase(
-        lambda r: f"Writing; the ticker purges every {PRUNE_INTERVAL:.0f}s",
+        lambda r: (
+            f"Writing; the ticker purges every {PRUNE_INTERVAL:.0f}s, the archiver copies "
+            "the WAL to S3"
+        ),
         write_and_purge,
         live=True,
     ),
@@ -184,6 +347,13 @@ PHASES: tuple[Phase, ...] = (
         live=True,
     ),
     Phase(
+        lambda r: (
+            "Trim a topic past a region's need (out-of-band DeleteRecords); its datanode "
+            "restarts from the WAL archive"
+        ),
+        trim_and_restore,
+    ),
+    Phase(
         lambda r: "Final purge, then crash-restart every datanode and verify every row",
         verify_every_row,
     ),
@@ -195,4 +365,4 @@ def phases(options: DemoOptions) -> tuple[Phase, ...]:
     writing phase."""
     if not options.cluster:
         return PHASES
-    return (*PHASES[:5], _BROKER_PHASE, *PHASES[5:])
+    return (*PHASES[:6], _BROKER_PHASE, *PHASES[6:])

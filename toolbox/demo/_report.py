@@ -20,9 +20,17 @@ class Findings:
 
     recoveries: list[NodeRecovery] = field(default_factory=list)
     lost_entries: dict[str, int] = field(default_factory=dict)
-    """Topic -> unflushed acknowledged entries found below Kafka's log start."""
+    """Topic -> unflushed acknowledged entries found below Kafka's log start and not in the
+    WAL archive."""
     data_loss_reported: set[str] = field(default_factory=set)
-    """Topics whose plan reported WAL data loss."""
+    """Topics whose plan reported WAL data loss (other than a trim the archive covers)."""
+    trims: list[Trim] = field(default_factory=list)
+    """The out-of-band DeleteRecords the demo made, each past a region's need."""
+    archived_only: dict[str, int] = field(default_factory=dict)
+    """Topic -> most unflushed acknowledged entries seen at once below Kafka's log start but
+    in the WAL archive (after a trim): not lost, a restart replays them from the archive."""
+    archive_loss_reported: set[str] = field(default_factory=set)
+    """Trimmed topics whose plan reported the trim as WAL data loss (the archive holds it)."""
     blocked_during_outage: dict[str, set[int]] = field(default_factory=dict)
     procedures: dict[str, int] = field(default_factory=dict)
     """Procedure states counted over the manual purges."""
@@ -37,14 +45,41 @@ class Findings:
             and all(r.missing == 0 for r in self.recoveries)
         )
 
+    @property
+    def restored_from_archive(self) -> int:
+        """Rows the restarts replayed from the WAL archive."""
+        return sum(from_archive(r) for r in self.recoveries)
+
+
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """One out-of-band DeleteRecords of the demo: `topic` trimmed to `offset`, with the WAL
+    archive holding [`archived_from`, `offset`) (checked by one listing before the trim)."""
+
+    topic: str
+    offset: int
+    archived_from: int
+    need: int
+    """The lowest entry a region of the topic still needed when the trim was made."""
+
 
 class Watcher:
     """Samples the plan and Kafka each tick; checks no needed entry was deleted."""
 
-    def __init__(self, workload: Workload, viewer: MetasrvClient, findings: Findings) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        viewer: MetasrvClient,
+        findings: Findings,
+        *,
+        archive_group: str | None = None,
+    ) -> None:
+        """`archive_group`: the WAL archive's consumer group, whose committed offset (in the
+        plan's pinned groups) the table shows as what is archived."""
         self.workload = workload
         self.viewer = viewer
         self.findings = findings
+        self.archive_group = archive_group
         self.admin = KafkaAdmin(workload.kafka_bootstrap)
         self.plans: dict[str, wire.TopicPlan] = {}
         self.purges: dict[str, int] = {}
@@ -55,31 +90,47 @@ class Watcher:
         self.admin.close()
 
     def check_needed_entries(self) -> None:
-        """Every acknowledged, unflushed row must still be readable from Kafka."""
+        """Every acknowledged, unflushed row must still be readable from Kafka, or (below a
+        trim the demo made) from the WAL archive."""
         # Log start first, then the regions: a row needed after the read was needed before.
         try:
             offsets = self.admin.offsets(self.workload.topics)
         except MetasrvError:
             return  # a partition without a leader (a broker just died): check next tick
 
+        trims = {t.topic: t for t in self.findings.trims}
+        held: dict[str, int] = {}
         for datanode in self.workload.datanodes.values():
             for region in list(datanode.regions.values()):
-                lost = [
+                below = [
                     e
                     for e in region.unflushed_entry_ids()
                     if e < offsets[region.topic].log_start_offset
                 ]
+                trim = trims.get(region.topic)
+                archived = [e for e in below if trim and trim.archived_from <= e < trim.offset]
+                if archived:
+                    held[region.topic] = held.get(region.topic, 0) + len(archived)
+                lost = len(below) - len(archived)
                 if lost:
-                    self.findings.lost_entries[region.topic] = self.findings.lost_entries.get(
-                        region.topic, 0
-                    ) + len(lost)
+                    self.findings.lost_entries[region.topic] = (
+                        self.findings.lost_entries.get(region.topic, 0) + lost
+                    )
+        for topic, count in held.items():
+            seen = self.findings.archived_only
+            seen[topic] = max(seen.get(topic, 0), count)
 
     def tick(self, _elapsed: float = 0.0) -> None:
         self.check_needed_entries()
         with contextlib.suppress(MetasrvError):
             self.plans = {p.topic: p for p in self.viewer.plan()}
+        trimmed = {t.topic for t in self.findings.trims}
         for plan in self.plans.values():
-            if plan.data_loss:
+            if plan.data_loss and plan.topic in trimmed:
+                # The demo's own trim, which the archive holds: whether every row it cut
+                # comes back is what the entries check above and the restarts verify.
+                self.findings.archive_loss_reported.add(plan.topic)
+            elif plan.data_loss:
                 self.findings.data_loss_reported.add(plan.topic)
             if self.outage and plan.blocked_by:
                 self.findings.blocked_during_outage.setdefault(plan.topic, set()).update(
@@ -89,13 +140,13 @@ class Watcher:
     def table(self) -> Table:
         table = Table(title=f"WAL topics — {self.phase}", title_justify="left")
         table.add_column("topic")
-        for column in ("regions", "HW", "log start", "P", "pruned", "reclaimable"):
+        for column in ("regions", "HW", "archived <", "log start", "P", "pruned", "reclaimable"):
             table.add_column(column, justify="right")
         table.add_column("blocked by")
         for topic in self.workload.topics:
             plan = self.plans.get(topic)
             if plan is None:
-                table.add_row(topic, *["-"] * 7)
+                table.add_row(topic, *["-"] * 8)
                 continue
             reasons: dict[str, int] = {}
             for b in plan.blocked_by:
@@ -105,6 +156,7 @@ class Watcher:
                 topic,
                 str(plan.region_count),
                 _num(plan.high_watermark),
+                _num(self.archived(plan)),
                 _num(plan.log_start_offset),
                 _num(plan.prune_point),
                 _num(plan.pruned_entry_id),
@@ -112,6 +164,19 @@ class Watcher:
                 f"[yellow]{blocked}[/yellow]" if blocked else "[green]none[/green]",
             )
         return table
+
+    def archived(self, plan: wire.TopicPlan) -> int | None:
+        """The archive's committed offset on the topic (every entry below it is archived and
+        verified), as the plan's pinned groups saw it; None when unknown."""
+        for group in plan.pinned_groups:
+            if group.consumer_group == self.archive_group:
+                return group.committed_offset
+        return None
+
+
+def from_archive(recovery: NodeRecovery) -> int:
+    """Rows a datanode's restart replayed from the WAL archive."""
+    return sum(r.from_archive for r in recovery.recoveries)
 
 
 def _num(value: int | None) -> str:
@@ -128,7 +193,8 @@ def recovery_table(recoveries: list[NodeRecovery]) -> Table:
         "regions",
         "acknowledged rows",
         "from SST",
-        "replayed from Kafka",
+        "replayed",
+        "of which from the archive",
         "missing",
     ):
         table.add_column(column, justify="right")
@@ -140,6 +206,7 @@ def recovery_table(recoveries: list[NodeRecovery]) -> Table:
             str(rec.acknowledged),
             str(rec.recovered_from_sst),
             str(rec.replayed),
+            str(from_archive(rec)),
             missing,
         )
     return table
@@ -200,3 +267,14 @@ def failure_text(findings: Findings) -> str:
     if findings.data_loss_reported:
         parts.append(f"metasrv reported WAL data loss on {sorted(findings.data_loss_reported)}")
     return "; ".join(parts)
+
+
+def archive_text(findings: Findings) -> str:
+    """What the archive phase showed, in one line for the end of the report."""
+    if not findings.trims:
+        return "no trim was made: the archive restore did not run"
+    trims = ", ".join(f"{t.topic} to {t.offset} (a region needed {t.need})" for t in findings.trims)
+    return (
+        f"out-of-band DeleteRecords trimmed {trims}; "
+        f"{findings.restored_from_archive} rows replayed from the WAL archive"
+    )

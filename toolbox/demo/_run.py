@@ -2,11 +2,16 @@
 
 The demo is the list `PHASES`, numbered by its order: bring the stack up (Kafka, etcd,
 PostgreSQL), migrate the history database, start a `metasrv start` child on etcd + PostgreSQL
-with short intervals, run simulated datanodes writing real WAL records while the ticker purges
-and manual purges are submitted, kill one datanode (its topics must stop being purged), restart
-it (every acknowledged row must come back), then crash-restart every datanode for a final check.
-Exit status 1 when any acknowledged row is missing, Kafka lost an entry a region needed, or the
-metasrv died. Child processes are stopped at the end; the stack keeps running.
+with short intervals and the WAL archive enabled, start one archiver (`metasrv archive`) copying
+the WAL to the stack's S3 server, run simulated datanodes writing real WAL records while the
+ticker purges and manual purges are submitted, kill one datanode (its topics must stop being
+purged), restart it (every acknowledged row must come back), trim a topic past what a region
+still needs with an out-of-band DeleteRecords and restart that region's datanode through the
+archive (replay-start names the objects; every acknowledged row must come back), then
+crash-restart every datanode for a final check. Exit status 1 when any acknowledged row is
+missing, an entry a region needed is neither in Kafka nor in the archive, or the metasrv died.
+Child processes are stopped and the run's topics and objects removed at the end; the stack
+keeps running.
 
 With `cluster` (`metasrv demo --cluster`) it runs on the production-shaped cluster instead
 (`toolbox.stack.cluster_up`: three Kafka brokers, topics at replication factor 3 with
@@ -29,7 +34,7 @@ from metasrv.errors import MetasrvError, WalDataLoss
 from toolbox.demo._config import NUM_TOPICS, DemoOptions
 from toolbox.demo._context import DemoRun
 from toolbox.demo._phases import Phase, phases
-from toolbox.demo._report import failure_text, summary_table
+from toolbox.demo._report import archive_text, failure_text, summary_table
 
 
 def _run_phase(run: DemoRun, number: int, total: int, phase: Phase) -> None:
@@ -52,6 +57,7 @@ def _summarize(run: DemoRun) -> None:
     run.console.print(summary_table(run.workload.topics, run.watcher.plans, history, run.findings))
     states = ", ".join(f"{n} {s}" for s, n in sorted(run.findings.procedures.items()))
     run.console.print(f"manual purge procedures: {states}")
+    run.console.print(f"WAL archive: {archive_text(run.findings)}")
     run.console.print(f"dashboard: [link]{run.url}/dashboard[/link]   (metrics: {run.url}/metrics)")
     if run.options.keep_running:
         run.console.print(
@@ -97,8 +103,9 @@ def run_demo(options: DemoOptions, console: Console) -> int:
     handler.close()
     if run.findings.ok:
         console.print(
-            "[bold green]demo passed[/bold green]: every acknowledged row recovered, "
-            "no needed WAL entry lost"
+            "[bold green]demo passed[/bold green]: every acknowledged row recovered "
+            f"({run.findings.restored_from_archive} of them from the WAL archive after the "
+            "trim), no needed WAL entry lost"
         )
         if options.run_dir is None:
             shutil.rmtree(run.run_dir, ignore_errors=True)

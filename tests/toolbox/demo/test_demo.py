@@ -1,7 +1,8 @@
-"""`metasrv demo` end to end (a shortened run) on the local stack."""
+"""`metasrv demo` end to end (a shortened run) on the local stack, its archive phase included."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -28,5 +29,12 @@ def test_demo_passes_and_cleans_up_its_children(tmp_path: Path) -> None:
         assert f"{number}/{len(PHASES)} " in out, f"phase {number} did not run"
     assert "Crash recovery" in out and "WAL purge summary" in out
     assert "/dashboard" in out
-    # The metasrv child was stopped: its log ends with uvicorn's shutdown.
+    # The archive phase: a trim out of band, and rows that came back only from the archive.
+    assert "DeleteRecords(" in out and "out of band" in out
+    # (rich wraps long lines at a space)
+    restored = re.search(r"(\d+)\s+rows\s+replayed\s+from\s+the\s+WAL\s+archive", out)
+    assert restored is not None and int(restored.group(1)) > 0, out[-4000:]
+    # The metasrv child was stopped: its log ends with uvicorn's shutdown; the archiver
+    # left its group on SIGTERM.
     assert "Finished server process" in (run_dir / "metasrv.log").read_text()
+    assert "archiver stopped" in (run_dir / "archiver.log").read_text()
