@@ -46,16 +46,21 @@ def _yaml_docs(path: Path) -> list[dict[str, Any]]:
 
 
 def _assert_override_names(env: Mapping[str, str]) -> None:
-    """Every METASRV_ name must address a real `section__field` of Settings."""
+    """Every METASRV_ name must address a real `section__field` of Settings (or a field of a
+    nested table: `WAL__ARCHIVE__ENABLED`)."""
     for name in env:
         if not name.startswith("METASRV_"):
             continue
-        section, sep, key = name.removeprefix("METASRV_").lower().partition("__")
-        assert sep, f"{name}: nested settings need SECTION__FIELD"
+        section, *keys = name.removeprefix("METASRV_").lower().split("__")
+        assert keys, f"{name}: nested settings need SECTION__FIELD"
         assert section in Settings.model_fields, f"{name}: no [{section}] section"
         model = Settings.model_fields[section].annotation
-        assert isinstance(model, type) and issubclass(model, BaseModel)
-        assert key in model.model_fields, f"{name}: [{section}] has no field {key!r}"
+        path = section
+        for key in keys:
+            assert isinstance(model, type) and issubclass(model, BaseModel), f"{name}: {path}"
+            assert key in model.model_fields, f"{name}: [{path}] has no field {key!r}"
+            model = model.model_fields[key].annotation
+            path = f"{path}.{key}"
 
 
 SettingsFrom = Callable[[Path, Mapping[str, str]], Settings]
@@ -287,15 +292,20 @@ def test_systemd_env_example_configures_a_production_replica(settings_from: Sett
 
 
 def _k8s() -> dict[str, dict[str, Any]]:
-    """Every manifest under deploy/k8s, keyed by kind (one object of each kind here)."""
+    """Every manifest under deploy/k8s, keyed by kind (one object of each kind here), the
+    archivers' (`app.kubernetes.io/component: archiver`) as "Archiver" + kind."""
     objects: dict[str, dict[str, Any]] = {}
     for path in sorted(K8S_DIR.glob("*.yaml")):
         for doc in _yaml_docs(path):
             assert "kind" in doc and "apiVersion" in doc, path
+            key = doc["kind"]
             if doc["kind"] != "Kustomization":
                 assert doc["metadata"]["name"], path
-            assert doc["kind"] not in objects, f"second {doc['kind']} in {path}"
-            objects[doc["kind"]] = doc
+                labels = doc["metadata"].get("labels", {})
+                if labels.get("app.kubernetes.io/component") == "archiver":
+                    key = "Archiver" + key
+            assert key not in objects, f"second {key} in {path}"
+            objects[key] = doc
     return objects
 
 
@@ -317,6 +327,7 @@ def test_k8s_kustomization_lists_the_manifests() -> None:
         "configmap.yaml",
         "secret.yaml",
         "deployment.yaml",
+        "archiver.yaml",
         "service.yaml",
         "pdb.yaml",
         "pvc.yaml",
@@ -442,3 +453,97 @@ def test_k8s_db_upgrade_job_uses_the_same_config_and_secret(settings_from: Setti
     assert volume["configMap"]["name"] == objects["ConfigMap"]["metadata"]["name"]
     env = _k8s_env(container, objects["Secret"]["stringData"], pod_ip="10.1.2.4")
     assert settings_from(PRODUCTION, env).history.url.startswith("postgresql+psycopg://")
+
+
+# ---------------------------------------------------------------- WAL archivers
+
+
+def test_production_config_has_the_archive_section_off_and_no_secret() -> None:
+    archive = load_settings(PRODUCTION).wal.archive
+    assert archive.enabled is False
+    assert archive.bucket and archive.prefix.endswith("/")
+    assert archive.consumer_group == "metasrv-archive"
+    assert archive.access_key_id == "" and archive.secret_access_key.get_secret_value() == ""
+
+
+def test_k8s_archivers_run_two_ready_on_readyz_from_the_same_config(tmp_path: Path) -> None:
+    objects = _k8s()
+    deployment = objects["ArchiverDeployment"]["spec"]
+    assert deployment["replicas"] == 2
+    container = _container(deployment)
+    assert container["args"] == ["archive", "-c", "/etc/metasrv/metasrv.toml"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    listen = _port(load_settings(_configmap_toml(tmp_path)).http.addr)
+    for probe, path in {"readinessProbe": "/readyz", "livenessProbe": "/healthz"}.items():
+        get = container[probe]["httpGet"]
+        assert get["path"] == path
+        assert ports.get(get["port"], get["port"]) == listen
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    volumes = {v["name"]: v for v in deployment["template"]["spec"]["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/metasrv"]
+    assert volumes[mount["name"]]["configMap"]["name"] == objects["ConfigMap"]["metadata"]["name"]
+    # Its PDB keeps one through a drain; metasrv's Service and PDB never select an archiver.
+    labels = deployment["template"]["metadata"]["labels"]
+    assert deployment["selector"]["matchLabels"].items() <= labels.items()
+    pdb = objects["ArchiverPodDisruptionBudget"]["spec"]
+    assert pdb["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["minAvailable"] == 1
+    for selector in (
+        objects["Service"]["spec"]["selector"],
+        objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
+        objects["Deployment"]["spec"]["selector"]["matchLabels"],
+    ):
+        assert not selector.items() <= labels.items()
+
+
+def test_k8s_metasrv_and_archivers_turn_the_archive_on_alike(
+    tmp_path: Path, settings_from: SettingsFrom
+) -> None:
+    """Both read the ConfigMap with the archive on and the bucket's keys from the Secret:
+    archivers that metasrv does not wait for, or a metasrv waiting for archivers that refuse
+    to start, would be a half-on archive."""
+    objects = _k8s()
+    secret = objects["Secret"]["stringData"]
+    config = _configmap_toml(tmp_path)
+    archives = []
+    for kind in ("Deployment", "ArchiverDeployment"):
+        container = _container(objects[kind]["spec"])
+        env = _k8s_env(container, secret, pod_ip="10.1.2.5")
+        assert env["AWS_ACCESS_KEY_ID"] == secret["archiver_aws_access_key_id"]
+        assert env["AWS_SECRET_ACCESS_KEY"] == secret["archiver_aws_secret_access_key"]
+        # The token files are the metasrv pod's business; only the archive matters here.
+        env = {k: v for k, v in env.items() if "TOKEN_FILES" not in k}
+        archives.append(settings_from(config, env).wal.archive)
+    assert archives[0].enabled and archives[0] == archives[1]
+
+
+def test_systemd_archiver_unit_runs_metasrv_archive_like_the_daemon() -> None:
+    unit: dict[str, list[str]] = {}
+    text = (DEPLOY / "systemd" / "metasrv-archiver.service").read_text()
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            unit.setdefault(key, []).append(value)
+    assert unit["ExecStart"] == ["/opt/metasrv/bin/metasrv archive -c /etc/metasrv/metasrv.toml"]
+    daemon = _unit()
+    for key in ("EnvironmentFile", "User", "WorkingDirectory", "Restart", "WantedBy"):
+        assert unit[key] == daemon[key], key
+    # A configuration error (exit 2: the archive off) is not retried in a loop.
+    assert unit["RestartPreventExitStatus"] == ["2"]
+    assert int(unit["TimeoutStopSec"][0]) >= 60
+
+
+def test_deploy_readme_says_how_many_archivers_and_the_bucket_permissions() -> None:
+    readme = (DEPLOY / "README.md").read_text()
+    section = readme.split("## Archivers", 1)[1].split("\n## ", 1)[0]
+    for needed in (
+        "two",
+        "s3:PutObject",
+        "s3:GetObject",
+        "s3:ListBucket",
+        "s3:DeleteObject",
+        "MetasrvWalArchiveLagging",
+        "k8s/archiver.yaml",
+        "systemd/metasrv-archiver.service",
+    ):
+        assert needed in section, needed
