@@ -8,13 +8,14 @@
 - `_report.py`: what the demo watches and prints (the live topic table, the summary).
 """
 
-from toolbox.demo._config import DemoOptions, archiver_config, demo_config
+from toolbox.demo._config import DemoOptions, DemoServices, archiver_config, demo_config
 from toolbox.demo._phases import PHASES, TrimTarget, choose_trim
 from toolbox.demo._run import run_demo
 
 __all__ = [
     "PHASES",
     "DemoOptions",
+    "DemoServices",
     "TrimTarget",
     "archiver_config",
     "choose_trim",

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from metasrv.settings import load_settings
-from toolbox.demo import TrimTarget, archiver_config, choose_trim, demo_config
-from toolbox.demo._config import DemoServices
+from toolbox.demo import DemoServices, TrimTarget, archiver_config, choose_trim, demo_config
 from toolbox.stack import S3Endpoint
 
 SERVICES = DemoServices(
