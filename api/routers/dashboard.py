@@ -1,5 +1,7 @@
-"""`GET /dashboard`: the self-contained operator page (DESIGN §5), and `GET /v1/purge/trend`,
-the retained-WAL history its plots draw (sampled by the leader: procedures/wal_purge/_trend.py).
+"""`GET /dashboard`: the self-contained operator page (DESIGN §5), `GET /v1/purge/trend`,
+the retained-WAL history its plots draw (sampled by the leader: procedures/wal_purge/_trend.py),
+and `GET /v1/purge/archived`, each topic's archived range it shows beside the log start (the
+leader's last listing of the archive, made by a purge: procedures/wal_purge/_archive.py).
 
 The page itself needs no token: it holds no data. Its JavaScript calls the read API with
 the viewer token the user typed, kept in the page's own localStorage and sent only in the
@@ -28,6 +30,8 @@ from api.deps import LeaderDep
 from api.errors import error_response
 from api.wire_http import ERROR_RESPONSES, TopicQuery, answer, gives
 from metasrv import wire
+from metasrv.settings import ArchiveSettings
+from procedures.wal_purge import LISTED
 
 router = APIRouter(tags=["dashboard"])
 
@@ -108,3 +112,38 @@ async def wal_trend(
     """Viewer token. From the leader's memory: a new leader starts with no samples (the
     purges of the window come back from the history). A topic never sampled has no series."""
     return answer(answers.wal_trend(runtime.wal_trend, topic=topic, top=top))
+
+
+def archived_list(settings: ArchiveSettings) -> wire.ArchivedList:
+    """What the leader's last listing of each topic's archive found (`LISTED`), by topic."""
+    spans = LISTED.spans(settings) if settings.enabled else {}
+    return wire.ArchivedList(
+        enabled=settings.enabled,
+        topics=[
+            wire.ArchivedTopic(
+                topic=topic,
+                first_entry_id=span.first_entry_id,
+                end=span.end,
+                gap=span.gap,
+                objects=span.objects,
+                listed_at=span.listed_at,
+            )
+            for topic, span in sorted(spans.items())
+        ],
+    )
+
+
+@router.get(
+    "/v1/purge/archived",
+    dependencies=[RequireViewer],
+    summary="Each topic's archived WAL range, as the leader's purges last listed it",
+    response_class=Response,
+    responses={
+        200: gives(wire.ArchivedList, "From memory: no object store call per request."),
+        **ERROR_RESPONSES,
+    },
+)
+async def archived_ranges(runtime: LeaderDep) -> Response:
+    """Viewer token. A topic appears once a purge (or a replay-start below the log start, or
+    a data-loss report) listed its archive on this leader."""
+    return answer(archived_list(runtime.settings.wal.archive))

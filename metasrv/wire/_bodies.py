@@ -430,6 +430,28 @@ class WalTrend(Answer):
     purges: Annotated[list[TrendPurge], _doc("Every topic's, oldest first.")]
 
 
+class ArchivedTopic(Answer):
+    """What the WAL archive held of one topic when a purge (or a replay-start, or a data-loss
+    report) last listed it."""
+
+    topic: str
+    first_entry_id: Annotated[int | None, _doc("Lowest archived entry; null: no object.")]
+    end: Annotated[
+        int | None, _doc("One past the last entry of the gapless run from `first_entry_id`.")
+    ]
+    gap: Annotated[bool, _doc("Objects lie beyond a gap after `end`.")]
+    objects: int
+    listed_at: Annotated[float, _doc("Unix seconds.")]
+
+
+class ArchivedList(Answer):
+    """`GET /v1/purge/archived`: the leader's last listing of each topic's WAL archive (no
+    store call per request; empty while the archive is off or nothing listed it yet)."""
+
+    enabled: Annotated[bool, _doc("`[wal.archive] enabled`.")]
+    topics: list[ArchivedTopic]
+
+
 # --- leader, health, reconcile -------------------------------------------------------------
 
 
@@ -505,6 +527,7 @@ ANSWERS: tuple[type[Struct], ...] = (
     PurgeHistory,
     WalEventList,
     WalTrend,
+    ArchivedList,
     Leader,
     Health,
     Ready,

@@ -31,7 +31,13 @@ How one purge decision flows, module by module:
 - `_services.py`: what the purge uses from the rest of metasrv, assembled once.
 """
 
-from procedures.wal_purge._archive import archive_covers, archived_ranges, covering_chain
+from procedures.wal_purge._archive import (
+    LISTED,
+    ArchivedSpan,
+    archive_covers,
+    archived_ranges,
+    covering_chain,
+)
 from procedures.wal_purge._batcher import Coalescer, KafkaBatcher
 from procedures.wal_purge._data import FlushTarget, PurgeData
 from procedures.wal_purge._gauges import export_gauges
@@ -76,6 +82,7 @@ from procedures.wal_purge._trend_sampler import TrendSampler, trend_capacity
 
 __all__ = [
     "DATA_LOSS_EVENT",
+    "LISTED",
     "NO_COMMITTED_OFFSET",
     "NO_STAT",
     "RETENTION_OVERRUN",
@@ -83,6 +90,7 @@ __all__ = [
     "TOPIC_RESET",
     "Advance",
     "AfterFlushDecision",
+    "ArchivedSpan",
     "CatchUp",
     "Coalescer",
     "Cut",

@@ -4,7 +4,9 @@
 thread, bounded by a timeout, and keeps the keys that name archived objects; `archive_covers`
 says whether they hold a range, with no gap (`metasrv.archive.covering`). The purge's WAL
 data-loss report says with it whether the archive holds what Kafka lost, and replay-start
-(api/queries.py) names the objects a region replays first.
+(api/queries.py) names the objects a region replays first. Each listing also leaves what it
+found in `LISTED` (`ArchivedSpan` per topic), which the dashboard shows: the store is never
+asked on a page view.
 
 The store client is built per question: the archive is read only on those rare paths, and
 a process without `[wal.archive] enabled` never builds one, nor loads `metasrv.archive`
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from metasrv.errors import InvalidArgument, ObjectStoreUnavailable
@@ -26,6 +30,57 @@ if TYPE_CHECKING:
 
 _STORE_BUILD = threading.Lock()
 """boto3 builds clients from one default session, which is not thread-safe."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedSpan:
+    """What one listing found of a topic's archive: the run of entries from the lowest
+    archived one with no gap, [first_entry_id, end)."""
+
+    first_entry_id: int | None
+    """None: no object."""
+    end: int | None
+    """One past the last entry of the gapless run from `first_entry_id`."""
+    gap: bool
+    """Objects lie beyond a gap after `end`."""
+    objects: int
+    listed_at: float
+    """Unix seconds."""
+
+    @classmethod
+    def of(cls, ranges: Sequence[ArchivedRange], listed_at: float) -> ArchivedSpan:
+        ordered = sorted(ranges, key=lambda r: r.first_entry_id)
+        if not ordered:
+            return cls(None, None, False, 0, listed_at)
+        end = ordered[0].first_entry_id
+        for r in ordered:
+            if r.first_entry_id > end:
+                break
+            end = max(end, r.end)
+        gap = max(r.end for r in ordered) > end
+        return cls(ordered[0].first_entry_id, end, gap, len(ordered), listed_at)
+
+
+class ListedArchive:
+    """The last listing of each topic's archive this process made, by bucket, prefix and
+    topic (written by `archived_ranges`, read by the dashboard)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spans: dict[tuple[str, str, str], ArchivedSpan] = {}
+
+    def record(self, settings: ArchiveSettings, topic: str, span: ArchivedSpan) -> None:
+        with self._lock:
+            self._spans[(settings.bucket, settings.prefix, topic)] = span
+
+    def spans(self, settings: ArchiveSettings) -> dict[str, ArchivedSpan]:
+        """Topic -> its last listed span, in `settings`' bucket and prefix."""
+        key = (settings.bucket, settings.prefix)
+        with self._lock:
+            return {t: s for (b, p, t), s in self._spans.items() if (b, p) == key}
+
+
+LISTED = ListedArchive()
 
 
 async def archived_ranges(
@@ -55,12 +110,14 @@ async def archived_ranges(
 
     try:
         # The client keeps to `timeout` per request; this bounds a listing of many pages.
-        return await asyncio.wait_for(asyncio.to_thread(read), timeout + 0.5)
+        ranges = await asyncio.wait_for(asyncio.to_thread(read), timeout + 0.5)
     except TimeoutError:
         raise ObjectStoreUnavailable(
             f"object store: no listing of {topic}'s archive within {timeout:g}s",
             details={"topic": topic},
         ) from None
+    LISTED.record(settings, topic, ArchivedSpan.of(ranges, time.time()))
+    return ranges
 
 
 async def covering_chain(

@@ -1,0 +1,90 @@
+"""`GET /v1/purge/archived`: each topic's archived range as the leader's last listing of the WAL
+archive found it (DESIGN §8), over real HTTP on real etcd, Kafka and the stack's S3 server.
+
+The listing is the purge's own (`procedures.wal_purge.archived_ranges`): here a purge that
+finds WAL data loss lists the topic to say whether the archive holds the loss, and the answer
+shows that listing until the next one; a page view never calls the store.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from metasrv.archive import ArchivedRange, ObjectStore
+from procedures.wal_purge import ArchivedSpan
+from tests._archive import archive_config, archive_settings, produce_records, put_archived, trim
+from tests._wait import wait_until
+from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
+from toolbox.stack import S3Endpoint
+
+_TERMINAL = ("succeeded", "skipped", "failed", "cancelled")
+
+
+def test_a_span_is_the_gapless_run_from_the_lowest_entry() -> None:
+    def span(*ranges: tuple[int, int]) -> tuple[int | None, int | None, bool, int]:
+        found = ArchivedSpan.of([ArchivedRange("t", a, b) for a, b in ranges], 1.0)
+        return found.first_entry_id, found.end, found.gap, found.objects
+
+    assert span() == (None, None, False, 0)
+    assert span((10, 19), (0, 11), (20, 20)) == (0, 21, False, 3)
+    assert span((0, 9), (12, 15)) == (0, 10, True, 2)
+
+
+def _purge(client: httpx.Client, topic: str) -> None:
+    answer = client.post("/v1/purge", json={"topics": [topic], "dry_run": False})
+    assert answer.status_code == 202, answer.text
+    [procedure_id] = answer.json()["procedure_ids"]
+
+    def ended() -> bool:
+        return client.get(f"/v1/procedures/{procedure_id}").json()["state"] in _TERMINAL
+
+    wait_until(ended, f"the purge of {topic} ends")
+
+
+def test_the_answer_is_the_last_listing_a_purge_made(
+    make_settings: SettingsFactory,
+    kafka_bootstrap: str,
+    unique_prefix: str,
+    s3_endpoint: S3Endpoint,
+    s3_prefix: str,
+) -> None:
+    store = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
+    settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
+    topic = f"{unique_prefix}_wal_0"
+    try:
+        with start_server(settings) as srv, srv.client() as client:
+            assert client.get("/v1/purge/archived").json() == {"enabled": True, "topics": []}
+            answer = client.post("/v1/regions", json={"region_id": 1, "node_id": 1, "topic": topic})
+            assert answer.status_code == 201, answer.text
+            records = produce_records(kafka_bootstrap, topic, 30)
+            beat = heartbeat(1, [region(1, topic, 5)])
+            assert client.post("/v1/heartbeat", json=beat).status_code == 200
+            put_archived(store, topic, records[0:12])
+            put_archived(store, topic, records[10:20])
+            put_archived(store, topic, records[25:30])  # 20..24 are in no object
+            assert trim(kafka_bootstrap, topic, 20) == 20
+
+            _purge(client, topic)  # WAL data loss: the purge lists the archive
+            first = client.get("/v1/purge/archived").json()
+            [shown] = first["topics"]
+            assert shown["topic"] == topic
+            assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 20, True)
+            assert shown["objects"] == 3
+            # A new object is not seen until a purge lists again: no store call per view.
+            put_archived(store, topic, records[20:25])
+            assert client.get("/v1/purge/archived").json() == first
+            _purge(client, topic)
+            [shown] = client.get("/v1/purge/archived").json()["topics"]
+            assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 30, False)
+            assert shown["listed_at"] > first["topics"][0]["listed_at"]
+    finally:
+        for obj in store.list(s3_prefix):
+            store.delete(obj.key)
+        store.close()
+
+
+def test_with_the_archive_off_nothing_is_shown(make_settings: SettingsFactory) -> None:
+    with start_server(make_settings()) as srv, srv.client() as client:
+        answer = client.get("/v1/purge/archived")
+        assert answer.status_code == 200
+        assert answer.json() == {"enabled": False, "topics": []}
