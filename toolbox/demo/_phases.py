@@ -267,17 +267,22 @@ def trim_and_restore(run: DemoRun) -> None:
     recovery = workload.restart(target.node_id)
     run.findings.recoveries.append(recovery)
     run.console.print(recovery_table([recovery]))
-    region = next(r for r in recovery.recoveries if r.region_id == target.region_id)
-    if region.from_archive == 0:
+    # The rows back in memory below the new log start: only the archive held them.
+    restored = sum(
+        sum(1 for e in r.unflushed_entry_ids() if e < new_start)
+        for r in list(workload.datanodes[target.node_id].regions.values())
+        if r.topic == target.topic
+    )
+    run.findings.restored_rows += restored
+    if restored == 0:
         raise MetasrvError(
-            f"region {target.region_id} replayed nothing from the archive "
-            f"(replay start {region.start_entry_id})"
+            f"datanode {target.node_id} restored no row of {target.topic} below {new_start} "
+            "from the archive"
         )
     run.console.print(
-        f"   region {target.region_id} replayed {region.from_archive} entries from the "
-        f"archive (replay-start's `archive` objects), then Kafka from {new_start}; "
-        f"datanode {target.node_id}: {from_archive(recovery)} rows from the archive, "
-        f"{recovery.missing} missing"
+        f"   its regions read {from_archive(recovery)} WAL records from the archive "
+        f"(replay-start's `archive` objects), then Kafka from {new_start}: {restored} "
+        f"acknowledged rows that only the archive held are back, {recovery.missing} missing"
     )
     # What the trim cut is held in memory again; flushed, it no longer needs the archive,
     # and the topic's purges (failing on the loss meanwhile) resume.
@@ -317,7 +322,7 @@ _BROKER_PHASE = Phase(
 )
 
 PHASES: tuple[Phase, ...] = (
-    Phase(lambda r: "Local services (Kafka, etcd, PostgreSQL)", start_services),
+    Phase(lambda r: "Local services (Kafka, etcd, PostgreSQL, S3)", start_services),
     Phase(lambda r: "History database migrations (metasrv db upgrade)", migrate_history),
     Phase(lambda r: f"Start metasrv (etcd kv, PostgreSQL history) on {r.url}", start_metasrv),
     Phase(lambda r: "Start one WAL archiver (metasrv archive -c FILE)", start_archiver),

@@ -45,9 +45,13 @@ class Findings:
             and all(r.missing == 0 for r in self.recoveries)
         )
 
+    restored_rows: int = 0
+    """Acknowledged rows back in the memtables of the datanode restarted after the trim that
+    only the WAL archive held (below the trim)."""
+
     @property
-    def restored_from_archive(self) -> int:
-        """Rows the restarts replayed from the WAL archive."""
+    def archive_records(self) -> int:
+        """WAL records the restarts read from the archive (every region's on the topic)."""
         return sum(from_archive(r) for r in self.recoveries)
 
 
@@ -194,7 +198,7 @@ def recovery_table(recoveries: list[NodeRecovery]) -> Table:
         "acknowledged rows",
         "from SST",
         "replayed",
-        "of which from the archive",
+        "records read from the archive",
         "missing",
     ):
         table.add_column(column, justify="right")
@@ -275,6 +279,7 @@ def archive_text(findings: Findings) -> str:
         return "no trim was made: the archive restore did not run"
     trims = ", ".join(f"{t.topic} to {t.offset} (a region needed {t.need})" for t in findings.trims)
     return (
-        f"out-of-band DeleteRecords trimmed {trims}; "
-        f"{findings.restored_from_archive} rows replayed from the WAL archive"
+        f"out-of-band DeleteRecords trimmed {trims}; {findings.restored_rows} acknowledged rows "
+        f"that only the archive held came back ({findings.archive_records} WAL records read "
+        "from it)"
     )

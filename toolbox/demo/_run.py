@@ -104,7 +104,7 @@ def run_demo(options: DemoOptions, console: Console) -> int:
     if run.findings.ok:
         console.print(
             "[bold green]demo passed[/bold green]: every acknowledged row recovered "
-            f"({run.findings.restored_from_archive} of them from the WAL archive after the "
+            f"({run.findings.restored_rows} of them only the WAL archive held after the "
             "trim), no needed WAL entry lost"
         )
         if options.run_dir is None:

@@ -32,7 +32,7 @@ def test_demo_passes_and_cleans_up_its_children(tmp_path: Path) -> None:
     # The archive phase: a trim out of band, and rows that came back only from the archive.
     assert "DeleteRecords(" in out and "out of band" in out
     # (rich wraps long lines at a space)
-    restored = re.search(r"(\d+)\s+rows\s+replayed\s+from\s+the\s+WAL\s+archive", out)
+    restored = re.search(r"(\d+)\s+acknowledged\s+rows\s+that\s+only\s+the\s+archive", out)
     assert restored is not None and int(restored.group(1)) > 0, out[-4000:]
     # The metasrv child was stopped: its log ends with uvicorn's shutdown; the archiver
     # left its group on SIGTERM.
