@@ -8,9 +8,13 @@ shows that listing until the next one; a page view never calls the store.
 
 from __future__ import annotations
 
-import httpx
+import shutil
+from collections.abc import Iterator
 
-from metasrv.archive import ArchivedRange, ObjectStore
+import httpx
+import pytest
+
+from metasrv.archive import ArchivedRange, ObjectStore, WalRecord
 from procedures.wal_purge import ArchivedSpan
 from tests._archive import archive_config, archive_settings, produce_records, put_archived, trim
 from tests._wait import wait_until
@@ -18,6 +22,7 @@ from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
 from toolbox.stack import S3Endpoint
 
 _TERMINAL = ("succeeded", "skipped", "failed", "cancelled")
+CHROMIUM = "/usr/bin/chromium"
 
 
 def test_a_span_is_the_gapless_run_from_the_lowest_entry() -> None:
@@ -41,46 +46,90 @@ def _purge(client: httpx.Client, topic: str) -> None:
     wait_until(ended, f"the purge of {topic} ends")
 
 
+def _lost_and_archived(
+    client: httpx.Client, kafka_bootstrap: str, store: ObjectStore, topic: str
+) -> list[WalRecord]:
+    """Region 1 on `topic` needs entries from 6; 30 records, archived as [0, 11], [10, 19]
+    and [25, 29] (20..24 in no object); Kafka trimmed to 20. Returns the records."""
+    answer = client.post("/v1/regions", json={"region_id": 1, "node_id": 1, "topic": topic})
+    assert answer.status_code == 201, answer.text
+    records = produce_records(kafka_bootstrap, topic, 30)
+    beat = heartbeat(1, [region(1, topic, 5)])
+    assert client.post("/v1/heartbeat", json=beat).status_code == 200
+    put_archived(store, topic, records[0:12])
+    put_archived(store, topic, records[10:20])
+    put_archived(store, topic, records[25:30])
+    assert trim(kafka_bootstrap, topic, 20) == 20
+    return records
+
+
+@pytest.fixture
+def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
+    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
+    yield client
+    for obj in client.list(s3_prefix):
+        client.delete(obj.key)
+    client.close()
+
+
 def test_the_answer_is_the_last_listing_a_purge_made(
     make_settings: SettingsFactory,
     kafka_bootstrap: str,
     unique_prefix: str,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
+    store: ObjectStore,
 ) -> None:
-    store = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
     settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     topic = f"{unique_prefix}_wal_0"
-    try:
-        with start_server(settings) as srv, srv.client() as client:
-            assert client.get("/v1/purge/archived").json() == {"enabled": True, "topics": []}
-            answer = client.post("/v1/regions", json={"region_id": 1, "node_id": 1, "topic": topic})
-            assert answer.status_code == 201, answer.text
-            records = produce_records(kafka_bootstrap, topic, 30)
-            beat = heartbeat(1, [region(1, topic, 5)])
-            assert client.post("/v1/heartbeat", json=beat).status_code == 200
-            put_archived(store, topic, records[0:12])
-            put_archived(store, topic, records[10:20])
-            put_archived(store, topic, records[25:30])  # 20..24 are in no object
-            assert trim(kafka_bootstrap, topic, 20) == 20
+    with start_server(settings) as srv, srv.client() as client:
+        assert client.get("/v1/purge/archived").json() == {"enabled": True, "topics": []}
+        records = _lost_and_archived(client, kafka_bootstrap, store, topic)
+        _purge(client, topic)  # WAL data loss: the purge lists the archive
+        first = client.get("/v1/purge/archived").json()
+        [shown] = first["topics"]
+        assert shown["topic"] == topic
+        assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 20, True)
+        assert shown["objects"] == 3
+        # A new object is not seen until a purge lists again: no store call per view.
+        put_archived(store, topic, records[20:25])
+        assert client.get("/v1/purge/archived").json() == first
+        _purge(client, topic)
+        [shown] = client.get("/v1/purge/archived").json()["topics"]
+        assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 30, False)
+        assert shown["listed_at"] > first["topics"][0]["listed_at"]
 
-            _purge(client, topic)  # WAL data loss: the purge lists the archive
-            first = client.get("/v1/purge/archived").json()
-            [shown] = first["topics"]
-            assert shown["topic"] == topic
-            assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 20, True)
-            assert shown["objects"] == 3
-            # A new object is not seen until a purge lists again: no store call per view.
-            put_archived(store, topic, records[20:25])
-            assert client.get("/v1/purge/archived").json() == first
-            _purge(client, topic)
-            [shown] = client.get("/v1/purge/archived").json()["topics"]
-            assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 30, False)
-            assert shown["listed_at"] > first["topics"][0]["listed_at"]
-    finally:
-        for obj in store.list(s3_prefix):
-            store.delete(obj.key)
-        store.close()
+
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} is absent")
+def test_the_dashboard_shows_the_archived_range_beside_the_log_start(
+    make_settings: SettingsFactory,
+    kafka_bootstrap: str,
+    unique_prefix: str,
+    s3_endpoint: S3Endpoint,
+    s3_prefix: str,
+    store: ObjectStore,
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
+    topic, other = f"{unique_prefix}_wal_0", f"{unique_prefix}_wal_1"
+    with start_server(settings) as srv, srv.client() as client:
+        _lost_and_archived(client, kafka_bootstrap, store, topic)
+        _purge(client, topic)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless"])
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{srv.base_url}/dashboard")
+                page.wait_for_selector("body[data-loaded=true]", timeout=15_000)
+                row = page.locator(f'tr[data-topic="{topic}"]')
+                expect(row.locator('[data-field="log_start_offset"]')).to_have_text("20")
+                expect(row.locator('[data-field="archived"]')).to_have_text("0…19 (gap after)")
+                unlisted = page.locator(f'tr[data-topic="{other}"] [data-field="archived"]')
+                expect(unlisted).to_have_text("not listed")
+            finally:
+                browser.close()
 
 
 def test_with_the_archive_off_nothing_is_shown(make_settings: SettingsFactory) -> None:
