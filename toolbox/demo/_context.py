@@ -3,27 +3,22 @@ archiver children, the datanodes and the watcher), and the clean-up at its end."
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
-import subprocess
 import tempfile
-import time
 from pathlib import Path
-from typing import TextIO
 
-import httpx
 from rich.console import Console
 from rich.live import Live
 
 from metasrv.archive import ObjectStore
-from metasrv.errors import MetasrvError, ServiceError
+from metasrv.errors import MetasrvError
 from metasrv.kafka import KafkaAdmin
 from metasrv.settings import ArchiveSettings
 from metasrv.wire import MetasrvClient
 from toolbox.demo._config import DemoOptions, DemoServices, archive_section
 from toolbox.demo._report import Findings, Watcher
-from toolbox.simulator import MetasrvProcess, Workload, free_port, metasrv_argv
+from toolbox.simulator import ArchiverProcess, MetasrvProcess, Workload, free_port
 from toolbox.stack import Cluster
 
 logger = logging.getLogger(__name__)
@@ -48,8 +43,11 @@ class DemoRun:
         self.viewer = MetasrvClient(self.url, token=self.tokens["viewer"], timeout=15.0)
         self.config = self.run_dir / "metasrv.toml"
         self.metasrv = MetasrvProcess(self.config, self.run_dir / "metasrv.log", self.url)
+        # Out of reach of the terminal's Ctrl-C (its own session): close() stops it.
         self.archiver = ArchiverProcess(
-            self.run_dir / "archiver.toml", self.run_dir / "archiver.log"
+            self.run_dir / "archiver.toml",
+            self.run_dir / "archiver.log",
+            f"http://127.0.0.1:{free_port()}",
         )
         self._services: DemoServices | None = None
         self._store: ObjectStore | None = None
@@ -146,63 +144,3 @@ def _delete_topics(bootstrap: str, prefix: str) -> None:
         logger.warning("could not delete demo topics: %s", exc)
     finally:
         admin.close()
-
-
-class ArchiverProcess:
-    """The demo's one `metasrv archive -c FILE` child; its JSON-line log goes to `log_path`."""
-
-    def __init__(self, config: Path, log_path: Path) -> None:
-        self.config = config
-        self.log_path = log_path
-        self.url = ""
-        self._log: TextIO | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, url: str, ready_timeout: float = 60.0) -> list[str]:
-        """Start it (its config already written, serving on `url`); wait until `/readyz`
-        says the group assigned it its topics and the bucket answers; return its topics."""
-        self.url = url
-        self._log = self.log_path.open("a")
-        self.proc = subprocess.Popen(
-            metasrv_argv("archive", "-c", str(self.config)),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # out of reach of the terminal's Ctrl-C: close() stops it
-        )
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise ServiceError(
-                    f"the archiver exited with {self.proc.returncode}:\n{self.tail()}"
-                )
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                answer = httpx.get(f"{url}/readyz", timeout=2.0)
-                state = answer.json()
-                if answer.status_code == 200 and state.get("ready") and state.get("assigned"):
-                    return sorted(state["assigned"])
-            if time.monotonic() > deadline:
-                raise ServiceError(f"archiver not ready after {ready_timeout:.0f}s:\n{self.tail()}")
-            time.sleep(0.3)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, lines: int = 20) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM (it finishes or abandons the object in hand, leaves its group), then
-        SIGKILL after `timeout`; returns the exit code (idempotent)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return None if self.proc is None else self.proc.returncode

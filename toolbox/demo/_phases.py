@@ -26,7 +26,7 @@ from toolbox.demo._config import (
 )
 from toolbox.demo._context import DemoRun
 from toolbox.demo._report import Trim, Watcher, from_archive, recovery_table
-from toolbox.simulator import RegionKind, Workload, WorkloadConfig, free_port, migrate
+from toolbox.simulator import RegionKind, Workload, WorkloadConfig, migrate
 from toolbox.stack import cluster_up, ensure_up
 
 
@@ -71,9 +71,11 @@ def start_metasrv(run: DemoRun) -> None:
 
 
 def start_archiver(run: DemoRun) -> None:
-    port = free_port()
-    run.archiver.config.write_text(archiver_config(run.services, run_id=run.run_id, port=port))
-    topics = run.archiver.start(f"http://127.0.0.1:{port}")
+    archiver = run.archiver
+    port = int(archiver.url.rpartition(":")[2])
+    assert archiver.config is not None
+    archiver.config.write_text(archiver_config(run.services, run_id=run.run_id, port=port))
+    topics = archiver.start()
     archive = run.archive
     run.console.print(
         f"   group {archive.consumer_group} (pinned: no purge passes its committed offset), "

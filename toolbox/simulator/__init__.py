@@ -6,6 +6,7 @@ Used by `metasrv demo`, the tests and the benchmarks. The core is CLI-free;
 
 from toolbox.simulator._datanode import HeartbeatOutcome, Rejection, SimDatanode
 from toolbox.simulator._harness import (
+    ArchiverProcess,
     MetasrvProcess,
     free_port,
     log_records,
@@ -33,6 +34,7 @@ from toolbox.simulator._workload import (
 )
 
 __all__ = [
+    "ArchiverProcess",
     "HeartbeatOutcome",
     "Manifest",
     "MetasrvProcess",

@@ -1,9 +1,12 @@
-"""Run real `metasrv start` children (demo, benchmarks, tests), and read their logs.
+"""Run real `metasrv start` and `metasrv archive` children (demo, benchmarks, tests), and
+read their logs.
 
 The one launcher: `MetasrvProcess` starts `metasrv start [-c FILE]` (the console script of
 this installation, so `PYTHONPATH` in `env` picks the code it runs), waits until it is
-ready (and, if expected, serves as leader), and stops it; `free_port` gives its port;
-`log_records` reads the JSON lines it logs, stamped with the daemon's clock.
+ready (and, if expected, serves as leader), and stops it; `ArchiverProcess` does the same for
+`metasrv archive -c FILE` (ready: its group assigned it topics and the bucket answers);
+`free_port` gives their ports; `log_records` reads the JSON lines they log, stamped with the
+daemon's clock.
 """
 
 from __future__ import annotations
@@ -113,13 +116,16 @@ def _epoch(stamp: str) -> float:
     return parsed.replace(tzinfo=datetime.UTC).timestamp()
 
 
-class MetasrvProcess:
-    """A `metasrv start -c FILE` child (`config` None: `metasrv start` alone, configured by
-    `env` and the files in `cwd`); its output goes to a log file.
+class _Child:
+    """A `metasrv <command> [-c FILE]` child whose output goes to a log file: what the daemon
+    and the archiver share (spawn, alive, tail, stop).
 
-    `args`: more arguments of `metasrv start` (`--log-level warning`). `env`: variables set
-    over this process's environment (`PYTHONPATH` to run another checkout's code). `new_session`:
+    `args`: more arguments of the command (`--log-level warning`). `env`: variables set over
+    this process's environment (`PYTHONPATH` to run another checkout's code). `new_session`:
     the child leads its own process group, out of reach of a terminal's Ctrl-C."""
+
+    command = ""
+    """The `metasrv` subcommand the child runs."""
 
     def __init__(
         self,
@@ -147,7 +153,7 @@ class MetasrvProcess:
     def pid(self) -> int:
         """The child's pid (once spawned)."""
         if self.proc is None:
-            raise ServiceError("metasrv was never started")
+            raise ServiceError(f"metasrv {self.command} was never started")
         return self.proc.pid
 
     def spawn(self) -> None:
@@ -156,13 +162,71 @@ class MetasrvProcess:
         self._spawned_at = time.time()
         config = ["-c", str(self.config)] if self.config is not None else []
         self.proc = subprocess.Popen(
-            metasrv_argv("start", *config, *self.args),
+            metasrv_argv(self.command, *config, *self.args),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env} if self.env else None,
             cwd=self.cwd,
             start_new_session=self.new_session,
         )
+
+    def log_records(
+        self, msg_prefix: str = "", since: float = 0.0
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """`log_records` of this child's log."""
+        return log_records(self.log_path, msg_prefix, since)
+
+    def alive(self) -> bool:
+        """True while the child runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def _exited(self) -> ServiceError | None:
+        """The error to raise when the child is not running (None while it is)."""
+        if self.alive():
+            return None
+        code = None if self.proc is None else self.proc.returncode
+        return ServiceError(f"metasrv {self.command} exited with {code}:\n{self.tail()}")
+
+    def tail(self, lines: int = 20) -> str:
+        """The end of its log."""
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> int | None:
+        """SIGKILL (a crash) and reap; returns the exit code (idempotent)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        return self._closed()
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (after SIGCONT: a paused process could not stop), then SIGKILL after
+        `timeout`; returns the exit code (idempotent)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self._closed()
+
+    def _closed(self) -> int | None:
+        """Close the log once the child has exited; its exit code."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return None if self.proc is None else self.proc.returncode
+
+
+class MetasrvProcess(_Child):
+    """A `metasrv start -c FILE` child (`config` None: `metasrv start` alone, configured by
+    `env` and the files in `cwd`); its output goes to a log file."""
+
+    command = "start"
 
     def start(self, ready_timeout: float = 60.0, *, expect_leader: bool = True) -> None:
         """Start the child; wait until `GET /readyz` answers 200 (and, if expected, says
@@ -175,9 +239,8 @@ class MetasrvProcess:
         process serves); ServiceError with the log's end if it exits or times out."""
         deadline = time.monotonic() + timeout
         while True:
-            if not self.alive():
-                code = None if self.proc is None else self.proc.returncode
-                raise ServiceError(f"metasrv exited with {code}:\n{self.tail()}")
+            if (exited := self._exited()) is not None:
+                raise exited
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 response = httpx.get(f"{self.url}/readyz", timeout=2.0)
                 if response.status_code == 200 and (
@@ -199,40 +262,55 @@ class MetasrvProcess:
                 return response.json().get("serving") is True
         return bool(self.log_records("serving as leader", since=self._spawned_at))
 
-    def log_records(
-        self, msg_prefix: str = "", since: float = 0.0
-    ) -> list[tuple[float, dict[str, Any]]]:
-        """`log_records` of this child's log."""
-        return log_records(self.log_path, msg_prefix, since)
-
-    def alive(self) -> bool:
-        """True while the child runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, lines: int = 20) -> str:
-        """The end of its log."""
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM (after SIGCONT: a paused process could not stop), then SIGKILL after
-        `timeout`; returns the exit code (idempotent)."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return None if self.proc is None else self.proc.returncode
-
     def __enter__(self) -> MetasrvProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ArchiverProcess(_Child):
+    """A `metasrv archive -c FILE` child (DESIGN §8's archiver); its output goes to a log file,
+    `url` is its `[http] addr` (`/readyz`, `/metrics`)."""
+
+    command = "archive"
+
+    def start(self, ready_timeout: float = 60.0) -> list[str]:
+        """Start the child; wait until `/readyz` says the group assigned it topics and the
+        bucket answers; its topics."""
+        self.spawn()
+        return self.wait_assigned(ready_timeout)
+
+    def wait_assigned(self, timeout: float = 60.0) -> list[str]:
+        """Wait until it is ready and holds topics; its topics (sorted). ServiceError with the
+        log's end if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            topics = self.assigned()
+            if topics:
+                return sorted(topics)
+            if time.monotonic() > deadline:
+                raise ServiceError(f"archiver not ready after {timeout:.0f}s:\n{self.tail()}")
+            time.sleep(0.3)
+
+    def readyz(self) -> dict[str, Any] | None:
+        """`/readyz`'s body (200 ready, 503 not), None while it does not answer;
+        ServiceError with the log's end once the child has exited."""
+        if (exited := self._exited()) is not None:
+            raise exited
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            body = httpx.get(f"{self.url}/readyz", timeout=2.0).json()
+            if isinstance(body, dict):
+                return body
+        return None
+
+    def assigned(self) -> set[str] | None:
+        """Its topics once it is ready, else None; ServiceError once it has exited."""
+        state = self.readyz()
+        return set(state["assigned"]) if state and state.get("ready") else None
+
+    def __enter__(self) -> ArchiverProcess:
         self.start()
         return self
 

@@ -6,16 +6,12 @@ start with the archive disabled or the store unreachable."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
@@ -23,55 +19,12 @@ from metasrv.archive import ObjectStore, PausePoint, WalRecord
 from metasrv.kafka import KafkaAdmin
 from tests._wait import wait_until
 from tests.metasrv.archive._wal import Pool, archived_entries, committed, produce, ranges
-from toolbox.simulator import free_port, log_records, metasrv_argv
+from toolbox.simulator import ArchiverProcess, free_port, metasrv_argv
 
 PAUSE_ENV = "METASRV_ARCHIVER_PAUSE_AT"
 
 
-class ArchiverProcess:
-    """One `metasrv archive -c FILE` child; its JSON-line log goes to `log`."""
-
-    def __init__(self, pool: Pool, tmp: Path, name: str, env: dict[str, str] | None = None):
-        self.port = free_port()
-        self.log = tmp / f"{name}.log"
-        config = pool.write_config(tmp / f"{name}.toml", f"127.0.0.1:{self.port}")
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                metasrv_argv("archive", "-c", str(config), "--store-wait", "10"),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-            )
-
-    def get(self, path: str) -> tuple[int, bytes] | None:
-        """(status, body) of GET `path` on its HTTP server; None while it does not answer."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except OSError:
-            return None
-
-    def readyz(self) -> dict[str, Any] | None:
-        answer = self.get("/readyz")
-        return json.loads(answer[1]) if answer else None
-
-    def assigned(self) -> set[str] | None:
-        """Its topics once ready, else None."""
-        state = self.readyz()
-        return set(state["assigned"]) if state and state["ready"] else None
-
-    def logged(self, msg: str) -> list[dict[str, Any]]:
-        return [record for _, record in log_records(self.log, msg)]
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+StartArchiver = Callable[..., ArchiverProcess]
 
 
 @pytest.fixture
@@ -80,12 +33,28 @@ def pool_size() -> int:
 
 
 @pytest.fixture
-def archivers(pool: Pool, tmp_path: Path) -> Iterator[list[ArchiverProcess]]:
+def start_archiver(pool: Pool, tmp_path: Path) -> Iterator[StartArchiver]:
+    """Spawns `metasrv archive -c FILE` on the pool (`name`, `env` over this process's);
+    SIGKILLs whichever still run after the test."""
     started: list[ArchiverProcess] = []
-    yield started
+
+    def start(name: str, env: dict[str, str] | None = None) -> ArchiverProcess:
+        url = f"http://127.0.0.1:{free_port()}"
+        config = pool.write_config(tmp_path / f"{name}.toml", url.removeprefix("http://"))
+        archiver = ArchiverProcess(
+            config, tmp_path / f"{name}.log", url, args=("--store-wait", "10"), env=env
+        )
+        started.append(archiver)
+        archiver.spawn()
+        return archiver
+
+    yield start
     for archiver in started:
-        if archiver.proc.poll() is None:
-            archiver.kill()
+        archiver.kill()
+
+
+def _logged(archiver: ArchiverProcess, msg: str) -> list[dict[str, Any]]:
+    return [record for _, record in archiver.log_records(msg)]
 
 
 def _all_committed(admin: KafkaAdmin, pool: Pool, produced: dict[str, list[WalRecord]]) -> bool:
@@ -103,15 +72,13 @@ def test_an_archiver_killed_before_its_commit_leaves_no_gap_once_restarted(
     pool: Pool,
     store: ObjectStore,
     kafka_admin: KafkaAdmin,
-    archivers: list[ArchiverProcess],
-    tmp_path: Path,
+    start_archiver: StartArchiver,
     point: PausePoint,
 ) -> None:
     topic = pool.topics[0]
     produced = {topic: produce(pool.bootstrap, topic, 5)}
-    first = ArchiverProcess(pool, tmp_path, "first", {PAUSE_ENV: point.value})
-    archivers.append(first)
-    [paused] = wait_until(lambda: first.logged("paused (test hook)"), f"a pause at {point}")
+    first = start_archiver("first", {PAUSE_ENV: point.value})
+    [paused] = wait_until(lambda: _logged(first, "paused (test hook)"), f"a pause at {point}")
     assert paused["point"] == point.value and paused["topic"] == topic
     assert [r.key(pool.s3_prefix) for r in ranges(store, topic)] == [paused["key"]]
     assert committed(kafka_admin, pool.group, [topic]) == {topic: None}
@@ -119,21 +86,15 @@ def test_an_archiver_killed_before_its_commit_leaves_no_gap_once_restarted(
     assert committed(kafka_admin, pool.group, [topic]) == {topic: None}
 
     produced[topic] += produce(pool.bootstrap, topic, 5, start=5)
-    archivers.append(ArchiverProcess(pool, tmp_path, "second"))
+    start_archiver("second")
     wait_until(lambda: _all_committed(kafka_admin, pool, produced), "the restart's commits")
     _check_archive(store, produced)
 
 
 def test_two_archivers_split_the_pool_and_a_killed_ones_topics_go_to_the_other(
-    pool: Pool,
-    store: ObjectStore,
-    kafka_admin: KafkaAdmin,
-    archivers: list[ArchiverProcess],
-    tmp_path: Path,
+    pool: Pool, store: ObjectStore, kafka_admin: KafkaAdmin, start_archiver: StartArchiver
 ) -> None:
-    a = ArchiverProcess(pool, tmp_path, "a")
-    b = ArchiverProcess(pool, tmp_path, "b")
-    archivers += [a, b]
+    a, b = start_archiver("a"), start_archiver("b")
 
     def split() -> tuple[set[str], set[str]] | None:
         mine, theirs = a.assigned(), b.assigned()
@@ -146,9 +107,9 @@ def test_two_archivers_split_the_pool_and_a_killed_ones_topics_go_to_the_other(
     wait_until(lambda: _all_committed(kafka_admin, pool, produced), "every topic's commit")
     # Each wrote the objects of its own topics.
     written = {t: f'metasrv_archiver_written_objects_total{{topic="{t}"}}' for t in pool.topics}
-    scraped = a.get("/metrics")
-    assert scraped is not None and scraped[0] == 200
-    assert {t for t, line in written.items() if line in scraped[1].decode()} == a_topics
+    scraped = httpx.get(f"{a.url}/metrics", timeout=5)
+    assert scraped.status_code == 200
+    assert {t for t, line in written.items() if line in scraped.text} == a_topics
 
     a.kill()
     for topic in pool.topics:
@@ -159,18 +120,13 @@ def test_two_archivers_split_the_pool_and_a_killed_ones_topics_go_to_the_other(
 
 
 def test_sigterm_leaves_the_group_and_exits_0(
-    pool: Pool,
-    store: ObjectStore,
-    kafka_admin: KafkaAdmin,
-    archivers: list[ArchiverProcess],
-    tmp_path: Path,
+    pool: Pool, store: ObjectStore, kafka_admin: KafkaAdmin, start_archiver: StartArchiver
 ) -> None:
     produced = {t: produce(pool.bootstrap, t, 3) for t in pool.topics[:2]}
-    archiver = ArchiverProcess(pool, tmp_path, "only")
-    archivers.append(archiver)
+    archiver = start_archiver("only")
     wait_until(lambda: _all_committed(kafka_admin, pool, produced), "the commits")
     assert archiver.stop() == 0
-    assert archiver.logged("archiver stopped")
+    assert _logged(archiver, "archiver stopped")
     admin = AdminClient({"bootstrap.servers": pool.bootstrap})
     group = admin.describe_consumer_groups([pool.group])[pool.group].result(10)
     assert group.members == []  # no member left behind to wait out a session timeout
