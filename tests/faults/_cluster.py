@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from metasrv import keys
+from metasrv.archive import ObjectStore
 from metasrv.errors import MetasrvError, NotLeader, Unavailable, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.kv import EtcdKv
+from metasrv.model import PartitionOffsets
+from metasrv.settings import ArchiveSettings
 from procedures import ProcedureRecord, state_key
 from tests._wait import wait_until, wait_until_or_none
 from tests.faults._client import ClusterClient
@@ -92,7 +95,9 @@ def _daemon_config(
     kafka: str,
     etcd: list[str],
     history_url: str,
+    archive: dict[str, Any] | None = None,
 ) -> str:
+    sections: dict[str, dict[str, Any]] = {"wal.archive": archive} if archive else {}
     return render_config(
         {
             "wal": {
@@ -115,6 +120,7 @@ def _daemon_config(
             "history": {"url": history_url},
             "election": {"lease_secs": spec.lease_secs, "node_name": node},
             "reconcile": {"stat_history_interval": "0s"},
+            **sections,
         }
     )
 
@@ -132,8 +138,13 @@ class FaultCluster:
         workdir: Path,
         summary: FaultSummary,
         spec: ClusterSpec | None = None,
+        archive: dict[str, Any] | None = None,
+        extra_check: Callable[[dict[str, PartitionOffsets]], list[str]] | None = None,
     ) -> None:
+        """`archive`: the daemons' `[wal.archive]` section (the datanodes replay through
+        it too); `extra_check`: more invariants the monitor samples (`InvariantMonitor`)."""
         self.name = name
+        self.archive = archive
         self.kafka = kafka
         self.etcd = etcd
         self.history_url = history_url
@@ -154,6 +165,7 @@ class FaultCluster:
             datanodes=lambda: self.workload.datanodes.values() if self._workload else (),
             topics=lambda: self.workload.topics if self._workload else [],
             summary=summary,
+            extra_check=extra_check,
         )
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -177,6 +189,7 @@ class FaultCluster:
                     kafka=self.kafka,
                     etcd=self.etcd,
                     history_url=self.history_url,
+                    archive=self.archive,
                 )
             )
         first, *rest = self.daemons
@@ -207,6 +220,8 @@ class FaultCluster:
             if datanode.client is not None:
                 datanode.client.close()
             datanode.client = ClusterClient([d.url for d in self.daemons])
+            if self.archive:
+                datanode.archive = ObjectStore(ArchiveSettings.model_validate(self.archive))
         workload.start()
         self.monitor.start()
 

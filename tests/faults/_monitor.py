@@ -47,7 +47,11 @@ class InvariantMonitor:
         topics: Callable[[], list[str]],
         summary: FaultSummary,
         interval: float = 0.5,
+        extra_check: Callable[[dict[str, PartitionOffsets]], list[str]] | None = None,
     ) -> None:
+        """`extra_check`: more invariants, given each sample's offsets (read before it is
+        called) and returning what it found broken, e.g. the WAL archive's
+        (tests/faults/_archive.py)."""
         self.cluster = cluster
         self._kv = EtcdKv(etcd, f"{cluster}/", timeout=2.0)
         self._admin = KafkaAdmin(kafka, request_timeout=3.0)
@@ -55,6 +59,7 @@ class InvariantMonitor:
         self._topics = topics
         self._summary = summary
         self._interval = interval
+        self._extra_check = extra_check
         self.markers: dict[str, int] = {}
         self.violations: list[str] = []
         self.samples = 0
@@ -101,6 +106,8 @@ class InvariantMonitor:
             offsets = self._admin.offsets(topics) if topics else {}
             found += self._check_markers(markers, offsets)
             found += self._check_needed(offsets)
+            if self._extra_check is not None:
+                found += self._extra_check(offsets)
             self.samples += 1
             self.violations += found
             for problem in found:

@@ -1,5 +1,6 @@
-"""Fixtures of the fault suite: its own Kafka and etcd clusters, a PostgreSQL history schema, one
-multi-process cluster per module, the budget (bounded or long) and the summary line.
+"""Fixtures of the fault suite: its own Kafka and etcd clusters (and, for the WAL archive's
+faults, its own S3-compatible server), a PostgreSQL history schema, one multi-process cluster
+per module, the budget (bounded or long) and the summary line.
 
 Bounded by default (part of `make test`); `--run-slow` or `METASRV_FAULTS_LONG=1` runs
 the long version (docs/faults.md).
@@ -18,6 +19,7 @@ import pytest
 
 import migrations
 from tests._wait import wait_until
+from tests.faults._archive import SuiteObjectStore
 from tests.faults._budget import FaultBudget
 from tests.faults._cluster import FaultCluster
 from tests.faults._services import FaultServices, fault_stack_config
@@ -102,6 +104,17 @@ def fault_services(budget: FaultBudget) -> Iterator[FaultServices]:
         finally:
             services.down()
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def fault_s3(fault_services: FaultServices) -> Iterator[SuiteObjectStore]:
+    """The suite's own S3-compatible server (for the WAL archive), stopped after the session."""
+    store = SuiteObjectStore(fault_services.cfg.state_dir)
+    store.up()
+    try:
+        yield store
+    finally:
+        store.stop()
 
 
 @pytest.fixture(scope="session")
