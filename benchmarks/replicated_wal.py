@@ -34,12 +34,9 @@ table goes to stdout and JSON to benchmarks/results/replicated-wal-<sha>-<UTC ti
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import itertools
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,13 +50,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from _daemon import daemon_sections, remove_keys, wal_section
 from _proc import cpu_seconds
-from _results import product_tree, stamp, write_result
+from _produce import produce_for
+from _results import (
+    Figures,
+    host,
+    log,
+    print_table,
+    product_tree,
+    run_scenarios,
+    save_run,
+)
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
-from metasrv.errors import ServiceError
 from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv, render_config
 
 if TYPE_CHECKING:
@@ -67,10 +73,6 @@ if TYPE_CHECKING:
 
 SCENARIOS = ("follower-paused", "leader-killed", "broker-down-cpu", "produce-while-purging")
 TERMINAL = {"succeeded", "skipped", "failed", "cancelled"}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
@@ -81,10 +83,6 @@ def thread_cpu(pid: int) -> dict[str, float]:
             name = (task / "comm").read_text().strip()
             out[name] = out.get(name, 0.0) + cpu_seconds(pid, int(task.name))
     return out
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 # --- Kafka, from outside ----------------------------------------------------------------
@@ -269,33 +267,10 @@ class Daemon:
         )
         self.api = Api(self.url)
         cluster = bench.cluster
-        self.config.write_text(
-            render_config(
-                {
-                    "wal": {
-                        "broker_endpoints": cluster.kafka_bootstrap.split(","),
-                        "num_topics": num_topics,
-                        "topic_name_prefix": self.prefix,
-                        "replication_factor": 3,
-                        "auto_prune_interval": "0s",
-                        "region_stat_ttl": "1h",
-                        "flush_trigger_size": "1GB",
-                    },
-                    "http": {"addr": f"127.0.0.1:{self.port}"},
-                    "kv": {
-                        "backend": "etcd",
-                        "etcd_endpoints": list(cluster.etcd_endpoints),
-                        "key_prefix": f"{self.prefix}/",
-                    },
-                    "history": {
-                        "url": f"sqlite:///{bench.workdir / (self.prefix + '-history.db')}",
-                        "stats_url": str(bench.workdir / f"{self.prefix}-stats"),
-                    },
-                    "election": {"node_name": "bench", "lease_secs": 5},
-                    "reconcile": {"stat_history_interval": "0s"},
-                }
-            )
-        )
+        wal = {**wal_section(cluster, self.prefix, num_topics), "auto_prune_interval": "0s"}
+        addr = f"127.0.0.1:{self.port}"
+        sections = daemon_sections(cluster, bench.workdir, self.prefix, addr, wal)
+        self.config.write_text(render_config(sections))
 
     @property
     def topics(self) -> list[str]:
@@ -317,10 +292,7 @@ class Daemon:
         )
         if upgrade.returncode != 0:
             raise RuntimeError(f"db upgrade failed: {upgrade.stdout}{upgrade.stderr}")
-        try:
-            self.process.start(timeout)
-        except ServiceError as exc:
-            raise RuntimeError(str(exc)) from exc
+        self.process.start(timeout)
 
     def stop(self) -> None:
         self.api.close()
@@ -329,22 +301,7 @@ class Daemon:
     def cleanup(self) -> None:
         """Remove the daemon's topics and its etcd keys."""
         self.bench.kafka.delete_topics(self.topics)
-        key = f"{self.prefix}/".encode()
-        range_end = key[:-1] + bytes([key[-1] + 1])
-        body = {
-            "key": base64.b64encode(key).decode(),
-            "range_end": base64.b64encode(range_end).decode(),
-        }
-        for endpoint in self.bench.cluster.etcd_endpoints:
-            with contextlib.suppress(httpx.HTTPError):
-                if (
-                    httpx.post(
-                        f"http://{endpoint}/v3/kv/deleterange", json=body, timeout=10
-                    ).status_code
-                    == 200
-                ):
-                    return
-        log(f"cleanup: etcd keys under {key.decode()} not removed")
+        remove_keys(self.bench.cluster, self.prefix)
 
 
 class Heartbeater:
@@ -808,19 +765,8 @@ class Bench:
         payload = b"x" * 1024
         cpu0 = cpu_seconds(d.pid)
         with Heartbeater(d.api, 1, report, 0.1, tick=purge) as beats:
-            t0 = time.monotonic()
-            deadline = t0 + self.args.produce_seconds
-            sent = 0
-            while time.monotonic() < deadline:
-                try:
-                    producer.produce(topic, value=payload, partition=0, on_delivery=done)
-                    sent += 1
-                    if sent % 500 == 0:
-                        producer.poll(0)
-                except BufferError:
-                    producer.poll(0.05)
-            producer.flush(60)
-            elapsed = time.monotonic() - t0
+            seconds = self.args.produce_seconds
+            elapsed = produce_for(producer, [topic], seconds, lambda _: payload, done, 60.0)
         daemon_cores = (cpu_seconds(d.pid) - cpu0) / elapsed
         start_after = self.kafka.log_start(topic)
         states: Counter[str] = Counter()
@@ -846,7 +792,7 @@ class Bench:
 
 # --- report -------------------------------------------------------------------------------
 
-SUMMARY: dict[str, list[tuple[str, str]]] = {
+SUMMARY: Figures = {
     "follower-paused": [
         ("purge_completion_s", "purge completion with one follower paused (s)"),
         ("replay_start_below_log_start_s", "time replay-start < log start (s)"),
@@ -874,45 +820,12 @@ SUMMARY: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def dig(row: dict[str, Any], path: str) -> Any:
-    value: Any = row
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
-def summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, _ in SUMMARY[name]:
-        values = [dig(r, key) for r in runs]
-        numbers = [float(v) for v in values if isinstance(v, int | float)]
-        out[key] = {"median": median(numbers), "runs": values}
-    return out
-
-
-def fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
-    return str(value)
-
-
-def print_table(result: dict[str, Any]) -> None:
+def print_report(result: dict[str, Any]) -> None:
     print(
         f"\nreplicated WAL, checkout {result['commit']}{' (dirty)' if result['dirty'] else ''}"
         f" at {result['checkout']}, {result['host']['nproc']} cores"
     )
-    print("| scenario | figure | median | runs |")
-    print("|---|---|---|---|")
-    for name, data in result["scenarios"].items():
-        if "error" in data and not data.get("runs"):
-            print(f"| {name} | error | - | {data['error'][:80]} |")
-            continue
-        for key, label in SUMMARY[name]:
-            row = data["summary"][key]
-            runs = ", ".join(fmt(v) for v in row["runs"])
-            print(f"| {name} | {label} | {fmt(row['median'])} | {runs} |")
+    print_table(result["scenarios"], SUMMARY)
 
 
 def git(checkout: Path, *args: str) -> str:
@@ -966,12 +879,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit_full": git(checkout, "rev-parse", "HEAD"),
         "dirty": bool(git(checkout, "status", "--porcelain", "--untracked-files=no")),
         "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "host": {
-            "nproc": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_start": os.getloadavg(),
-        },
+        "host": host(),
         "cluster": {"kafka": cluster.kafka_bootstrap, "etcd": cluster.etcd_endpoints},
         "args": vars(args),
         "scenarios": {},
@@ -995,31 +903,13 @@ def main(argv: list[str] | None = None) -> int:
             "produce-while-purging": bench.produce_while_purging,
         }
         try:
-            for name in args.scenario:
-                runs: list[dict[str, Any]] = []
-                data: dict[str, Any] = {"runs": runs}
-                result["scenarios"][name] = data
-                for run in range(args.runs):
-                    log(f"{name}: run {run + 1}/{args.runs}")
-                    started = time.monotonic()
-                    try:
-                        row = runners[name](run)
-                    except Exception as exc:
-                        log(f"{name} run {run + 1} failed: {exc!r}")
-                        row = {"error": repr(exc)[:2000]}
-                    finally:
-                        bench.heal()
-                    row["wall_s"] = round(time.monotonic() - started, 1)
-                    runs.append(row)
-                data["summary"] = summarize(name, runs)
+            result["scenarios"] = run_scenarios(
+                args.scenario, args.runs, runners, SUMMARY, after_run=bench.heal
+            )
         finally:
             bench.heal()
-    result["host"]["loadavg_end"] = os.getloadavg()
-    result["finished_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
-    print_table(result)
-    if not args.no_json:
-        path = write_result(result, f"replicated-wal-{short}-{stamp(utc=True)}.json")
-        print(f"\nJSON: {path}")
+    print_report(result)
+    save_run(result, f"replicated-wal-{short}", write=not args.no_json)
     return 0
 
 

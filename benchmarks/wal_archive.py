@@ -54,14 +54,9 @@ to stdout; JSON to benchmarks/results/wal-archive-<sha>-<UTC time>.json.
 from __future__ import annotations
 
 import argparse
-import base64
 import bisect
 import contextlib
 import os
-import platform
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -70,19 +65,36 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from _daemon import daemon_sections, remove_keys, wal_section
 from _metrics import scrape
 from _proc import cpu_seconds
-from _results import commit_of, product_tree, stamp, write_result
+from _produce import produce_for
+from _results import (
+    Figures,
+    commit_of,
+    host,
+    log,
+    median,
+    print_table,
+    product_tree,
+    run_scenarios,
+    save_run,
+)
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from metasrv.errors import ServiceError
 from metasrv.settings import ArchiveSettings, WalSettings
-from toolbox.simulator import MetasrvProcess, free_port, metasrv_argv, migrate, render_config
+from toolbox.simulator import (
+    ArchiverProcess,
+    MetasrvProcess,
+    free_port,
+    migrate,
+    render_config,
+)
 
 if TYPE_CHECKING:
     from toolbox.stack import Cluster, S3Endpoint
@@ -97,17 +109,9 @@ _POOL = os.urandom(4 << 20)
 do not compress."""
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 def payload(n: int) -> bytes:
     start = (n * RECORD_BYTES) % (len(_POOL) - RECORD_BYTES)
     return _POOL[start : start + RECORD_BYTES]
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def rnd(value: float | None, digits: int = 3) -> float | None:
@@ -240,57 +244,25 @@ class Kafka:
 # --- processes ------------------------------------------------------------------------------
 
 
-class Archiver:
-    """One `metasrv archive -c FILE` child."""
+class Archiver(ArchiverProcess):
+    """One `metasrv archive -c FILE` child, its config and log in the benchmark's workdir."""
 
     def __init__(
         self, bench: Bench, name: str, wal: dict[str, Any], archive: dict[str, Any]
     ) -> None:
-        self.bench = bench
+        url = f"http://127.0.0.1:{free_port()}"
+        config = bench.workdir / f"{name}.toml"
+        http = {"addr": url.removeprefix("http://")}
+        config.write_text(render_config({"wal": wal, "wal.archive": archive, "http": http}))
+        super().__init__(
+            config,
+            bench.workdir / f"{name}.log",
+            url,
+            args=("--log-level", "warning"),
+            env=bench.env,
+            cwd=bench.checkout,
+        )
         self.name = name
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.config = bench.workdir / f"{name}.toml"
-        self.log_path = bench.workdir / f"{name}.log"
-        self.config.write_text(
-            render_config(
-                {
-                    "wal": wal,
-                    "wal.archive": archive,
-                    "http": {"addr": self.url.removeprefix("http://")},
-                }
-            )
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise RuntimeError(f"{self.name} was never started")
-        return self.proc.pid
-
-    def start(self) -> None:
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            metasrv_argv("archive", "-c", str(self.config), "--log-level", "warning"),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.bench.env,
-            cwd=self.bench.checkout,
-            start_new_session=True,
-        )
-
-    def readyz(self) -> dict[str, Any] | None:
-        """`/readyz`'s body once it answers 200, else None; raises if the process exited."""
-        if self.proc is None or self.proc.poll() is not None:
-            code = None if self.proc is None else self.proc.returncode
-            raise RuntimeError(f"{self.name} exited with {code}:\n{self.tail()}")
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = httpx.get(f"{self.url}/readyz", timeout=2.0)
-            if response.status_code == 200:
-                body: dict[str, Any] = response.json()
-                return body
-        return None
 
     def metrics(self) -> dict[str, float]:
         with contextlib.suppress(httpx.HTTPError):
@@ -299,24 +271,6 @@ class Archiver:
 
     def cpu(self) -> float:
         return cpu_seconds(self.pid)
-
-    def tail(self, lines: int = 15) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return None if self.proc is None else self.proc.returncode
 
 
 class Daemon:
@@ -331,26 +285,9 @@ class Daemon:
         self.url = f"http://127.0.0.1:{port}"
         self.config = bench.workdir / f"{prefix}-metasrv.toml"
         self.log_path = bench.workdir / f"{prefix}-metasrv.log"
-        self.config.write_text(
-            render_config(
-                {
-                    "wal": {**wal, "region_stat_ttl": "1h", "flush_trigger_size": "1GB"},
-                    "wal.archive": archive,
-                    "http": {"addr": f"127.0.0.1:{port}"},
-                    "kv": {
-                        "backend": "etcd",
-                        "etcd_endpoints": list(bench.cluster.etcd_endpoints),
-                        "key_prefix": f"{prefix}/",
-                    },
-                    "history": {
-                        "url": f"sqlite:///{bench.workdir / (prefix + '-history.db')}",
-                        "stats_url": str(bench.workdir / f"{prefix}-stats"),
-                    },
-                    "election": {"node_name": "bench", "lease_secs": 5},
-                    "reconcile": {"stat_history_interval": "0s"},
-                }
-            )
-        )
+        cluster, addr = bench.cluster, f"127.0.0.1:{port}"
+        sections = daemon_sections(cluster, bench.workdir, prefix, addr, wal)
+        self.config.write_text(render_config({**sections, "wal.archive": archive}))
         self.process = MetasrvProcess(
             self.config, self.log_path, self.url, env=bench.env, cwd=bench.checkout
         )
@@ -361,11 +298,8 @@ class Daemon:
         return self.process.pid
 
     def start(self) -> None:
-        try:
-            migrate(self.config, self.bench.workdir / f"{self.prefix}-migrate.log")
-            self.process.start(120.0)
-        except ServiceError as exc:
-            raise RuntimeError(str(exc)) from exc
+        migrate(self.config, self.bench.workdir / f"{self.prefix}-migrate.log")
+        self.process.start(120.0)
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         response = self.http.post(path, json=body)
@@ -394,10 +328,7 @@ class Daemon:
         """Stop and start it: a new term, whose first purge round runs once every mapped
         region has reported (not one `auto_prune_interval` later)."""
         self.process.stop(20)
-        try:
-            self.process.start(120.0)
-        except ServiceError as exc:
-            raise RuntimeError(str(exc)) from exc
+        self.process.start(120.0)
 
     def stop(self) -> None:
         self.http.close()
@@ -405,18 +336,7 @@ class Daemon:
 
     def remove_keys(self) -> None:
         """Delete the daemon's etcd keys (everything under its key prefix)."""
-        key = f"{self.prefix}/".encode()
-        range_end = key[:-1] + bytes([key[-1] + 1])
-        body = {
-            "key": base64.b64encode(key).decode(),
-            "range_end": base64.b64encode(range_end).decode(),
-        }
-        for endpoint in self.bench.cluster.etcd_endpoints:
-            with contextlib.suppress(httpx.HTTPError):
-                url = f"http://{endpoint}/v3/kv/deleterange"
-                if httpx.post(url, json=body, timeout=10).status_code == 200:
-                    return
-        log(f"cleanup: etcd keys under {key.decode()} not removed")
+        remove_keys(self.bench.cluster, self.prefix)
 
 
 # --- the benchmark ------------------------------------------------------------------------
@@ -436,12 +356,7 @@ class Scope:
 
     def wal(self, num_topics: int) -> dict[str, Any]:
         """The `[wal]` table of this scope's topic pool (`{prefix}_{n}`)."""
-        return {
-            "broker_endpoints": self.bench.cluster.kafka_bootstrap.split(","),
-            "num_topics": num_topics,
-            "topic_name_prefix": self.prefix,
-            "replication_factor": 3,
-        }
+        return wal_section(self.bench.cluster, self.prefix, num_topics)
 
     def make_topics(self, count: int) -> list[str]:
         topics = [f"{self.prefix}_{n}" for n in range(count)]
@@ -463,7 +378,7 @@ class Scope:
             self.bench, f"{self.prefix}-{label}", self.wal(num_topics), self.archive(group)
         )
         self.archivers.append(archiver)
-        archiver.start()
+        archiver.spawn()  # not waited for: `Bench.drain` times the wait for an assignment
         return archiver
 
     def daemon(self, num_topics: int, group: str, **wal: Any) -> Daemon:
@@ -478,7 +393,7 @@ class Scope:
 
     def close(self) -> None:
         for archiver in self.archivers:
-            code = archiver.stop()
+            code = archiver.stop(30)
             if code not in (0, None):
                 log(f"{archiver.name} exited with {code}:\n{archiver.tail()}")
         for daemon in self.daemons:
@@ -547,8 +462,7 @@ class Bench:
         them (each holds some, none twice, all held); the monotonic time it was seen."""
         deadline = time.monotonic() + timeout
         while True:
-            bodies = [a.readyz() for a in archivers]
-            held = [sorted(b["assigned"]) if b else [] for b in bodies]
+            held = [sorted(a.assigned() or ()) for a in archivers]
             flat = [t for h in held for t in h]
             if all(held) and sorted(flat) == sorted(topics):
                 return time.monotonic()
@@ -739,26 +653,14 @@ class Bench:
     ) -> tuple[int, int, float]:
         """Produce 1 KiB records round-robin over `topics` as fast as the producer takes them
         for `seconds`, then flush; (acknowledged, failed, seconds including the flush)."""
-        producer = self.kafka.producer()
         counts = {"acked": 0, "failed": 0}
 
         def done(err: Any, msg: Message) -> None:
             counts["failed" if err is not None else "acked"] += 1
             on_delivery(err, msg)
 
-        t0 = time.monotonic()
-        deadline = t0 + seconds
-        n = 0
-        while time.monotonic() < deadline:
-            try:
-                producer.produce(topics[n % len(topics)], payload(n), partition=0, on_delivery=done)
-                n += 1
-                if n % 500 == 0:
-                    producer.poll(0)
-            except BufferError:
-                producer.poll(0.05)
-        producer.flush(120)
-        return counts["acked"], counts["failed"], time.monotonic() - t0
+        took = produce_for(self.kafka.producer(), topics, seconds, payload, done)
+        return counts["acked"], counts["failed"], took
 
     # --- scale --------------------------------------------------------------------------
 
@@ -774,7 +676,7 @@ class Bench:
                 ]
                 result[f"archivers_{count}"] = self.drain(archivers, group, topics, high)
                 for archiver in archivers:
-                    archiver.stop()
+                    archiver.stop(30)
                 rate = result[f"archivers_{count}"]["records_per_s"]
                 log(f"run {run}: {count} archiver(s): {rate} records/s")
             one = result["archivers_1"]["records_per_s"]
@@ -873,7 +775,7 @@ class Bench:
             "daemon_purge_metric_deltas": purge_deltas,
             "heartbeat_errors": errors[:5],
         }
-        archiver.stop()
+        archiver.stop(30)
         daemon.stop()
         return result
 
@@ -897,7 +799,7 @@ class Bench:
             group = s.group("archive")
             archiver = s.archiver("archiver", 1, group)
             self.drain([archiver], group, [topic], high)
-            archiver.stop()
+            archiver.stop(30)
             daemon = s.daemon(1, group, auto_prune_interval="0s")
             region = 6001
             daemon.register(region, topic)
@@ -934,7 +836,7 @@ class Bench:
 
 # --- report -------------------------------------------------------------------------------
 
-SUMMARY: dict[str, list[tuple[str, str]]] = {
+SUMMARY: Figures = {
     "throughput": [
         ("records_per_s", "one archiver records/s"),
         ("mb_per_s", "one archiver MB/s"),
@@ -971,54 +873,23 @@ SUMMARY: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def dig(row: dict[str, Any], path: str) -> Any:
-    value: Any = row
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
-def summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, _ in SUMMARY[name]:
-        values = [dig(r, key) for r in runs]
-        numbers = [float(v) for v in values if isinstance(v, int | float)]
-        out[key] = {"median": median(numbers), "runs": values}
-    return out
-
-
-def fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
-    return str(value)
-
-
 def print_report(result: dict[str, Any]) -> None:
     args = result["args"]
     print(
         f"\nWAL archive, commit {result['commit']}, {result['host']['nproc']} cores; "
         f"objects close at {args['object_max_bytes']} or after {args['object_max_delay']:g} s"
     )
-    print("| scenario | figure | median | runs |")
-    print("|---|---|---|---|")
+    print_table(result["scenarios"], SUMMARY)
     lines: list[str] = []
     for name, data in result["scenarios"].items():
         for key, label in SUMMARY[name]:
-            row = data["summary"][key]
-            runs = ", ".join(fmt(v) for v in row["runs"])
-            print(f"| {name} | {label} | {fmt(row['median'])} | {runs} |")
-            if row["median"] is not None:
-                value = row["median"]
+            value = data["summary"][key]["median"]
+            if value is not None:
                 lines.append(
                     f"{name} {label}: {value:.0f}"
                     if abs(value) >= 100
                     else f"{name} {label}: {value:.4g}"
                 )
-        errors = [r["error"] for r in data["runs"] if "error" in r]
-        if errors:
-            print(f"| {name} | failed runs | {len(errors)} | {errors[0][:100]} |")
     print()
     for line in lines:
         print(line)
@@ -1076,12 +947,7 @@ def main(argv: list[str] | None = None) -> int:
         "tree": str(tree),
         "commit": short,
         "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "host": {
-            "nproc": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_start": os.getloadavg(),
-        },
+        "host": host(),
         "cluster": {"kafka": cluster.kafka_bootstrap, "etcd": cluster.etcd_endpoints},
         "s3": {"endpoint": s3.endpoint, "bucket": s3.bucket},
         "args": vars(args),
@@ -1097,29 +963,12 @@ def main(argv: list[str] | None = None) -> int:
             "restore": bench.restore,
         }
         try:
-            for name in args.scenario:
-                runs: list[dict[str, Any]] = []
-                result["scenarios"][name] = {"runs": runs}
-                for run in range(args.runs):
-                    log(f"{name}: run {run + 1}/{args.runs}")
-                    started = time.monotonic()
-                    try:
-                        row = runners[name](run)
-                    except Exception as exc:
-                        log(f"{name} run {run + 1} failed: {exc!r}")
-                        row = {"error": repr(exc)[:2000]}
-                    row["wall_s"] = round(time.monotonic() - started, 1)
-                    runs.append(row)
-                result["scenarios"][name]["summary"] = summarize(name, runs)
+            result["scenarios"] = run_scenarios(args.scenario, args.runs, runners, SUMMARY)
         finally:
             bench.kafka.close()
             bench.store.close()
-    result["host"]["loadavg_end"] = os.getloadavg()
-    result["finished_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
     print_report(result)
-    if not args.no_json:
-        path = write_result(result, f"wal-archive-{short}-{stamp(utc=True)}.json")
-        print(f"\nJSON: {path}")
+    save_run(result, f"wal-archive-{short}", write=not args.no_json)
     failed = any("error" in r for data in result["scenarios"].values() for r in data["runs"])
     return 1 if failed else 0
 
