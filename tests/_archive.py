@@ -1,16 +1,20 @@
 """WAL archive fixtures for tests: objects written the way DESIGN §8 fixes them, Kafka records
-produced with their offsets, and a topic trimmed out of band.
+produced with their offsets, a topic trimmed out of band, and a consumer group's committed
+offset.
 
 `put_archived` writes one object with `ObjectStore` directly, encoded as the archiver
 encodes it (`metasrv.archive.encode_object`), so a test needs no archiver process; `trim` is
-an operator's or another tool's DeleteRecords, through confluent-kafka's own AdminClient
-rather than metasrv's adapter.
+an operator's or another tool's DeleteRecords, and `commit_offset` a reader of the WAL (CDC, a
+standby, the archiver) committing what it read, both through confluent-kafka's own clients
+rather than metasrv's adapter. The `archive_store` fixture (tests/conftest.py) is
+`open_store` on the test's own bucket prefix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -38,6 +42,19 @@ def archive_config(s3: S3Endpoint, prefix: str, **changes: object) -> dict[str, 
 def archive_settings(s3: S3Endpoint, prefix: str, **changes: object) -> ArchiveSettings:
     """`archive_config` validated."""
     return ArchiveSettings.model_validate(archive_config(s3, prefix, **changes))
+
+
+@contextlib.contextmanager
+def open_store(s3: S3Endpoint, prefix: str, **changes: object) -> Iterator[ObjectStore]:
+    """A client of the bucket under `prefix` (`archive_settings`); on exit every object under
+    `prefix` is deleted (the stack's bucket is shared) and the client closed."""
+    client = ObjectStore(archive_settings(s3, prefix, **changes))
+    try:
+        yield client
+    finally:
+        for obj in client.list(prefix):
+            client.delete(obj.key)
+        client.close()
 
 
 def put_archived(store: ObjectStore, topic: str, records: Sequence[WalRecord]) -> str:
@@ -76,6 +93,18 @@ def trim(bootstrap: str, topic: str, offset: int) -> int:
     [(_, future)] = futures.items()
     deleted = future.result(timeout=30)
     return int(deleted.low_watermark)
+
+
+def commit_offset(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """A member of `group` commits `offset` on partition 0 of `topic` (synchronously), as a
+    reader of the WAL does once it has what it read."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
 
 
 def archive_from_kafka(bootstrap: str, store: ObjectStore, topic: str, start: int, end: int) -> str:

@@ -13,7 +13,8 @@ Each service fixture reuses the endpoint named by `METASRV_TEST_KAFKA` / `METASR
 (`toolbox.stack.ensure_up`, idempotent, reusing healthy services already on the ports).
 `s3_endpoint` likewise starts (or reuses) the stack's S3-compatible server alone, unless
 `METASRV_TEST_S3` names an endpoint (with `METASRV_TEST_S3_BUCKET`, `..._ACCESS_KEY_ID`,
-`..._SECRET_ACCESS_KEY`); each test keeps its objects under its own `s3_prefix`.
+`..._SECRET_ACCESS_KEY`); each test keeps its objects under its own `s3_prefix`, where
+`archive_store` is a WAL archive client, emptied after the test.
 The stack is left running at the end of the session: CI or the developer takes it down.
 """
 
@@ -42,6 +43,8 @@ from toolbox.stack import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from metasrv.archive import ObjectStore
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -163,6 +166,16 @@ def s3_endpoint() -> S3Endpoint:
 def s3_prefix(unique_prefix: str) -> str:
     """Unique per test: the key prefix (`t<8 hex>/`) its objects live under in the bucket."""
     return f"{unique_prefix}/"
+
+
+@pytest.fixture
+def archive_store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
+    """A client of the WAL archive's bucket under the test's `s3_prefix`; what the test wrote
+    there is deleted afterwards."""
+    from tests._archive import open_store
+
+    with open_store(s3_endpoint, s3_prefix) as store:
+        yield store
 
 
 @pytest.fixture

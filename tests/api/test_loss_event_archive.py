@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from metasrv.archive import ObjectStore, WalRecord
-from tests._archive import archive_config, archive_settings, produce_records, put_archived, trim
+from tests._archive import archive_config, produce_records, put_archived, trim
 from tests._wait import wait_until
 from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
 from toolbox.simulator import free_port
@@ -71,29 +71,24 @@ def test_the_loss_event_says_whether_the_archive_holds_the_lost_entries(
     unique_prefix: str,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
+    archive_store: ObjectStore,
 ) -> None:
-    store = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
     settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     held, gap = f"{unique_prefix}_wal_0", f"{unique_prefix}_wal_1"
-    try:
-        with start_server(settings) as srv, srv.client() as client:
-            records = _losing_region(client, kafka_bootstrap, 1, held)
-            put_archived(store, held, records[0:12])
-            put_archived(store, held, records[10:20])
-            records = _losing_region(client, kafka_bootstrap, 2, gap)
-            put_archived(store, gap, records[0:15])  # 15..19 are in no object
+    with start_server(settings) as srv, srv.client() as client:
+        records = _losing_region(client, kafka_bootstrap, 1, held)
+        put_archived(archive_store, held, records[0:12])
+        put_archived(archive_store, held, records[10:20])
+        records = _losing_region(client, kafka_bootstrap, 2, gap)
+        put_archived(archive_store, gap, records[0:15])  # 15..19 are in no object
 
-            event = _loss_event(client, held)
-            assert event["region_id"] == 1
-            assert event["details"]["archive_covers"] is True
-            assert "the WAL archive holds them" in event["message"]
-            event = _loss_event(client, gap)
-            assert event["region_id"] == 2
-            assert event["details"]["archive_covers"] is False
-    finally:
-        for obj in store.list(s3_prefix):
-            store.delete(obj.key)
-        store.close()
+        event = _loss_event(client, held)
+        assert event["region_id"] == 1
+        assert event["details"]["archive_covers"] is True
+        assert "the WAL archive holds them" in event["message"]
+        event = _loss_event(client, gap)
+        assert event["region_id"] == 2
+        assert event["details"]["archive_covers"] is False
 
 
 @pytest.mark.parametrize("archive", ["disabled", "store_down"])

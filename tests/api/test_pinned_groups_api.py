@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from metasrv.kafka import KafkaAdmin
+from tests._archive import commit_offset
 from tests.api._live import (
     RECORDS_PER_TOPIC,
     VIEWER_TOKEN,
@@ -27,16 +27,6 @@ from tests.api._live import (
 
 _RUN = uuid.uuid4().hex[:8]
 CDC, SILENT = f"pin-{_RUN}-cdc", f"pin-{_RUN}-silent"
-
-
-def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +64,7 @@ def test_a_group_without_an_offset_blocks_then_one_behind_bounds_the_purge(
     live: LiveMetasrv, viewer: httpx.Client, kafka_bootstrap: str
 ) -> None:
     topic = live.world.purgeable_topic  # its regions allow P = 9
-    commit(kafka_bootstrap, CDC, topic, 5)
+    commit_offset(kafka_bootstrap, CDC, topic, 5)
 
     response = viewer.get("/v1/purge/plan", params={"topic": topic})
     assert response.status_code == 200, response.text
@@ -90,7 +80,7 @@ def test_a_group_without_an_offset_blocks_then_one_behind_bounds_the_purge(
     assert _gauges(viewer, "metasrv_wal_pinned_group_blocking", topic) == {CDC: 0, SILENT: 1}
     assert _gauges(viewer, "metasrv_wal_pinned_group_lag", topic) == {CDC: RECORDS_PER_TOPIC - 5}
 
-    commit(kafka_bootstrap, SILENT, topic, 12)
+    commit_offset(kafka_bootstrap, SILENT, topic, 12)
     [plan] = viewer.get("/v1/purge/plan", params={"topic": topic}).json()["topics"]
     assert plan["prune_point"] == 5 and plan["blocked_by"] == []
     holding = [g["consumer_group"] for g in plan["pinned_groups"] if g["holds_prune_point"]]
@@ -131,8 +121,8 @@ def test_the_dashboard_shows_the_blocking_group_like_a_blocking_region(
     from tests.api.test_dashboard_browser import CHROMIUM_ARGS
 
     w = live.world
-    commit(kafka_bootstrap, CDC, w.purgeable_topic, 5)
-    commit(kafka_bootstrap, SILENT, w.purgeable_topic, 12)
+    commit_offset(kafka_bootstrap, CDC, w.purgeable_topic, 5)
+    commit_offset(kafka_bootstrap, SILENT, w.purgeable_topic, 12)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -9,14 +9,13 @@ shows that listing until the next one; a page view never calls the store.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from metasrv.archive import ArchivedRange, ObjectStore, WalRecord
 from procedures.wal_purge import ArchivedSpan
-from tests._archive import archive_config, archive_settings, produce_records, put_archived, trim
+from tests._archive import archive_config, produce_records, put_archived, trim
 from tests._wait import wait_until
 from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
 from toolbox.stack import S3Endpoint
@@ -63,28 +62,19 @@ def _lost_and_archived(
     return records
 
 
-@pytest.fixture
-def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
-    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
-    yield client
-    for obj in client.list(s3_prefix):
-        client.delete(obj.key)
-    client.close()
-
-
 def test_the_answer_is_the_last_listing_a_purge_made(
     make_settings: SettingsFactory,
     kafka_bootstrap: str,
     unique_prefix: str,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
-    store: ObjectStore,
+    archive_store: ObjectStore,
 ) -> None:
     settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     topic = f"{unique_prefix}_wal_0"
     with start_server(settings) as srv, srv.client() as client:
         assert client.get("/v1/purge/archived").json() == {"enabled": True, "topics": []}
-        records = _lost_and_archived(client, kafka_bootstrap, store, topic)
+        records = _lost_and_archived(client, kafka_bootstrap, archive_store, topic)
         _purge(client, topic)  # WAL data loss: the purge lists the archive
         first = client.get("/v1/purge/archived").json()
         [shown] = first["topics"]
@@ -92,7 +82,7 @@ def test_the_answer_is_the_last_listing_a_purge_made(
         assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 20, True)
         assert shown["objects"] == 3
         # A new object is not seen until a purge lists again: no store call per view.
-        put_archived(store, topic, records[20:25])
+        put_archived(archive_store, topic, records[20:25])
         assert client.get("/v1/purge/archived").json() == first
         _purge(client, topic)
         [shown] = client.get("/v1/purge/archived").json()["topics"]
@@ -108,14 +98,14 @@ def test_the_dashboard_shows_the_archived_range_beside_the_log_start(
     unique_prefix: str,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
-    store: ObjectStore,
+    archive_store: ObjectStore,
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     topic, other = f"{unique_prefix}_wal_0", f"{unique_prefix}_wal_1"
     with start_server(settings) as srv, srv.client() as client:
-        _lost_and_archived(client, kafka_bootstrap, store, topic)
+        _lost_and_archived(client, kafka_bootstrap, archive_store, topic)
         _purge(client, topic)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless"])

@@ -21,7 +21,6 @@ from metasrv.datanode import DatanodeClient, WalEntry, replay_region
 from metasrv.errors import WalDataLoss
 from tests._archive import (
     archive_config,
-    archive_settings,
     produce_records,
     put_archived,
     trim,
@@ -33,15 +32,6 @@ from toolbox.stack import S3Endpoint
 REGION = 1
 RECORDS = 40
 LOG_START = 30
-
-
-@pytest.fixture
-def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
-    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
-    yield client
-    for obj in client.list(s3_prefix):
-        client.delete(obj.key)
-    client.close()
 
 
 def _archived_server(
@@ -71,68 +61,71 @@ def _entries(records: list[WalRecord]) -> list[WalEntry]:
     return [WalEntry(r.entry_id, r.key, r.value) for r in records]
 
 
+@pytest.fixture
+def archived(
+    make_settings: SettingsFactory, s3_endpoint: S3Endpoint, s3_prefix: str
+) -> Iterator[Server]:
+    """A server with the archive enabled on the test's bucket prefix."""
+    with _archived_server(make_settings, archive_config(s3_endpoint, s3_prefix)) as srv:
+        yield srv
+
+
 def test_replay_start_lists_the_covering_objects_and_the_replay_returns_every_entry_once(
-    make_settings: SettingsFactory,
+    archived: Server,
     kafka_bootstrap: str,
-    store: ObjectStore,
+    archive_store: ObjectStore,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
 ) -> None:
-    with _archived_server(make_settings, archive_config(s3_endpoint, s3_prefix)) as srv:
-        with srv.client() as client:
-            topic, records = _trimmed_topic(client, kafka_bootstrap)
-            # Overlapping ranges (an archiver killed before its commit archives one again),
-            # and an object above the log start that the replay needs none of.
-            keys = [
-                put_archived(store, topic, records[0:15]),
-                put_archived(store, topic, records[10:25]),
-                put_archived(store, topic, records[25:30]),
-                put_archived(store, topic, records[30:35]),
-            ]
-            store.put(f"{s3_prefix}{topic}/not-an-archive-object.txt", b"skipped")
-            answer = client.get(f"/v1/regions/{REGION}/replay-start")
-            assert answer.status_code == 200, answer.text
-            assert answer.json() == {
-                "region_id": REGION,
-                "topic": topic,
-                "start_entry_id": 0,
-                "log_start_offset": LOG_START,
-                "archive": [
-                    {
-                        "bucket": s3_endpoint.bucket,
-                        "key": key,
-                        "first_entry_id": first,
-                        "last_entry_id": last,
-                    }
-                    for key, (first, last) in zip(keys, [(0, 14), (10, 24), (25, 29)], strict=False)
-                ],
-            }
-        with DatanodeClient(srv.addr) as datanode:
-            replayed = list(replay_region(datanode, REGION, kafka=kafka_bootstrap, store=store))
-            assert replayed == _entries(records)
-            # The region's own flushed id is above metasrv's start: replay from it + 1.
-            again = replay_region(
-                datanode, REGION, kafka=kafka_bootstrap, store=store, flushed_entry_id=12
-            )
-            assert list(again) == _entries(records[13:])
+    with archived.client() as client:
+        topic, records = _trimmed_topic(client, kafka_bootstrap)
+        # Overlapping ranges (an archiver killed before its commit archives one again),
+        # and an object above the log start that the replay needs none of.
+        keys = [
+            put_archived(archive_store, topic, records[0:15]),
+            put_archived(archive_store, topic, records[10:25]),
+            put_archived(archive_store, topic, records[25:30]),
+            put_archived(archive_store, topic, records[30:35]),
+        ]
+        archive_store.put(f"{s3_prefix}{topic}/not-an-archive-object.txt", b"skipped")
+        answer = client.get(f"/v1/regions/{REGION}/replay-start")
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {
+            "region_id": REGION,
+            "topic": topic,
+            "start_entry_id": 0,
+            "log_start_offset": LOG_START,
+            "archive": [
+                {
+                    "bucket": s3_endpoint.bucket,
+                    "key": key,
+                    "first_entry_id": first,
+                    "last_entry_id": last,
+                }
+                for key, (first, last) in zip(keys, [(0, 14), (10, 24), (25, 29)], strict=False)
+            ],
+        }
+    with DatanodeClient(archived.addr) as datanode:
+        replayed = list(replay_region(datanode, REGION, kafka=kafka_bootstrap, store=archive_store))
+        assert replayed == _entries(records)
+        # The region's own flushed id is above metasrv's start: replay from it + 1.
+        again = replay_region(
+            datanode, REGION, kafka=kafka_bootstrap, store=archive_store, flushed_entry_id=12
+        )
+        assert list(again) == _entries(records[13:])
 
 
 def test_a_gap_in_the_archive_answers_no_archive_and_the_replay_reports_data_loss(
-    make_settings: SettingsFactory,
-    kafka_bootstrap: str,
-    store: ObjectStore,
-    s3_endpoint: S3Endpoint,
-    s3_prefix: str,
+    archived: Server, kafka_bootstrap: str, archive_store: ObjectStore
 ) -> None:
-    with _archived_server(make_settings, archive_config(s3_endpoint, s3_prefix)) as srv:
-        with srv.client() as client:
-            topic, records = _trimmed_topic(client, kafka_bootstrap)
-            put_archived(store, topic, records[0:15])
-            put_archived(store, topic, records[20:30])  # 15..19 are in no object
-            answer = client.get(f"/v1/regions/{REGION}/replay-start").json()
-            assert (answer["log_start_offset"], answer["archive"]) == (LOG_START, None)
-        with DatanodeClient(srv.addr) as datanode, pytest.raises(WalDataLoss, match="not hold"):
-            list(replay_region(datanode, REGION, kafka=kafka_bootstrap, store=store))
+    with archived.client() as client:
+        topic, records = _trimmed_topic(client, kafka_bootstrap)
+        put_archived(archive_store, topic, records[0:15])
+        put_archived(archive_store, topic, records[20:30])  # 15..19 are in no object
+        answer = client.get(f"/v1/regions/{REGION}/replay-start").json()
+        assert (answer["log_start_offset"], answer["archive"]) == (LOG_START, None)
+    with DatanodeClient(archived.addr) as datanode, pytest.raises(WalDataLoss, match="not hold"):
+        list(replay_region(datanode, REGION, kafka=kafka_bootstrap, store=archive_store))
 
 
 def test_an_unreachable_store_is_503_only_when_the_archive_is_needed(

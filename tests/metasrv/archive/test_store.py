@@ -20,6 +20,7 @@ from metasrv.errors import (
     ObjectStoreUnavailable,
 )
 from metasrv.settings import ArchiveSettings
+from tests._archive import archive_settings
 from tests._wait import wait_until
 from toolbox.simulator import free_port
 from toolbox.stack import (
@@ -32,22 +33,9 @@ from toolbox.stack import (
 )
 
 
-def _settings(s3: S3Endpoint, prefix: str, **changes: object) -> ArchiveSettings:
-    values: dict[str, object] = {
-        "enabled": True,
-        "endpoint": s3.endpoint,
-        "bucket": s3.bucket,
-        "prefix": prefix,
-        "access_key_id": s3.access_key_id,
-        "secret_access_key": s3.secret_access_key,
-    }
-    values.update(changes)
-    return ArchiveSettings.model_validate(values)
-
-
 @pytest.fixture
 def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
-    client = ObjectStore(_settings(s3_endpoint, s3_prefix), page_size=2)
+    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix), page_size=2)
     yield client
     for obj in client.list(s3_prefix):
         client.delete(obj.key)
@@ -124,7 +112,7 @@ def test_wrong_credentials_and_a_missing_bucket_are_rejected_not_retried(
     s3_endpoint: S3Endpoint, s3_prefix: str
 ) -> None:
     bad_secret = ObjectStore(
-        _settings(s3_endpoint, s3_prefix, secret_access_key="not-the-secret"), max_attempts=1
+        archive_settings(s3_endpoint, s3_prefix, secret_access_key="not-the-secret"), max_attempts=1
     )
     with pytest.raises(ObjectStoreRejected) as info:
         bad_secret.put(f"{s3_prefix}x", b"x")
@@ -134,7 +122,7 @@ def test_wrong_credentials_and_a_missing_bucket_are_rejected_not_retried(
     with pytest.raises(ObjectStoreRejected):
         bad_secret.check()
 
-    no_bucket = ObjectStore(_settings(s3_endpoint, s3_prefix, bucket="no-such-bucket-here"))
+    no_bucket = ObjectStore(archive_settings(s3_endpoint, s3_prefix, bucket="no-such-bucket-here"))
     with pytest.raises(ObjectStoreRejected) as missing:
         no_bucket.get(f"{s3_prefix}x")
     assert missing.value.details["s3_code"] == "NoSuchBucket"
@@ -143,7 +131,7 @@ def test_wrong_credentials_and_a_missing_bucket_are_rejected_not_retried(
     with pytest.raises(ObjectStoreRejected) as head:
         no_bucket.check()
     assert head.value.details["http_status"] == 404
-    ObjectStore(_settings(s3_endpoint, s3_prefix)).check()  # the real bucket answers
+    ObjectStore(archive_settings(s3_endpoint, s3_prefix)).check()  # the real bucket answers
 
 
 def test_nothing_listening_is_unavailable_and_retryable(s3_prefix: str) -> None:
@@ -171,7 +159,7 @@ def test_a_paused_then_killed_server_is_unavailable_until_it_is_back(
     own_server: StackConfig, s3_prefix: str
 ) -> None:
     store = ObjectStore(
-        _settings(s3_endpoint_of(own_server), s3_prefix), timeout=1.0, max_attempts=1
+        archive_settings(s3_endpoint_of(own_server), s3_prefix), timeout=1.0, max_attempts=1
     )
     key = f"{s3_prefix}during-faults"
     store.put(key, b"before")

@@ -3,27 +3,15 @@ answers built by hand: the archive's objects, then Kafka, and every way it refus
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from metasrv import wire
 from metasrv.archive import ArchivedRange, ObjectStore, WalRecord, encode_object
 from metasrv.datanode import WalEntry, replay_entries
 from metasrv.errors import ConfigError, WalDataLoss
-from tests._archive import archive_settings, produce_records, put_archived, trim
-from toolbox.stack import S3Endpoint
+from tests._archive import produce_records, put_archived, trim
 
 LOG_START = 20
-
-
-@pytest.fixture
-def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
-    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
-    yield client
-    for obj in client.list(s3_prefix):
-        client.delete(obj.key)
-    client.close()
 
 
 @pytest.fixture
@@ -67,14 +55,14 @@ def _entries(records: list[WalRecord]) -> list[WalEntry]:
 
 
 def test_overlapping_objects_then_kafka_give_each_entry_once_from_the_region_start(
-    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
 ) -> None:
     keys = [
-        put_archived(store, kafka_topic, records[0:12]),
-        put_archived(store, kafka_topic, records[8:20]),
+        put_archived(archive_store, kafka_topic, records[0:12]),
+        put_archived(archive_store, kafka_topic, records[8:20]),
     ]
-    answer = _answer(kafka_topic, 3, store, keys)
-    replayed = list(replay_entries(answer, kafka=kafka_bootstrap, store=store))
+    answer = _answer(kafka_topic, 3, archive_store, keys)
+    replayed = list(replay_entries(answer, kafka=kafka_bootstrap, store=archive_store))
     assert replayed == _entries(records[3:])
     # The region's own flushed id, past the archive: Kafka alone, the objects unread.
     later = replay_entries(answer, kafka=kafka_bootstrap, store=None, flushed_entry_id=24)
@@ -82,41 +70,45 @@ def test_overlapping_objects_then_kafka_give_each_entry_once_from_the_region_sta
 
 
 def test_an_object_whose_rows_are_not_its_keys_range_is_data_loss(
-    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
 ) -> None:
     # Named 0..19, holding 0..9 and 11..19: entry 10 is missing.
-    key = ArchivedRange(kafka_topic, 0, 19).key(store.prefix)
-    store.put(key, encode_object(records[0:10] + records[11:20]))
-    answer = _answer(kafka_topic, 0, store, [key])
+    key = ArchivedRange(kafka_topic, 0, 19).key(archive_store.prefix)
+    archive_store.put(key, encode_object(records[0:10] + records[11:20]))
+    answer = _answer(kafka_topic, 0, archive_store, [key])
     with pytest.raises(WalDataLoss, match="no entry 10"):
-        list(replay_entries(answer, kafka=kafka_bootstrap, store=store))
+        list(replay_entries(answer, kafka=kafka_bootstrap, store=archive_store))
     # Named 0..19, ending at 18.
-    store.put(key, encode_object(records[0:19]))
+    archive_store.put(key, encode_object(records[0:19]))
     with pytest.raises(WalDataLoss, match=r"holds 0\.\.18"):
-        list(replay_entries(answer, kafka=kafka_bootstrap, store=store))
+        list(replay_entries(answer, kafka=kafka_bootstrap, store=archive_store))
 
 
 def test_an_archive_without_a_store_is_a_config_error(
-    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
 ) -> None:
-    answer = _answer(kafka_topic, 0, store, [put_archived(store, kafka_topic, records[0:20])])
+    answer = _answer(
+        kafka_topic, 0, archive_store, [put_archived(archive_store, kafka_topic, records[0:20])]
+    )
     with pytest.raises(ConfigError, match="no object store"):
         list(replay_entries(answer, kafka=kafka_bootstrap, store=None))
 
 
 def test_kafka_trimmed_again_after_the_answer_fails_loudly(
-    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
 ) -> None:
-    answer = _answer(kafka_topic, 0, store, [put_archived(store, kafka_topic, records[0:20])])
+    answer = _answer(
+        kafka_topic, 0, archive_store, [put_archived(archive_store, kafka_topic, records[0:20])]
+    )
     assert trim(kafka_bootstrap, kafka_topic, 25) == 25
-    replay = replay_entries(answer, kafka=kafka_bootstrap, store=store)
+    replay = replay_entries(answer, kafka=kafka_bootstrap, store=archive_store)
     assert [next(replay) for _ in range(LOG_START)] == _entries(records[:LOG_START])
     with pytest.raises(WalDataLoss, match="replay of"):
         next(replay)
 
 
 def test_a_start_above_the_high_watermark_is_data_loss(
-    kafka_bootstrap: str, kafka_topic: str, store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
 ) -> None:
     answer = wire.ReplayStart(region_id=1, topic=kafka_topic, start_entry_id=len(records) + 5)
     with pytest.raises(WalDataLoss, match="above its high watermark 30"):

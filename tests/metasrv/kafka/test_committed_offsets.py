@@ -8,21 +8,10 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from metasrv.errors import KafkaUnavailable
 from metasrv.kafka import KafkaAdmin
-
-
-def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    """A member of `group` commits `offset` on partition 0 of `topic` (synchronously)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
+from tests._archive import commit_offset
 
 
 @pytest.fixture
@@ -37,9 +26,9 @@ def test_each_groups_offset_on_each_topic_none_where_it_committed_none(
     kafka_admin: KafkaAdmin, kafka_bootstrap: str, topics: list[str], unique_prefix: str
 ) -> None:
     cdc, standby, idle = (f"{unique_prefix}-{name}" for name in ("cdc", "standby", "idle"))
-    commit(kafka_bootstrap, cdc, topics[0], 0)
-    commit(kafka_bootstrap, cdc, topics[1], 7)
-    commit(kafka_bootstrap, standby, topics[1], 3)
+    commit_offset(kafka_bootstrap, cdc, topics[0], 0)
+    commit_offset(kafka_bootstrap, cdc, topics[1], 7)
+    commit_offset(kafka_bootstrap, standby, topics[1], 3)
 
     found = kafka_admin.committed_offsets([cdc, standby, idle], topics)
 
@@ -49,7 +38,7 @@ def test_each_groups_offset_on_each_topic_none_where_it_committed_none(
         topics[2]: {cdc: None, standby: None, idle: None},
     }
     # The offset moves as the group commits.
-    commit(kafka_bootstrap, cdc, topics[1], 9)
+    commit_offset(kafka_bootstrap, cdc, topics[1], 9)
     assert kafka_admin.committed_offsets([cdc], [topics[1]]) == {topics[1]: {cdc: 9}}
 
 

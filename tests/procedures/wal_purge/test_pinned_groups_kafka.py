@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
-
 from metasrv import keys
 from procedures import ProcedureRecord, ProcedureState, state_key
 from procedures.wal_purge import (
@@ -20,20 +18,9 @@ from procedures.wal_purge import (
     gather_plans,
     submit_purges,
 )
+from tests._archive import commit_offset
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
-
-
-def commit(h: Harness, group: str, topic: str, offset: int) -> None:
-    """A member of `group` commits `offset` on partition 0 of `topic`, as a reader of the
-    WAL (CDC, a standby, the archiver) does once it has what it read."""
-    consumer = Consumer(
-        {"bootstrap.servers": h.bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 async def purge(h: Harness, topic: str) -> tuple[ProcedureState, str]:
@@ -58,8 +45,8 @@ async def test_a_purge_stops_at_a_pinned_groups_committed_offset(
 ) -> None:
     cdc, standby = f"{unique_prefix}-cdc", f"{unique_prefix}-standby"
     h, topic = await pinned_world(harness_factory, cdc, standby)
-    commit(h, cdc, topic, 30)
-    commit(h, standby, topic, 90)
+    commit_offset(h.bootstrap, cdc, topic, 30)
+    commit_offset(h.bootstrap, standby, topic, 90)
 
     [inputs] = (await gather_plans(h.services, [topic])).values()
     plan = inputs.plan
@@ -81,7 +68,7 @@ async def test_a_pinned_group_with_no_committed_offset_blocks_the_topic(
 ) -> None:
     cdc, silent = f"{unique_prefix}-cdc", f"{unique_prefix}-silent"
     h, topic = await pinned_world(harness_factory, cdc, silent)
-    commit(h, cdc, topic, 50)
+    commit_offset(h.bootstrap, cdc, topic, 50)
 
     [inputs] = (await gather_plans(h.services, [topic])).values()
     assert inputs.plan.prune_point is None and inputs.plan.blocking_groups == (silent,)
@@ -101,7 +88,7 @@ async def test_the_next_purge_follows_the_group_forward(
     h, topic = await pinned_world(harness_factory, cdc)
     cuts = []
     for committed in (10, 45, 100):  # the last past what the region needs (70)
-        commit(h, cdc, topic, committed)
+        commit_offset(h.bootstrap, cdc, topic, committed)
         state, _ = await purge(h, topic)
         assert state is ProcedureState.SUCCEEDED
         cuts.append((h.offsets(topic).log_start_offset, h.marker(topic)))
@@ -140,7 +127,7 @@ async def test_a_purge_resumed_under_a_new_pin_stops_at_the_group(
     old.kv.put(keys.lock(topic), b'{"procedure_id": "%s"}' % pid.encode())
     await old.close()
     # The group reads 30 next; the new leader's settings pin it.
-    commit(old, cdc, topic, 30)
+    commit_offset(old.bootstrap, cdc, topic, 30)
 
     new = await harness_factory(wal={"pin_consumer_groups": [cdc]})
     view = await new.manager.wait(pid, 30)

@@ -48,15 +48,6 @@ def archived_metasrv(
     proc.stop()
 
 
-@pytest.fixture
-def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
-    client = ObjectStore(archive_settings(s3_endpoint, s3_prefix))
-    yield client
-    for obj in client.list(s3_prefix):
-        client.delete(obj.key)
-    client.close()
-
-
 def _written(datanode: SimDatanode, url: str, topic: str) -> SimRegion:
     """Region `REGION` on `topic` with `ROWS` acknowledged rows, none flushed, reported."""
     with MetasrvClient(url, token=OPERATOR) as operator:
@@ -76,7 +67,7 @@ def test_a_restart_below_the_log_start_replays_the_archive_then_kafka(
     tmp_path: Path,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
-    store: ObjectStore,
+    archive_store: ObjectStore,
 ) -> None:
     topic = f"{unique_prefix}_0"
     datanode = SimDatanode(
@@ -91,7 +82,7 @@ def test_a_restart_below_the_log_start_replays_the_archive_then_kafka(
     try:
         _written(datanode, archived_metasrv.url, topic)
         datanode.kill()
-        archive_from_kafka(kafka_bootstrap, store, topic, 0, TRIM)
+        archive_from_kafka(kafka_bootstrap, archive_store, topic, 0, TRIM)
         assert trim(kafka_bootstrap, topic, TRIM) == TRIM
 
         (report,) = datanode.restart(start=False)
