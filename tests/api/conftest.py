@@ -29,6 +29,7 @@ from metasrv.settings import Settings, load_settings
 from metasrv.sql import migrate_embedded
 from tests._wait import wait_until
 from toolbox.simulator import free_port
+from toolbox.stack import S3Endpoint
 
 NUM_TOPICS = 3
 
@@ -133,6 +134,18 @@ def make_settings(
 def server(make_settings: SettingsFactory) -> Iterator[Server]:
     """A serving leader with no tokens configured (every endpoint open)."""
     with start_server(make_settings()) as srv:
+        yield srv
+
+
+@pytest.fixture
+def archived_server(
+    make_settings: SettingsFactory, s3_endpoint: S3Endpoint, s3_prefix: str
+) -> Iterator[Server]:
+    """`server` with the WAL archive enabled on the test's bucket prefix (DESIGN §8)."""
+    from tests._archive import archive_config
+
+    archive = archive_config(s3_endpoint, s3_prefix)
+    with start_server(make_settings(wal={"archive": archive})) as srv:
         yield srv
 
 

@@ -15,44 +15,21 @@ from typing import Any
 import httpx
 import pytest
 
-from metasrv.archive import ObjectStore, WalRecord
-from tests._archive import archive_config, produce_records, put_archived, trim
+from metasrv.archive import ObjectStore
+from tests._archive import archive_config, put_archived
 from tests._wait import wait_until
-from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
+from tests.api._archive import losing_region, purge_to_end
+from tests.api.conftest import Server, SettingsFactory, start_server
 from toolbox.simulator import free_port
 from toolbox.stack import S3Endpoint
 
 FLUSHED = 5
 LOG_START = 20
-_TERMINAL = ("succeeded", "skipped", "failed", "cancelled")
-
-
-def _losing_region(
-    client: httpx.Client, kafka_bootstrap: str, region_id: int, topic: str
-) -> list[WalRecord]:
-    """Region `region_id` on `topic`, needing entries from `FLUSHED + 1` that a trim to
-    `LOG_START` deleted; returns the records produced."""
-    answer = client.post("/v1/regions", json={"region_id": region_id, "node_id": 1, "topic": topic})
-    assert answer.status_code == 201, answer.text
-    records = produce_records(kafka_bootstrap, topic, 30)
-    answer = client.post("/v1/heartbeat", json=heartbeat(1, [region(region_id, topic, FLUSHED)]))
-    assert answer.status_code == 200 and not answer.json()["rejected"], answer.text
-    assert trim(kafka_bootstrap, topic, LOG_START) == LOG_START
-    return records
 
 
 def _loss_event(client: httpx.Client, topic: str) -> dict[str, Any]:
     """Purge `topic`, wait for the purge to end and its data-loss event; return the event."""
-    answer = client.post("/v1/purge", json={"topics": [topic], "dry_run": False})
-    assert answer.status_code == 202, answer.text
-    [procedure_id] = answer.json()["procedure_ids"]
-
-    def failed() -> bool:
-        state = client.get(f"/v1/procedures/{procedure_id}").json()["state"]
-        return state in _TERMINAL
-
-    wait_until(failed, f"the purge of {topic} ends")
-    view = client.get(f"/v1/procedures/{procedure_id}").json()
+    view = purge_to_end(client, topic)
     assert (view["state"], view["error_code"]) == ("failed", "wal_data_loss"), view
 
     def events() -> list[dict[str, Any]]:
@@ -66,20 +43,18 @@ def _loss_event(client: httpx.Client, topic: str) -> dict[str, Any]:
 
 
 def test_the_loss_event_says_whether_the_archive_holds_the_lost_entries(
-    make_settings: SettingsFactory,
-    kafka_bootstrap: str,
-    unique_prefix: str,
-    s3_endpoint: S3Endpoint,
-    s3_prefix: str,
-    archive_store: ObjectStore,
+    archived_server: Server, kafka_bootstrap: str, unique_prefix: str, archive_store: ObjectStore
 ) -> None:
-    settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     held, gap = f"{unique_prefix}_wal_0", f"{unique_prefix}_wal_1"
-    with start_server(settings) as srv, srv.client() as client:
-        records = _losing_region(client, kafka_bootstrap, 1, held)
+    with archived_server.client() as client:
+        records = losing_region(
+            client, kafka_bootstrap, 1, held, flushed=FLUSHED, log_start=LOG_START
+        )
         put_archived(archive_store, held, records[0:12])
         put_archived(archive_store, held, records[10:20])
-        records = _losing_region(client, kafka_bootstrap, 2, gap)
+        records = losing_region(
+            client, kafka_bootstrap, 2, gap, flushed=FLUSHED, log_start=LOG_START
+        )
         put_archived(archive_store, gap, records[0:15])  # 15..19 are in no object
 
         event = _loss_event(client, held)
@@ -106,7 +81,7 @@ def test_the_loss_event_says_null_without_an_archive_to_ask(
     )
     topic = f"{unique_prefix}_wal_0"
     with start_server(make_settings(wal={"archive": config})) as srv, srv.client() as client:
-        _losing_region(client, kafka_bootstrap, 1, topic)
+        losing_region(client, kafka_bootstrap, 1, topic, flushed=FLUSHED, log_start=LOG_START)
         event = _loss_event(client, topic)
         assert event["details"]["archive_covers"] is None
         assert "archive" not in event["message"]

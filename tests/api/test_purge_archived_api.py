@@ -15,12 +15,10 @@ import pytest
 
 from metasrv.archive import ArchivedRange, ObjectStore, WalRecord
 from procedures.wal_purge import ArchivedSpan
-from tests._archive import archive_config, produce_records, put_archived, trim
-from tests._wait import wait_until
-from tests.api.conftest import SettingsFactory, heartbeat, region, start_server
-from toolbox.stack import S3Endpoint
+from tests._archive import put_archived
+from tests.api._archive import losing_region, purge_to_end
+from tests.api.conftest import Server, SettingsFactory, start_server
 
-_TERMINAL = ("succeeded", "skipped", "failed", "cancelled")
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -34,48 +32,26 @@ def test_a_span_is_the_gapless_run_from_the_lowest_entry() -> None:
     assert span((0, 9), (12, 15)) == (0, 10, True, 2)
 
 
-def _purge(client: httpx.Client, topic: str) -> None:
-    answer = client.post("/v1/purge", json={"topics": [topic], "dry_run": False})
-    assert answer.status_code == 202, answer.text
-    [procedure_id] = answer.json()["procedure_ids"]
-
-    def ended() -> bool:
-        return client.get(f"/v1/procedures/{procedure_id}").json()["state"] in _TERMINAL
-
-    wait_until(ended, f"the purge of {topic} ends")
-
-
 def _lost_and_archived(
-    client: httpx.Client, kafka_bootstrap: str, store: ObjectStore, topic: str
+    store: ObjectStore, kafka_bootstrap: str, client: httpx.Client, topic: str
 ) -> list[WalRecord]:
     """Region 1 on `topic` needs entries from 6; 30 records, archived as [0, 11], [10, 19]
     and [25, 29] (20..24 in no object); Kafka trimmed to 20. Returns the records."""
-    answer = client.post("/v1/regions", json={"region_id": 1, "node_id": 1, "topic": topic})
-    assert answer.status_code == 201, answer.text
-    records = produce_records(kafka_bootstrap, topic, 30)
-    beat = heartbeat(1, [region(1, topic, 5)])
-    assert client.post("/v1/heartbeat", json=beat).status_code == 200
+    records = losing_region(client, kafka_bootstrap, 1, topic)
     put_archived(store, topic, records[0:12])
     put_archived(store, topic, records[10:20])
     put_archived(store, topic, records[25:30])
-    assert trim(kafka_bootstrap, topic, 20) == 20
     return records
 
 
 def test_the_answer_is_the_last_listing_a_purge_made(
-    make_settings: SettingsFactory,
-    kafka_bootstrap: str,
-    unique_prefix: str,
-    s3_endpoint: S3Endpoint,
-    s3_prefix: str,
-    archive_store: ObjectStore,
+    archived_server: Server, kafka_bootstrap: str, unique_prefix: str, archive_store: ObjectStore
 ) -> None:
-    settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     topic = f"{unique_prefix}_wal_0"
-    with start_server(settings) as srv, srv.client() as client:
+    with archived_server.client() as client:
         assert client.get("/v1/purge/archived").json() == {"enabled": True, "topics": []}
-        records = _lost_and_archived(client, kafka_bootstrap, archive_store, topic)
-        _purge(client, topic)  # WAL data loss: the purge lists the archive
+        records = _lost_and_archived(archive_store, kafka_bootstrap, client, topic)
+        purge_to_end(client, topic)  # WAL data loss: the purge lists the archive
         first = client.get("/v1/purge/archived").json()
         [shown] = first["topics"]
         assert shown["topic"] == topic
@@ -84,7 +60,7 @@ def test_the_answer_is_the_last_listing_a_purge_made(
         # A new object is not seen until a purge lists again: no store call per view.
         put_archived(archive_store, topic, records[20:25])
         assert client.get("/v1/purge/archived").json() == first
-        _purge(client, topic)
+        purge_to_end(client, topic)
         [shown] = client.get("/v1/purge/archived").json()["topics"]
         assert (shown["first_entry_id"], shown["end"], shown["gap"]) == (0, 30, False)
         assert shown["listed_at"] > first["topics"][0]["listed_at"]
@@ -93,25 +69,19 @@ def test_the_answer_is_the_last_listing_a_purge_made(
 @pytest.mark.browser
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} is absent")
 def test_the_dashboard_shows_the_archived_range_beside_the_log_start(
-    make_settings: SettingsFactory,
-    kafka_bootstrap: str,
-    unique_prefix: str,
-    s3_endpoint: S3Endpoint,
-    s3_prefix: str,
-    archive_store: ObjectStore,
+    archived_server: Server, kafka_bootstrap: str, unique_prefix: str, archive_store: ObjectStore
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    settings = make_settings(wal={"archive": archive_config(s3_endpoint, s3_prefix)})
     topic, other = f"{unique_prefix}_wal_0", f"{unique_prefix}_wal_1"
-    with start_server(settings) as srv, srv.client() as client:
-        _lost_and_archived(client, kafka_bootstrap, archive_store, topic)
-        _purge(client, topic)
+    with archived_server.client() as client:
+        _lost_and_archived(archive_store, kafka_bootstrap, client, topic)
+        purge_to_end(client, topic)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless"])
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"{srv.base_url}/dashboard")
+                page.goto(f"{archived_server.base_url}/dashboard")
                 page.wait_for_selector("body[data-loaded=true]", timeout=15_000)
                 row = page.locator(f'tr[data-topic="{topic}"]')
                 expect(row.locator('[data-field="log_start_offset"]')).to_have_text("20")

@@ -10,7 +10,6 @@ asked the store.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 import httpx
@@ -61,23 +60,14 @@ def _entries(records: list[WalRecord]) -> list[WalEntry]:
     return [WalEntry(r.entry_id, r.key, r.value) for r in records]
 
 
-@pytest.fixture
-def archived(
-    make_settings: SettingsFactory, s3_endpoint: S3Endpoint, s3_prefix: str
-) -> Iterator[Server]:
-    """A server with the archive enabled on the test's bucket prefix."""
-    with _archived_server(make_settings, archive_config(s3_endpoint, s3_prefix)) as srv:
-        yield srv
-
-
 def test_replay_start_lists_the_covering_objects_and_the_replay_returns_every_entry_once(
-    archived: Server,
+    archived_server: Server,
     kafka_bootstrap: str,
     archive_store: ObjectStore,
     s3_endpoint: S3Endpoint,
     s3_prefix: str,
 ) -> None:
-    with archived.client() as client:
+    with archived_server.client() as client:
         topic, records = _trimmed_topic(client, kafka_bootstrap)
         # Overlapping ranges (an archiver killed before its commit archives one again),
         # and an object above the log start that the replay needs none of.
@@ -105,7 +95,7 @@ def test_replay_start_lists_the_covering_objects_and_the_replay_returns_every_en
                 for key, (first, last) in zip(keys, [(0, 14), (10, 24), (25, 29)], strict=False)
             ],
         }
-    with DatanodeClient(archived.addr) as datanode:
+    with DatanodeClient(archived_server.addr) as datanode:
         replayed = list(replay_region(datanode, REGION, kafka=kafka_bootstrap, store=archive_store))
         assert replayed == _entries(records)
         # The region's own flushed id is above metasrv's start: replay from it + 1.
@@ -116,15 +106,18 @@ def test_replay_start_lists_the_covering_objects_and_the_replay_returns_every_en
 
 
 def test_a_gap_in_the_archive_answers_no_archive_and_the_replay_reports_data_loss(
-    archived: Server, kafka_bootstrap: str, archive_store: ObjectStore
+    archived_server: Server, kafka_bootstrap: str, archive_store: ObjectStore
 ) -> None:
-    with archived.client() as client:
+    with archived_server.client() as client:
         topic, records = _trimmed_topic(client, kafka_bootstrap)
         put_archived(archive_store, topic, records[0:15])
         put_archived(archive_store, topic, records[20:30])  # 15..19 are in no object
         answer = client.get(f"/v1/regions/{REGION}/replay-start").json()
         assert (answer["log_start_offset"], answer["archive"]) == (LOG_START, None)
-    with DatanodeClient(archived.addr) as datanode, pytest.raises(WalDataLoss, match="not hold"):
+    with (
+        DatanodeClient(archived_server.addr) as datanode,
+        pytest.raises(WalDataLoss, match="not hold"),
+    ):
         list(replay_region(datanode, REGION, kafka=kafka_bootstrap, store=archive_store))
 
 
