@@ -6,21 +6,16 @@ follows; a purge resumed under a pin its leader did not have never deletes past 
 
 from __future__ import annotations
 
-import time
-import uuid
-
-from metasrv import keys
-from procedures import ProcedureRecord, ProcedureState, state_key
+from procedures import ProcedureState
 from procedures.wal_purge import (
     NO_COMMITTED_OFFSET,
-    PurgeData,
-    advance_marker,
     gather_plans,
     submit_purges,
 )
 from tests._archive import commit_offset
 from tests.procedures._harness import Harness
 from tests.procedures.conftest import HarnessFactory
+from tests.procedures.wal_purge._interrupted import died_before_delete
 
 
 async def purge(h: Harness, topic: str) -> tuple[ProcedureState, str]:
@@ -101,31 +96,7 @@ async def test_a_purge_resumed_under_a_new_pin_stops_at_the_group(
     cdc = f"{unique_prefix}-cdc"
     # A leader without the pin planned P = 70, persisted it as its target and moved the
     # marker there, then died before DeleteRecords.
-    old = await harness_factory()
-    topic = old.topic(0)
-    await old.register(1, topic)
-    old.produce(topic, 100)
-    topic_id = old.offsets(topic).topic_id
-    await advance_marker(old.services, topic, 70, topic_id=topic_id)
-    pid = uuid.uuid4().hex
-    data = PurgeData(topic, prune_point=70, previous_pruned_entry_id=None, log_start_offset=0,
-                     high_watermark=100, topic_id=topic_id, target=70)  # fmt: skip
-    record = ProcedureRecord(
-        id=pid,
-        kind="wal_purge",
-        topic=topic,
-        state=ProcedureState.RUNNING,
-        step="purge",
-        attempts=0,
-        reason="test",
-        data=data.to_json(),
-        submitted_at=time.time() - 5,
-        started_at=time.time() - 5,
-        kv_locks=(keys.lock(topic),),
-    )
-    old.kv.put(state_key(pid), record.to_json())
-    old.kv.put(keys.lock(topic), b'{"procedure_id": "%s"}' % pid.encode())
-    await old.close()
+    old, topic, pid = await died_before_delete(harness_factory, target=70)
     # The group reads 30 next; the new leader's settings pin it.
     commit_offset(old.bootstrap, cdc, topic, 30)
 
