@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from metasrv import wire
-from metasrv.archive import ArchivedRange, ObjectStore, WalRecord, encode_object
+from metasrv.archive import ArchivedRange, ObjectStore, WalRecord, encode_object, parse_object_key
 from metasrv.datanode import WalEntry, replay_entries
 from metasrv.errors import ConfigError, WalDataLoss
 from tests._archive import produce_records, put_archived, trim
@@ -27,7 +27,7 @@ def _answer(topic: str, start: int, store: ObjectStore, keys: list[str] | None) 
     if keys is not None:
         objects = []
         for key in keys:
-            entries = ArchivedRange(topic, *_ids_of(key))
+            entries = parse_object_key(store.prefix, key)
             objects.append(
                 wire.ArchivedObject(
                     bucket=store.bucket,
@@ -43,11 +43,6 @@ def _answer(topic: str, start: int, store: ObjectStore, keys: list[str] | None) 
         log_start_offset=LOG_START,
         archive=objects,
     )
-
-
-def _ids_of(key: str) -> tuple[int, int]:
-    first, last = key.rsplit("/", 1)[1].removesuffix(".parquet").split("-")
-    return int(first), int(last)
 
 
 def _entries(records: list[WalRecord]) -> list[WalEntry]:
@@ -84,24 +79,31 @@ def test_an_object_whose_rows_are_not_its_keys_range_is_data_loss(
         list(replay_entries(answer, kafka=kafka_bootstrap, store=archive_store))
 
 
+@pytest.fixture
+def from_zero(
+    kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
+) -> wire.ReplayStart:
+    """The answer for a region replaying from 0: entries 0..19 archived as one object."""
+    key = put_archived(archive_store, kafka_topic, records[0:LOG_START])
+    return _answer(kafka_topic, 0, archive_store, [key])
+
+
 def test_an_archive_without_a_store_is_a_config_error(
-    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str, from_zero: wire.ReplayStart
 ) -> None:
-    answer = _answer(
-        kafka_topic, 0, archive_store, [put_archived(archive_store, kafka_topic, records[0:20])]
-    )
     with pytest.raises(ConfigError, match="no object store"):
-        list(replay_entries(answer, kafka=kafka_bootstrap, store=None))
+        list(replay_entries(from_zero, kafka=kafka_bootstrap, store=None))
 
 
 def test_kafka_trimmed_again_after_the_answer_fails_loudly(
-    kafka_bootstrap: str, kafka_topic: str, archive_store: ObjectStore, records: list[WalRecord]
+    kafka_bootstrap: str,
+    kafka_topic: str,
+    archive_store: ObjectStore,
+    records: list[WalRecord],
+    from_zero: wire.ReplayStart,
 ) -> None:
-    answer = _answer(
-        kafka_topic, 0, archive_store, [put_archived(archive_store, kafka_topic, records[0:20])]
-    )
     assert trim(kafka_bootstrap, kafka_topic, 25) == 25
-    replay = replay_entries(answer, kafka=kafka_bootstrap, store=archive_store)
+    replay = replay_entries(from_zero, kafka=kafka_bootstrap, store=archive_store)
     assert [next(replay) for _ in range(LOG_START)] == _entries(records[:LOG_START])
     with pytest.raises(WalDataLoss, match="replay of"):
         next(replay)
