@@ -81,6 +81,11 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
                 )
                 for group in p.blocking_groups
             ),
+            *(
+                [wire.BlockingRegion(topic=p.topic, reason=wire.BlockReason.NOT_ARCHIVED)]
+                if p.not_archived is not None
+                else []
+            ),
         ],
         reclaimable_entries=p.reclaimable_entries,
         data_loss=list(p.data_loss),
@@ -88,6 +93,7 @@ def plan(p: TopicPlan) -> wire.TopicPlan:
         kafka_unavailable=p.kafka_unavailable,
         topic_reset=p.topic_reset,
         topic_id=p.topic_id,
+        not_archived=p.not_archived,
         pinned_groups=[
             wire.PinnedGroup(
                 consumer_group=g.group,

@@ -130,6 +130,14 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.archive_blocked = Gauge(
+            "metasrv_wal_archive_blocked",
+            "1 while the topic's last purge deleted nothing because the WAL archive's bucket "
+            "did not hold [log start, target) with no gap, or did not answer (DESIGN §8), "
+            "else 0",
+            ["topic"],
+            registry=r,
+        )
         self.topic_reset = Gauge(
             "metasrv_wal_topic_reset",
             "1 while the topic is a topic reset (nothing is deleted from it until an operator "

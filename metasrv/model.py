@@ -248,6 +248,10 @@ class TopicPlan:
     """Kafka's topic id when the plan read the offsets (None when unknown)."""
     pinned_groups: tuple[PinnedGroup, ...] = ()
     """Every pinned consumer group with its committed offset on the topic, by name."""
+    not_archived: str | None = None
+    """Why the last purge of the topic in this leader's term deleted nothing because the WAL
+    archive did not hold [log start, target) (`procedures.wal_purge.ArchiveVerdicts`), or
+    None. Not a cause of `prune_point` None: the next purge checks the bucket again."""
 
     @property
     def blocking_groups(self) -> tuple[str, ...]:

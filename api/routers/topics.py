@@ -34,6 +34,7 @@ async def list_topics(runtime: LeaderDep) -> Response:
     responses={
         200: gives(wire.Topic, "Regions count, latest entry id, pruned id, prune point, blockers."),
         404: {"description": "Neither a pool topic nor a topic with regions."},
+        500: {"description": "`damaged_marker`: the topic's stored marker does not decode."},
     },
 )
 async def get_topic(topic: TopicPath, runtime: LeaderDep) -> Response:
@@ -48,6 +49,10 @@ async def get_topic(topic: TopicPath, runtime: LeaderDep) -> Response:
     responses={
         200: gives(wire.PlanList, "The plan a purge started now would follow."),
         404: {"description": "Unknown topic."},
+        500: {
+            "description": "`damaged_marker`: the named topic's stored marker does not decode "
+            "(the list of every topic shows it as never purged and logs it)."
+        },
     },
 )
 async def purge_plan(runtime: LeaderDep, topic: TopicQuery = None) -> Response:

@@ -184,11 +184,19 @@ class ResetResolved(Answer):
 
 class BlockingRegion(Answer, kw_only=True, omit_defaults=True):
     """What keeps a topic from being purged: a region (`region_id`) or, instead, a pinned
-    consumer group (`consumer_group`, DESIGN §5 and §8); the other field is absent."""
+    consumer group (`consumer_group`, DESIGN §5 and §8) or the topic itself (`topic`, the
+    WAL archive's `not_archived`); exactly one of the three is present."""
 
     region_id: int | None = None
     consumer_group: Annotated[
         str | None, _doc("A pinned consumer group with no committed offset on the topic.")
+    ] = None
+    topic: Annotated[
+        str | None,
+        _doc(
+            "The topic itself: its last purge found the WAL archive short of "
+            "[log start, target) (`not_archived`) and deleted nothing."
+        ),
     ] = None
     reason: BlockReason
 
@@ -241,6 +249,16 @@ class TopicPlan(Answer, kw_only=True):
         ),
     ] = None
     topic_id: Annotated[str | None, _doc("Kafka's topic id, when its offsets were read.")] = None
+    not_archived: Annotated[
+        str | None,
+        _doc(
+            "Why the last purge of the topic deleted nothing: the WAL archive's bucket did "
+            "not hold [log start, target) with no gap, or did not answer (also in "
+            "`blocked_by` as the topic, `not_archived`); null when its check passed or "
+            "none ran in this leader's term. The prune point stays: the next purge checks "
+            "the bucket again."
+        ),
+    ] = None
     pinned_groups: Annotated[
         list[PinnedGroup],
         _doc(

@@ -144,6 +144,10 @@ class BlockReason(enum.StrEnum):
     NO_COMMITTED_OFFSET = "no_committed_offset"
     """A pinned consumer group (`[wal] pin_consumer_groups`) has no committed offset on
     the topic: nothing may be deleted that it may still read (DESIGN §8)."""
+    NOT_ARCHIVED = "not_archived"
+    """The topic itself (`topic` instead of a region): with `[wal.archive] enabled`, the last
+    purge found that the bucket does not hold [Kafka's log start, target) with no gap, or
+    could not list it, and deleted nothing (DESIGN §8, invariant 10)."""
 
 
 class FindingKind(enum.StrEnum):

@@ -22,6 +22,9 @@ How one purge decision flows, module by module:
   skipped, failed, cancelled, data loss), written in the background.
 - `_archive.py`: what the WAL archive holds of a topic (one listing), for the data-loss
   report and replay-start (DESIGN §8).
+- `_coverage.py`: before DeleteRecords, the WAL archive must hold [log start, target)
+  (invariant 10): one listing per purge step; `_archive_verdicts.py` keeps the last
+  blocking verdict per topic for the plan views.
 - `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
 - `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
 - `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.
@@ -38,7 +41,9 @@ from procedures.wal_purge._archive import (
     archived_ranges,
     covering_chain,
 )
+from procedures.wal_purge._archive_verdicts import ArchiveVerdicts
 from procedures.wal_purge._batcher import Coalescer, KafkaBatcher
+from procedures.wal_purge._coverage import check_archived
 from procedures.wal_purge._data import FlushTarget, PurgeData
 from procedures.wal_purge._gauges import export_gauges
 from procedures.wal_purge._inputs import PlanInputs, flush_targets, gather_one, gather_plans
@@ -46,6 +51,7 @@ from procedures.wal_purge._marker import advance_marker, read_marker
 from procedures.wal_purge._plan import (
     NO_COMMITTED_OFFSET,
     NO_STAT,
+    NOT_ARCHIVED,
     RETENTION_OVERRUN,
     STALE_STAT,
     TOPIC_RESET,
@@ -55,6 +61,7 @@ from procedures.wal_purge._plan import (
     Cut,
     Flush,
     Lost,
+    NotArchived,
     PrepareDecision,
     PurgeDecision,
     Reset,
@@ -63,6 +70,7 @@ from procedures.wal_purge._plan import (
     Wait,
     advanced_marker,
     decide_after_flush,
+    decide_archived,
     decide_prepare,
     decide_purge,
     entries_freed,
@@ -83,6 +91,7 @@ from procedures.wal_purge._trend_sampler import TrendSampler, trend_capacity
 __all__ = [
     "DATA_LOSS_EVENT",
     "LISTED",
+    "NOT_ARCHIVED",
     "NO_COMMITTED_OFFSET",
     "NO_STAT",
     "RETENTION_OVERRUN",
@@ -90,6 +99,7 @@ __all__ = [
     "TOPIC_RESET",
     "Advance",
     "AfterFlushDecision",
+    "ArchiveVerdicts",
     "ArchivedSpan",
     "CatchUp",
     "Coalescer",
@@ -99,6 +109,7 @@ __all__ = [
     "FlushTarget",
     "KafkaBatcher",
     "Lost",
+    "NotArchived",
     "PlanInputs",
     "PrepareDecision",
     "PurgeData",
@@ -124,8 +135,10 @@ __all__ = [
     "advanced_marker",
     "archive_covers",
     "archived_ranges",
+    "check_archived",
     "covering_chain",
     "decide_after_flush",
+    "decide_archived",
     "decide_prepare",
     "decide_purge",
     "entries_freed",

@@ -175,6 +175,9 @@ async def gather_plans(
 ) -> dict[str, PlanInputs]:
     """Plan `topics` (default: every topic) from the stored markers (one scan), one batched
     offsets call and the current stats; no locks taken (the ticker's and the API's view).
+    A named topic's damaged marker is `DamagedMarker`; in the whole view it reads as absent.
+    A topic whose last purge the WAL archive blocked carries why (`not_archived`, from
+    `ArchiveVerdicts`: the store is not asked here).
 
     A named topic that is neither a pool topic nor has regions is `NotFound`. Offsets are
     asked only for topics with regions (a pool topic nobody uses may not exist in Kafka
@@ -201,7 +204,9 @@ async def gather_plans(
             raise NotFound(f"unknown topic(s): {', '.join(missing)}", details={"topics": missing})
         names = list(dict.fromkeys(topics))
     compare = topics is not None if compare_reports is None else compare_reports
-    markers = await read_markers(services)
+    # A named topic's plan is decided by its one marker: a damaged one is an error there,
+    # never "never purged" (the lists keep `marker_or_none`'s policy).
+    markers = await read_markers(services, names if topics is not None else ())
     by_topic = region_map.routes_by_topic()
     offsets: dict[str, PartitionOffsets] = {}
     failed: dict[str, MetasrvError] = {}
@@ -237,6 +242,10 @@ async def gather_plans(
             kafka_error=failed.get(topic),
             committed=committed.get(topic),
         )
+        blocked = services.archive_verdicts.get(topic)
+        if blocked is not None:
+            inputs = planned[topic]
+            planned[topic] = replace(inputs, plan=replace(inputs.plan, not_archived=blocked.reason))
         await asyncio.sleep(0)
     return planned
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from metasrv import keys
 from metasrv.errors import Conflict, LeadershipLost
@@ -40,16 +40,23 @@ async def read_marker(services: PurgeServices, topic: str) -> tuple[Marker | Non
     return decode_stored(kv), kv
 
 
-async def read_markers(services: PurgeServices) -> dict[str, Marker]:
+async def read_markers(services: PurgeServices, strict: Collection[str] = ()) -> dict[str, Marker]:
     """Every stored marker, in one scan (the ticker's and the API's view). A damaged one
-    is left out (`keys.marker_or_none`; the purge itself fails on it)."""
+    is left out (`keys.marker_or_none`; the purge itself fails on it), except for the
+    topics in `strict`, which a caller named: theirs is `DamagedMarker` (`keys.read_marker`),
+    as the region view and replay-start answer."""
+    named = frozenset(strict)
 
     def read() -> dict[str, Marker]:
         found: dict[str, Marker] = {}
         for kv in services.kv.scan(keys.TOPIC_NAME_PREFIX, page_size=_SCAN_PAGE):
+            topic = kv.key[len(keys.TOPIC_NAME_PREFIX) :]
+            if topic in named:
+                found[topic] = keys.read_marker(kv.key, kv.value)
+                continue
             marker = keys.marker_or_none(kv.key, kv.value)
             if marker is not None:
-                found[kv.key[len(keys.TOPIC_NAME_PREFIX) :]] = marker
+                found[topic] = marker
         return found
 
     return await asyncio.get_running_loop().run_in_executor(services.executor, read)

@@ -67,6 +67,13 @@ protocol model in the tests calls exactly these):
   one when `lowered`: persist it first), then delete below it; `CatchUp(target)`: the
   marker is at or past the target, only Kafka's deletion is left; `Wait`: blocked, retry
   later (`Unavailable`); `Reset` / `Lost`: fail, delete nothing.
+- `decide_archived(target, log_start, ranges) -> NotArchived | None`: with the WAL archive
+  enabled, whether the purge step may delete below `target` (after `Advance` or `CatchUp`,
+  before the marker moves or DeleteRecords): the bucket's objects (`ranges`, one listing;
+  None when the store did not answer) must hold [Kafka's log start as read by the step,
+  target) with no gap (`metasrv.archive.covering`), DESIGN §8 and invariant 10. The group
+  pin bounds P by the archiver's committed offset already; this is the second, independent
+  guard: the bucket itself, not the group's word.
 - `flush_deadline(sent_at, timeout, *, wall_now, mono_now) -> float`: the monotonic
   instant the flush wait ends: the persisted wall-clock send time only shortens it (a
   resume), a clock stepped back never lengthens it past `timeout`.
@@ -85,7 +92,7 @@ from collections.abc import Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -103,11 +110,15 @@ from metasrv.model import (
 from metasrv.wire import BlockReason
 from procedures.wal_purge._data import FlushTarget
 
+if TYPE_CHECKING:
+    from metasrv.archive import ArchivedRange
+
 NO_STAT = BlockReason.NO_STAT.value
 STALE_STAT = BlockReason.STALE_STAT.value
 RETENTION_OVERRUN = BlockReason.RETENTION_OVERRUN.value
 TOPIC_RESET = BlockReason.TOPIC_RESET.value
 NO_COMMITTED_OFFSET = BlockReason.NO_COMMITTED_OFFSET.value
+NOT_ARCHIVED = BlockReason.NOT_ARCHIVED.value
 
 # Why a topic is a reset: the first word of `TopicPlan.topic_reset` (then ": " and details).
 RESET_LATCHED = "latched"
@@ -568,6 +579,30 @@ class CatchUp:
     target: int
 
 
+@dataclass(frozen=True, slots=True)
+class NotArchived:
+    """The WAL archive does not hold what a purge would delete, [log_start, target): delete
+    nothing, move nothing; the purge ends `skipped` with `reason` (DESIGN §8)."""
+
+    log_start: int
+    target: int
+    gap: tuple[int, int] | None
+    """The first entries no object holds, [first, end); None when the store did not answer."""
+    error: str | None = None
+    """What the store said instead of a listing."""
+
+    @property
+    def reason(self) -> str:
+        if self.gap is None:
+            why = f"its store did not answer ({self.error})"
+        else:
+            why = f"the bucket lacks entries [{self.gap[0]}, {self.gap[1]})"
+        return (
+            f"blocked by the WAL archive ({NOT_ARCHIVED}): {why} of [{self.log_start}, "
+            f"{self.target}); nothing deleted"
+        )
+
+
 PrepareDecision = Reset | Lost | Skip | Flush | Cut
 AfterFlushDecision = Reset | Lost | Skip | Cut
 PurgeDecision = Reset | Lost | Skip | Wait | Advance | CatchUp
@@ -725,6 +760,23 @@ def decide_purge(
     if fresh < 0 or (marker is not None and fresh <= marker):
         return Skip(NOTHING_LEFT)
     return Advance(fresh, lowered=True)
+
+
+def decide_archived(
+    target: int, log_start: int, ranges: Sequence[ArchivedRange] | None, *, error: str = ""
+) -> NotArchived | None:
+    """None when the purge step may delete below `target`: nothing is left below it
+    (`log_start` >= `target`) or the archived `ranges` (one listing of the topic's objects)
+    hold every entry of [log_start, target). Otherwise `NotArchived` with the first gap, or,
+    when `ranges` is None (the store did not answer: `error`), with none."""
+    if log_start >= target:
+        return None
+    if ranges is None:
+        return NotArchived(log_start, target, None, error or "no listing")
+    from metasrv.archive import covering  # pyarrow and boto3: only where the archive is on
+
+    coverage = covering(ranges, log_start, target)
+    return None if coverage.gap is None else NotArchived(log_start, target, coverage.gap)
 
 
 def flush_deadline(sent_at: float, timeout: float, *, wall_now: float, mono_now: float) -> float:

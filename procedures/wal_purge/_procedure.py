@@ -61,6 +61,12 @@ the fresh plan's P is bounded by every group's committed offset as read now, and
 (marker already at the target) deletes only below the lowest of them. A target persisted
 before a group was pinned or before its offset was read (a resume) is clamped the same way.
 
+With the WAL archive enabled (DESIGN §8, invariant 10) the purge step, once it has decided
+to advance or catch up, lists the topic's archived objects once and deletes nothing unless
+they hold [Kafka's log start as it read it, the target) with no gap (`_coverage.py`): a gap
+or a store that does not answer ends the purge skipped (`not_archived`) before the marker
+moves. Every run of the step (a retry, a resume by a new leader) checks again.
+
 Each run, retried error and end is recorded as a WAL event (`_events.py`), queued and
 written in the background: no step waits for the history database because of them.
 """
@@ -91,6 +97,7 @@ from procedures import (
     StepResult,
 )
 from procedures.wal_purge._archive import archive_covers, archived_ranges
+from procedures.wal_purge._coverage import check_archived
 from procedures.wal_purge._data import PurgeData
 from procedures.wal_purge._deletion import delete_below
 from procedures.wal_purge._events import (
@@ -436,6 +443,15 @@ class WalPurge(Procedure[PurgeData, PurgeServices]):
             return Finish(ProcedureState.SKIPPED, decision.reason)
         if isinstance(decision, Reset | Lost):
             return await self._decided(ctx, inputs, decision)
+        if not wal.logical_delete:
+            # Invariant 10: the bucket itself must hold what Kafka would lose, checked after
+            # the step's last read and before anything moves (`_coverage.py`).
+            blocked = await check_archived(
+                services, topic, offsets.log_start_offset, decision.target
+            )
+            if blocked is not None:
+                self.data = replace(self.data, target=None, prune_point=inputs.plan.prune_point)
+                return Finish(ProcedureState.SKIPPED, blocked.reason)
         # The marker after this step (the gauge): the target once moved, else as it is.
         marker = inputs.plan.pruned_entry_id
         if isinstance(decision, CatchUp):

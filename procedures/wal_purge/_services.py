@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -21,6 +21,7 @@ from metasrv.metrics import Metrics
 from metasrv.model import RegionRoute, TopicStat
 from metasrv.settings import Settings
 from procedures import EventLog, GroupCommitter, History, LeaderFence, ProcedureStore
+from procedures.wal_purge._archive_verdicts import ArchiveVerdicts
 from procedures.wal_purge._batcher import KafkaBatcher
 from procedures.wal_purge._plan import TopicStats
 
@@ -107,6 +108,8 @@ class PurgeServices:
     """Thread pool for blocking kv calls (procedure records and markers)."""
     committer: GroupCommitter
     """Merges concurrent kv transactions (see procedures/_group_commit.py)."""
+    archive_verdicts: ArchiveVerdicts = field(default_factory=ArchiveVerdicts)
+    """The purge's last blocking archive check per topic (`_coverage.py`), for the plans."""
 
     @classmethod
     def build(
