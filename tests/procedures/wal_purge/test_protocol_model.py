@@ -120,6 +120,14 @@ def test_a_group_pinned_by_a_later_leader_bounds_the_purge_it_resumes() -> None:
     _holds(search(PIN_LATER, stop_at_first=False))
 
 
+def test_nothing_is_deleted_that_the_archive_does_not_hold() -> None:
+    """With the WAL archive enabled (DESIGN §8, invariant 10) and its group pinned but
+    committing apart from the objects written (its word is not the bucket): no DeleteRecords
+    moves the log start past an entry no object holds, whatever the leader changes, late
+    writes and resumed catch-ups."""
+    _holds(search(SMALL["archive"], stop_at_first=False))
+
+
 VARIANTS: list[tuple[Variant, Bounds, Wanted]] = [
     # Without the marker first, an idle region restarting after a leader change (no stat,
     # the old marker) is answered below what the deletion removed.
@@ -145,6 +153,8 @@ VARIANTS: list[tuple[Variant, Bounds, Wanted]] = [
         PIN_LATER,
         _kind("pinned entry deleted", through="pin the consumer group"),
     ),
+    # The pinned group alone lets a purge delete what no object holds.
+    (Variant.NO_ARCHIVE_CHECK, SMALL["archive"], _kind("unarchived entry deleted")),
 ]
 
 
@@ -154,6 +164,7 @@ CONTROLLED_BY_THE_WORLD_TEST = {
     Variant.ORPHAN_ON_UNKNOWN_CREATE,
     Variant.IGNORE_PIN,  # test_a_pinned_consumer_group_is_never_cut_past
     Variant.STALE_PIN_AT_PURGE,  # test_a_group_pinned_by_a_later_leader_bounds_the_purge_it_resumes
+    Variant.NO_ARCHIVE_CHECK,  # test_nothing_is_deleted_that_the_archive_does_not_hold
 }
 """Variants searched in a world the product holds in whole (the control is that test)."""
 

@@ -31,7 +31,8 @@ later time or never: a marker CAS (fenced: a deposed term's never lands), a Dele
 start moved by retention, a record appended by another producer, the topic deleted and
 recreated (a new topic id, offsets from 0), with or without regions; a consumer group
 committing offsets, only forward, pinned (`[wal] pin_consumer_groups`) from the start or
-by a later leader's settings.
+by a later leader's settings; with the WAL archive, archivers writing objects of any range
+Kafka holds ("archived up to": a bit per offset), independently of the group's commits.
 
 Invariants, on every transition:
 - needed entry deleted: metasrv's DeleteRecords removes an entry a registered region has
@@ -46,6 +47,9 @@ Invariants, on every transition:
 - pinned entry deleted: a DeleteRecords sent by a leader that pins the consumer group
   moves the log start past the group's committed offset (or deletes anything while the
   group has committed none): DESIGN §8's P' = min(P, committed offset);
+- unarchived entry deleted: with the archive enabled, a DeleteRecords moves the log start
+  past an entry no object of the bucket holds (invariant 10: nothing is deleted that is not
+  archived);
 - liveness (every explored state): once writes stop, every write in flight lands, and every
   region flushes and reports the truth, the purge in progress ends, no record that no task
   runs holds the topic's lock, no route of a region that no longer exists blocks the
@@ -61,6 +65,8 @@ Bounds. `SMALL` (`make test`), each world 1 topic, explored whole:
   offsets and one recreation of the topic: 44,763 states;
 - `pinned`: 2 regions, high watermark <= 3, 2 terms, registration, the consumer group
   pinned from the start: 78,008 states;
+- `archive`: 1 region, high watermark <= 3, 3 terms, the archive enabled (its group pinned,
+  committing apart from the objects written): 74,468 states;
 - `IDLE_REPLAY`: idle claims with restarts (2 regions, high watermark <= 2, 2 terms);
 - `PIN_LATER`: 1 region, high watermark <= 3, 3 terms, the group pinned by a later
   leader, so a purge planned without the pin is resumed under it: 76,013 states.
@@ -73,9 +79,11 @@ the actions its invariants need.
 
 Not modelled: more than one topic (the purge and its locks are per topic), stale stats
 (ttl), flush instructions (a region flushes whenever it likes, which covers them), the
-archive, logical deletion. A DeleteRecords sent for one incarnation of the topic and landing
-on the next one is off by default (`late_delete_across_reset`): Kafka's DeleteRecords names
-the topic, not its id, so nothing metasrv does can fence it; the window is one request.
+archive's retention and a store that does not answer (the check's `NotArchived` without a
+listing is the same skip), logical deletion. A DeleteRecords sent for one incarnation of the
+topic and landing on the next one is off by default (`late_delete_across_reset`): Kafka's
+DeleteRecords names the topic, not its id, so nothing metasrv does can fence it; the window
+is one request.
 
 States are deduped by their 64-bit hash (`_search.py`).
 """

@@ -207,6 +207,14 @@ class Model:
         if isinstance(decision, Reset | Lost):
             yield self._shared(s, decision, "purge")
             return
+        assert isinstance(decision, Advance | CatchUp), decision
+        if self.bounds.archive:
+            # `check_archived`: after the step's reads and decision, before anything moves.
+            kafka = s.kafka
+            blocked = self.product.not_archived(decision.target, kafka.log_start, kafka.archived)
+            if blocked is not None:
+                yield (f"purge: skipped (not_archived {blocked.gap})", _finish(s), None)
+                return
         if isinstance(decision, Advance):
             if decision.lowered:
                 s = s._replace(
@@ -215,7 +223,6 @@ class Model:
             label, state, bad = self._marker_write(s, decision.target, s.kafka.log_start)
             yield (f"purge: advance to {decision.target}; {label}", state, bad)
             return
-        assert isinstance(decision, CatchUp), decision
         label, state, bad = self._delete_below(s, decision.target, s.kafka.log_start, s.kafka.inc)
         yield (f"purge: catch up to {decision.target}; {label}", state, bad)
 
@@ -332,6 +339,15 @@ class Model:
                 f"pinned entry deleted: {label}: the log start moved to {new_start} past the "
                 f"pinned consumer group's committed offset {committed}"
             )
+        if self.bounds.archive and bad is None:
+            unarchived = [
+                off for off in range(kafka.log_start, new_start) if not kafka.archived >> off & 1
+            ]
+            if unarchived:
+                bad = (
+                    f"unarchived entry deleted: {label}: entries {unarchived} are in no object "
+                    "of the WAL archive"
+                )
         for i in range(len(s.regions)):
             gone = [
                 off
@@ -600,6 +616,19 @@ class Model:
             state = s._replace(kafka=kafka._replace(committed=offset))
             yield (f"the consumer group commits {offset}", state, None)
 
+    def _archive_moves(self, s: State) -> Iterator[Transition]:
+        """An archiver writes one object: any range of what Kafka holds that the bucket
+        does not hold whole yet (the group's commits are separate moves)."""
+        if not self.bounds.archive:
+            return
+        kafka = s.kafka
+        for first in range(kafka.log_start, kafka.hwm):
+            for end in range(first + 1, kafka.hwm + 1):
+                bits = ((1 << (end - first)) - 1) << first
+                if kafka.archived & bits != bits:
+                    state = s._replace(kafka=kafka._replace(archived=kafka.archived | bits))
+                    yield (f"an archiver writes the object [{first}, {end - 1}]", state, None)
+
     def successors(self, s: State) -> Iterator[Transition]:
         yield from self._task_moves(s)
         yield from self._landings(s)
@@ -607,3 +636,4 @@ class Model:
         yield from self._region_moves(s)
         yield from self._outside_moves(s)
         yield from self._consumer_moves(s)
+        yield from self._archive_moves(s)

@@ -10,11 +10,15 @@ their inputs (they are pure), with the model's state turned into their argument 
 - replay-start as `GET /v1/regions/{id}/replay-start` answers it (api/queries.py: an
   error while a reset is latched or the marker does not decode, else
   `replay_start_entry_id`), and where the datanode starts reading (`replay_from`);
-- the heartbeat judge's regression rule (`regresses`).
+- the heartbeat judge's regression rule (`regresses`);
+- the purge's archive check (`decide_archived`) over the bucket's objects (each run of
+  archived offsets as one `ArchivedRange`: `covering` takes any set of objects whose union
+  is the same alike).
 
 `Variant.NO_TOPIC_RESET_CHECK` swaps the planner for ef11397's (read from git), the
 version the topic-reset bug was filed against. `Variant.IGNORE_PIN` plans without the pinned
 group's offset; `Variant.STALE_PIN_AT_PURGE` does so in the purge step only.
+`Variant.NO_ARCHIVE_CHECK` never checks the bucket.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from metasrv import keys
+from metasrv.archive import ArchivedRange
 from metasrv.datanode import replay_from
 from metasrv.errors import MetasrvError
 from metasrv.leader import StatRow, regresses
@@ -41,11 +46,13 @@ from metasrv.model import (
 from procedures.wal_purge import (
     AfterFlushDecision,
     FlushTarget,
+    NotArchived,
     PrepareDecision,
     PurgeDecision,
     Reset,
     advanced_marker,
     decide_after_flush,
+    decide_archived,
     decide_prepare,
     decide_purge,
     flush_candidates,
@@ -75,6 +82,24 @@ BASE_COMMIT = "ef11397"
 PlanFn = Callable[..., TopicPlan]
 Lmap = tuple[int | None, ...]
 Stats = tuple[Stat | None, ...]
+
+
+def archived_ranges(archived: int) -> list[ArchivedRange]:
+    """The bucket's objects as the purge's listing parses them: each run of set bits of
+    `archived` (bit n: offset n is archived) as one object."""
+    ranges: list[ArchivedRange] = []
+    offset, first = 0, None
+    while archived >> offset:
+        held = archived >> offset & 1
+        if held and first is None:
+            first = offset
+        if not held and first is not None:
+            ranges.append(ArchivedRange(TOPIC, first, offset - 1))
+            first = None
+        offset += 1
+    if first is not None:
+        ranges.append(ArchivedRange(TOPIC, first, offset - 1))
+    return ranges
 
 
 def region_id(index: int) -> int:
@@ -155,6 +180,7 @@ class Product:
         self.after_flush = lru_cache(maxsize=None)(self._after_flush)
         self.purge = lru_cache(maxsize=None)(self._purge)
         self.replay_start = lru_cache(maxsize=None)(self._replay_start)
+        self.not_archived = lru_cache(maxsize=None)(self._not_archived)
 
     def _inputs(self, lmap: Lmap, stats: Stats) -> tuple[dict[int, RegionRoute], ModelTopicStats]:
         routes: dict[int, RegionRoute] = {}
@@ -247,6 +273,14 @@ class Product:
         return plan, decide_purge(
             target, plan, planned_topic_id=planned_topic_id, logical_delete=False
         )
+
+    def _not_archived(self, target: int, log_start: int, archived: int) -> NotArchived | None:
+        """`check_archived` after the purge step's decision: the bucket's objects listed
+        (`archived`, a bit per offset) against [the log start the step read, target); None
+        (may delete) always under `NO_ARCHIVE_CHECK`."""
+        if Variant.NO_ARCHIVE_CHECK in self.variant:
+            return None
+        return decide_archived(target, log_start, archived_ranges(archived))
 
     @staticmethod
     def advanced(marker: bytes | None, target: int, kafka: Kafka) -> bytes | None:

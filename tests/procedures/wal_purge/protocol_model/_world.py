@@ -60,6 +60,9 @@ class Kafka(NamedTuple):
     committed: int | None = None
     """The pinned consumer group's committed offset (the next entry it reads; None: it has
     committed none). Only moves forward."""
+    archived: int = 0
+    """The WAL archive's bucket (DESIGN §8): bit n set when an object holds offset n of the
+    current incarnation. Objects are only added (no retention in the model)."""
 
     @property
     def hwm(self) -> int:
@@ -145,6 +148,9 @@ class Variant(enum.Flag):
     STALE_PIN_AT_PURGE = enum.auto()
     """The purge step does not read the pinned group again: it keeps the target persisted
     before (by a leader without the pin, on a resume)."""
+    NO_ARCHIVE_CHECK = enum.auto()
+    """The purge deletes without listing the bucket: the archive's pinned group is its only
+    guard (as before the coverage check)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,11 @@ class Bounds:
     pin_later: bool = False
     """The group is pinned only by the settings of a later leader (a configuration
     change rolled out with a restart): a purge planned without it is resumed with it."""
+    archive: bool = False
+    """The WAL archive is enabled: archivers write objects of any range Kafka holds, at any
+    time and independently of the (pinned) group's commits, whose word is not the bucket
+    (an offset reset or moved by a tool, a group shared by another bucket); the purge step
+    checks the bucket before it deletes."""
 
     def describe(self) -> str:
         return (
@@ -211,6 +222,10 @@ SMALL: dict[str, Bounds] = {
     # A pinned consumer group committing forward (DESIGN §8), pinned from the start.
     "pinned": Bounds(regions=2, max_hwm=3, max_terms=2, outside_moves=0, resets=0,
                      replay=False, checkpoints=False, claims=False, consumer=True),
+    # The WAL archive enabled: objects written at any time, the archive's group pinned.
+    "archive": Bounds(regions=1, max_hwm=3, max_terms=3, outside_moves=0, resets=0,
+                      replay=False, checkpoints=False, claims=False, registration=False,
+                      consumer=True, archive=True),
 }  # fmt: skip
 """The bounds `make test` searches, one world each (their union in one world is too big
 for two minutes on two cores)."""
