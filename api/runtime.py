@@ -49,7 +49,13 @@ from metasrv.settings import Settings
 from metasrv.sql import engine_url
 from metasrv.stat_history import StatHistoryWriter, cluster_root
 from procedures import EventRetention, ProcedureManager
-from procedures.wal_purge import PurgeServices, PurgeTicker, TrendSampler, purge_manager
+from procedures.wal_purge import (
+    ArchiveRetention,
+    PurgeServices,
+    PurgeTicker,
+    TrendSampler,
+    purge_manager,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +102,9 @@ class Runtime:
     """Retained WAL and purges over the last `[dashboard] window`, for the dashboard."""
     event_retention: EventRetention
     """Deletes WAL events older than `history.events_retention` (while leading)."""
+    archive_retention: ArchiveRetention
+    """Deletes WAL archive objects past `[wal.archive] retention` (while leading; idle while
+    the archive is off or the retention is 0s)."""
     stat_history: StatHistoryWriter | None
     """Region stat snapshots for the reconcile job; None when its interval is 0s."""
     loop_lag: LoopLagMonitor
@@ -207,6 +216,11 @@ class Runtime:
                 leading=lambda: leadership.serving,
                 on_error=background.sink("event_retention"),
             )
+            archive_retention = ArchiveRetention(
+                purge,
+                leading=lambda: leadership.serving,
+                on_error=background.sink("archive_retention"),
+            )
         except BaseException:
             kv.close()
             raise
@@ -229,6 +243,7 @@ class Runtime:
             ticker=ticker,
             wal_trend=wal_trend,
             event_retention=event_retention,
+            archive_retention=archive_retention,
             stat_history=stat_history,
             loop_lag=loop_lag,
             background=background,
@@ -269,6 +284,7 @@ class Runtime:
         loops.add("wal_events", Step(nothing, self._write_last_events))
         loops.add("procedure_sweeper", self.procedures)
         loops.add("event_retention", self.event_retention)
+        loops.add("archive_retention", self.archive_retention)
         loops.add("wal_trend", self.wal_trend)
         loops.add("ticker", self.ticker)
         if self.stat_history is not None:

@@ -25,6 +25,8 @@ How one purge decision flows, module by module:
 - `_coverage.py`: before DeleteRecords, the WAL archive must hold [log start, target)
   (invariant 10): one listing per purge step; `_archive_verdicts.py` keeps the last
   blocking verdict per topic for the plan views.
+- `_archive_retention.py`: the leader's loop deleting archived objects below every
+  region's replay start and Kafka's log start, older than `[wal.archive] retention`.
 - `_marker.py`: the topic's `pruned_entry_id`, advanced by fenced compare-and-swap.
 - `_batcher.py`: Kafka offsets and DeleteRecords calls of concurrent purges, merged.
 - `_ticker.py`: submits purges on a timer and when reclaimable WAL grows large.
@@ -41,6 +43,7 @@ from procedures.wal_purge._archive import (
     archived_ranges,
     covering_chain,
 )
+from procedures.wal_purge._archive_retention import ArchiveRetention, expired_objects
 from procedures.wal_purge._archive_verdicts import ArchiveVerdicts
 from procedures.wal_purge._batcher import Coalescer, KafkaBatcher
 from procedures.wal_purge._coverage import check_archived
@@ -99,6 +102,7 @@ __all__ = [
     "TOPIC_RESET",
     "Advance",
     "AfterFlushDecision",
+    "ArchiveRetention",
     "ArchiveVerdicts",
     "ArchivedSpan",
     "CatchUp",
@@ -142,6 +146,7 @@ __all__ = [
     "decide_prepare",
     "decide_purge",
     "entries_freed",
+    "expired_objects",
     "export_gauges",
     "flush_candidates",
     "flush_deadline",

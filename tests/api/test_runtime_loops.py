@@ -55,6 +55,7 @@ async def test_close_drains_the_writers_while_leading_then_resigns_once(
             "wal_events",
             "procedure_sweeper",
             "event_retention",
+            "archive_retention",
             "wal_trend",
             "ticker",
             "stat_history",
