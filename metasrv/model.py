@@ -249,7 +249,7 @@ class TopicPlan:
     pinned_groups: tuple[PinnedGroup, ...] = ()
     """Every pinned consumer group with its committed offset on the topic, by name."""
     not_archived: str | None = None
-    """Why the last purge of the topic in this leader's term deleted nothing because the WAL
+    """Why the last purge of the topic this process ran deleted nothing because the WAL
     archive did not hold [log start, target) (`procedures.wal_purge.ArchiveVerdicts`), or
     None. Not a cause of `prune_point` None: the next purge checks the bucket again."""
 

@@ -255,8 +255,8 @@ class TopicPlan(Answer, kw_only=True):
             "Why the last purge of the topic deleted nothing: the WAL archive's bucket did "
             "not hold [log start, target) with no gap, or did not answer (also in "
             "`blocked_by` as the topic, `not_archived`); null when its check passed or "
-            "none ran in this leader's term. The prune point stays: the next purge checks "
-            "the bucket again."
+            "this leader process has not checked the topic. The prune point stays: the next "
+            "purge checks the bucket again."
         ),
     ] = None
     pinned_groups: Annotated[
