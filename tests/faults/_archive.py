@@ -13,12 +13,14 @@
     gap (the offset read before the listing: an archiver commits only a verified object);
   - `recoverable`: every acknowledged row of every region is read back, with its content,
     from the archive's objects below Kafka's log start and Kafka from the log start on,
-    through the product's replay (`metasrv.datanode.replay_entries`).
+    through the product's replay (`metasrv.datanode.replay_entries`); with a gap below the
+    log start (invariant 10 broken) the rows it lost are counted in the summary line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -26,6 +28,7 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +38,11 @@ from metasrv.archive import (
     Coverage,
     ObjectStore,
     covering,
+    decode_object,
     parse_object_key,
     topic_prefix,
 )
-from metasrv.datanode import replay_entries
+from metasrv.datanode import WalEntry, replay_entries
 from metasrv.errors import InvalidArgument, WalDataLoss
 from metasrv.kafka import KafkaAdmin
 from metasrv.model import PartitionOffsets
@@ -350,10 +354,19 @@ class ArchiveCheck:
     def _replay_from(
         self, topic: str, regions: dict[bytes, int], log_start: int
     ) -> dict[int, dict[int, str]]:
-        chain: list[wire.ArchivedObject] | None = None
-        if log_start > 0:
-            coverage = self.coverage(topic, 0, log_start)
-            assert coverage.covered, f"{topic}: entries {coverage.gap} below the log start lost"
+        coverage = self.coverage(topic, 0, log_start)
+        entries: Iterable[WalEntry]
+        if not coverage.covered:
+            # Invariant 10 broken: read what the archive does hold below the log start, then
+            # Kafka, so the rows lost are counted one by one (`recoverable`).
+            answer = wire.ReplayStart(
+                region_id=0, topic=topic, start_entry_id=log_start, log_start_offset=log_start
+            )
+            entries = itertools.chain(
+                self._archived_below(topic, log_start),
+                replay_entries(answer, kafka=self.kafka, timeout=60.0),
+            )
+        else:
             chain = [
                 wire.ArchivedObject(
                     bucket=self.settings.bucket,
@@ -363,15 +376,28 @@ class ArchiveCheck:
                 )
                 for r in coverage.objects
             ]
-        answer = wire.ReplayStart(
-            region_id=0, topic=topic, start_entry_id=0, log_start_offset=log_start, archive=chain
-        )
+            answer = wire.ReplayStart(
+                region_id=0,
+                topic=topic,
+                start_entry_id=0,
+                log_start_offset=log_start,
+                archive=chain or None,
+            )
+            entries = replay_entries(answer, kafka=self.kafka, store=self.store, timeout=60.0)
         rows: dict[int, dict[int, str]] = {}
-        for entry in replay_entries(answer, kafka=self.kafka, store=self.store, timeout=60.0):
+        for entry in entries:
             region_id = regions.get(entry.key or b"")
             if region_id is not None:
                 rows.setdefault(region_id, {})[entry.entry_id] = digest(entry.value or b"")
         return rows
+
+    def _archived_below(self, topic: str, end: int) -> Iterator[WalEntry]:
+        """The entries below `end` of every object of `topic` one listing names."""
+        for found in sorted(self.ranges(topic)):
+            if found.first_entry_id < end:
+                for record in decode_object(self.store.get(found.key(self.settings.prefix))):
+                    if record.entry_id < end:
+                        yield WalEntry(record.entry_id, record.key, record.value)
 
 
 class Archivers:
