@@ -42,6 +42,8 @@ def why_not_purged(plan: wire.TopicPlan) -> str:
         reasons = ", ".join(
             f"consumer group {b.consumer_group} ({b.reason})"
             if b.consumer_group is not None
+            else f"the WAL archive ({b.reason})"
+            if b.topic is not None
             else f"region {b.region_id} ({b.reason})"
             for b in plan.blocked_by
         )

@@ -10,6 +10,7 @@ the lists of every topic read it as absent (their documented policy).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import httpx
@@ -26,6 +27,7 @@ from tests.api._live import produce
 from tests.api.conftest import SettingsFactory, assert_error, heartbeat, region, start_server
 from toolbox.stack import S3Endpoint
 
+CHROMIUM = "/usr/bin/chromium"
 _TERMINAL = ("succeeded", "skipped", "failed", "cancelled")
 
 
@@ -71,6 +73,23 @@ def store(s3_endpoint: S3Endpoint, s3_prefix: str) -> Iterator[ObjectStore]:
     client.close()
 
 
+def _the_dashboard_names_the_archive(base_url: str, topic: str) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{base_url}/dashboard")
+            page.wait_for_selector("body[data-loaded=true]", timeout=15_000)
+            row = page.locator(f'tr[data-topic="{topic}"]')
+            expect(row.get_by_test_id("blocked-archive")).to_contain_text(
+                "blocked by the WAL archive (not_archived): the bucket lacks entries [10, 15)"
+            )
+        finally:
+            browser.close()
+
+
 def test_a_purge_the_bucket_does_not_cover_is_named_in_the_plan(
     make_settings: SettingsFactory,
     kafka_bootstrap: str,
@@ -106,6 +125,8 @@ def test_a_purge_the_bucket_does_not_cover_is_named_in_the_plan(
         shown = client.get(f"/v1/topics/{topic}").json()
         assert shown["blocked_by"] == plan["blocked_by"]
         assert _blocked_gauge(client, topic) == 1.0
+        if shutil.which(CHROMIUM) is not None:
+            _the_dashboard_names_the_archive(srv.base_url, topic)
 
         put_archived(store, topic, records[10:15])
         view = _purge(client, topic)

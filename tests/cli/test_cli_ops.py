@@ -51,6 +51,10 @@ def test_why_names_blockers_data_loss_and_progress() -> None:
         blocked_by=[_blocking(7, "no_stat"), _blocking(8, "stale_stat")],
     )
     assert why_not_purged(blocked) == "blocked by region 7 (no_stat), region 8 (stale_stat)"
+    short = _plan(
+        blocked_by=[wire.BlockingRegion(topic="t", reason=wire.BlockReason("not_archived"))]
+    )
+    assert why_not_purged(short) == "blocked by the WAL archive (not_archived)"
     lost = _plan(data_loss=[9], blocked_by=[_blocking(9, "retention_overrun")])
     assert why_not_purged(lost).startswith("WAL DATA LOSS")
     assert "9" in why_not_purged(lost)
