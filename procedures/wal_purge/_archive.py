@@ -28,6 +28,13 @@ from metasrv.settings import ArchiveSettings
 if TYPE_CHECKING:
     from metasrv.archive import ArchivedRange
 
+LISTINGS = 3
+"""Listings of one topic's archive merged, at most, before a range they leave short is
+believed: S3Proxy's filesystem backend can leave existing objects out of a listing made
+while another object of the same topic is being written (13 of 103 listings under a
+steady stream of puts). Objects are immutable and only retention deletes them, below
+anything a purge or a replay asks for, so an object any listing saw is there."""
+
 _STORE_BUILD = threading.Lock()
 """boto3 builds clients from one default session, which is not thread-safe."""
 
@@ -84,32 +91,40 @@ LISTED = ListedArchive()
 
 
 async def archived_ranges(
-    settings: ArchiveSettings, topic: str, *, timeout: float
+    settings: ArchiveSettings,
+    topic: str,
+    *,
+    timeout: float,
+    wanted: tuple[int, int] | None = None,
 ) -> list[ArchivedRange]:
     """The ranges of `topic`'s archived objects, in key order. Keys under the topic's
-    prefix that do not name an archived object are skipped. `ObjectStoreUnavailable` when
-    the store does not answer within `timeout` seconds; the store's other errors as
+    prefix that do not name an archived object are skipped. With `wanted`, [start, end) a
+    caller needs: while the objects listed leave it short, the topic is listed again, up to
+    `LISTINGS` listings in all, and what they saw merged. `ObjectStoreUnavailable` when the
+    store does not answer within `timeout` seconds; the store's other errors as
     `ObjectStore` raises them."""
 
-    from metasrv.archive import ObjectStore, parse_object_key, topic_prefix
+    from metasrv.archive import ObjectStore, covering, parse_object_key, topic_prefix
 
     def read() -> list[ArchivedRange]:
         with _STORE_BUILD:
             store = ObjectStore(settings, timeout=timeout, max_attempts=1)
+        seen: dict[str, ArchivedRange] = {}
         try:
-            listed = store.list(topic_prefix(settings.prefix, topic))
+            for _ in range(LISTINGS):
+                for obj in store.list(topic_prefix(settings.prefix, topic)):
+                    try:
+                        seen[obj.key] = parse_object_key(settings.prefix, obj.key)
+                    except InvalidArgument:
+                        continue  # not an archived object (DESIGN §8 names every one)
+                if wanted is None or covering(list(seen.values()), *wanted).covered:
+                    break
         finally:
             store.close()
-        ranges = []
-        for obj in listed:
-            try:
-                ranges.append(parse_object_key(settings.prefix, obj.key))
-            except InvalidArgument:
-                continue  # not an archived object (DESIGN §8 names every one)
-        return ranges
+        return [seen[key] for key in sorted(seen)]
 
     try:
-        # The client keeps to `timeout` per request; this bounds a listing of many pages.
+        # The client keeps to `timeout` per request; this bounds the listings and their pages.
         ranges = await asyncio.wait_for(asyncio.to_thread(read), timeout + 0.5)
     except TimeoutError:
         raise ObjectStoreUnavailable(
@@ -128,7 +143,8 @@ async def covering_chain(
     `archived_ranges`."""
     from metasrv.archive import covering
 
-    coverage = covering(await archived_ranges(settings, topic, timeout=timeout), start, end)
+    ranges = await archived_ranges(settings, topic, timeout=timeout, wanted=(start, end))
+    coverage = covering(ranges, start, end)
     return coverage.objects if coverage.covered else None
 
 

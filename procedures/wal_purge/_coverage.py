@@ -49,7 +49,9 @@ async def check_archived(
     error = ""
     if log_start < target:  # else nothing to delete: no listing
         try:
-            ranges = await archived_ranges(settings, topic, timeout=COVERAGE_WAIT)
+            ranges = await archived_ranges(
+                settings, topic, timeout=COVERAGE_WAIT, wanted=(log_start, target)
+            )
         except MetasrvError as exc:
             error = f"{exc.code}: {exc.message}"
     verdict = decide_archived(target, log_start, ranges, error=error)
