@@ -8,8 +8,8 @@ business: callers name regions by id, hand a heartbeat's columns to `StatTable.j
 and get a `Verdict` back (what the stored rows say of each region; the slots it found
 stay inside it), which stores what the heartbeat's judge accepted (`Verdict.store`) and
 tells the checkpointer's dirty set (`DirtyRows`) which rows changed. A heartbeat of a
-thousand regions is a handful of whole-column operations: look the slots up (by
-bisection, a C-level dict pass, or not at all: `SlotMemo`), compare the reported values
+thousand regions is a handful of whole-column operations: look the slots up (a
+C-level dict pass, or not at all: `SlotMemo`), compare the reported values
 with the stored ones and assign them in place; first reports and moved regions are
 stored a column at a time too. No object is built per region on that path, and nothing
 here is tracked by the garbage collector.
@@ -619,8 +619,6 @@ class StatTable:
         self._memo = SlotMemo()
         self._prepared = 0
         """Slots prepared whose region has not reported (in `_slot`, not rows)."""
-        self._sorted = (0, 0)
-        """Slots `prepare` laid out in region id order (start, stop)."""
 
     # --- what a slot holds -------------------------------------------------------------
 
@@ -708,36 +706,10 @@ class StatTable:
 
     # --- finding slots ---------------------------------------------------------------
 
-    def _bisect(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per region of `ids`: its slot among those `prepare` laid out in id order, and
-        whether that slot is the region's (in use: a row or still prepared)."""
-        start, stop = self._sorted
-        at = np.minimum(np.searchsorted(self._ids[start:stop], ids) + start, stop - 1)
-        held = (self._ids[at] == ids) & (
-            (self._row_codes(at, at) >= 0) | (self._prepared_codes(at) >= 0)
-        )
-        return at, held
-
-    def _lookup(self, region_ids: list[int], as_array: np.ndarray | None = None) -> np.ndarray:
+    def _lookup(self, region_ids: list[int]) -> np.ndarray:
         """Each region's slot, -1 for a region without one (one C-level pass). A
-        prepared slot (no row yet) is a slot. `as_array`: the same ids as an int64
-        array, when the caller has one.
-
-        Regions `prepare`d are found by bisection in their sorted slots, a column at a
-        time (a million-entry dict costs a cache miss or two per region); the others, and
-        any whose slot has changed hands since, in the index."""
-        start, stop = self._sorted
-        if stop == start:
-            return np.fromiter(
-                map(self._slot.get, region_ids, repeat(-1)), np.intp, len(region_ids)
-            )
-        at, held = self._bisect(np.array(region_ids, np.int64) if as_array is None else as_array)
-        slots = np.where(held, at, -1)
-        missed = np.flatnonzero(~held).tolist()
-        if missed:
-            get = self._slot.get
-            slots[missed] = [get(region_ids[i], -1) for i in missed]
-        return slots
+        prepared slot (no row yet) is a slot."""
+        return np.fromiter(map(self._slot.get, region_ids, repeat(-1)), np.intp, len(region_ids))
 
     # --- judging a heartbeat ----------------------------------------------------------
 
@@ -753,7 +725,7 @@ class StatTable:
         if slots is None:
             id_list = ids.tolist()
             distinct = len(set(id_list)) == len(id_list)
-            slots = self._lookup(id_list, ids)
+            slots = self._lookup(id_list)
         codes = self._topics.codes_of(cols.topic_names)[cols.topic]
         held = _held(slots)
         stored = self._row_codes(slots, held)
@@ -871,14 +843,14 @@ class StatTable:
                 nodes.append(np.fromiter(map(_NODE_OF, regions.values()), np.int64, len(column)))
         if not columns:
             return 0
-        # New slots in region id order, so `_lookup` can find them by bisection.
+        # In region id order: `SlotMemo.expect` keeps each datanode's ids ascending.
         ids = np.concatenate(columns)
         order = np.argsort(ids, kind="stable")
         ids, expect = ids[order], np.concatenate(codes)[order]
         node = np.concatenate(nodes)[order] if len(nodes) == len(columns) else None
         if self._slot:
-            # Those with a slot already (a warm follower's table at take-over) are found a
-            # column at a time, not by a million dict probes; no datanode's list is whole.
+            # Those with a slot already (a warm follower's table at take-over) are skipped;
+            # no datanode's list is whole.
             new = ~self._has_slot(ids)
             ids, expect, node = ids[new], expect[new], None
         n = len(ids)
@@ -891,25 +863,16 @@ class StatTable:
         self._slot.update(zip(ids.tolist(), range(start, stop), strict=True))
         self._ids[start:stop] = ids
         self._expect[start:stop] = expect
-        if n > self._sorted[1] - self._sorted[0]:  # a later, smaller prepare: the index
-            self._sorted = (start, stop)
         self._prepared += n
         if node is not None:
             self._memo.expect(node, ids, np.arange(start, stop), self._discards)
         return n
 
     def _has_slot(self, ids: np.ndarray) -> np.ndarray:
-        """Per region of sorted, distinct `ids`: whether it has a slot (a row or a
-        prepared one); by bisection in the prepared slots, the index for the others."""
-        start, stop = self._sorted
-        found = np.zeros(len(ids), bool)
-        if stop > start:
-            found = self._bisect(ids)[1]
-        missed = np.flatnonzero(~found)
-        if len(missed) and len(self._slot) > int(found.sum()):
-            index = self._slot
-            found[missed] = [rid in index for rid in ids[missed].tolist()]
-        return found
+        """Per region of `ids`: whether it has a slot (a row or a prepared one), in the
+        index."""
+        index = self._slot
+        return np.fromiter(map(index.__contains__, ids.tolist()), bool, len(ids))
 
     def _unprepare(self, slots: np.ndarray) -> None:
         """Prepared `slots` now hold rows (or were discarded)."""

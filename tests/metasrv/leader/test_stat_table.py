@@ -361,7 +361,7 @@ def test_a_prepared_slot_is_not_a_row_until_its_region_reports() -> None:
     assert len(registry) == 3 and sorted(registry.topic_snapshot("a")) == [10, 30]
 
 
-def test_lookup_by_bisection_agrees_with_the_index_through_discards_and_reuse() -> None:
+def test_lookup_of_prepared_slots_agrees_with_the_index_through_discards_and_reuse() -> None:
     rng = np.random.default_rng(3)
     ids = rng.choice(10**9, 400, replace=False).tolist()
     prepared, plain = RegionRegistry(), RegionRegistry()
